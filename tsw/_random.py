@@ -1,0 +1,126 @@
+"""Random number plumbing: one place that turns ``seed`` / ``generator`` into draws.
+
+The seeding contract of the whole library lives here:
+
+* ``seed=int``: draws come from a fresh CPU ``torch.Generator`` seeded with ``seed``
+  (in float64, then cast and moved), so the same seed gives the same trees on CPU and
+  on any GPU, in float32 and float64 alike.
+* ``generator=torch.Generator``: draws come from that generator, on its device; a CPU
+  generator may feed tensors on any device (the draws are moved), a CUDA generator
+  must live on the data's device.
+* neither: a private generator on the data's device, seeded from operating-system
+  entropy. The global torch RNG is never read nor advanced.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import torch
+from torch import Tensor
+
+__all__ = ["Sampler", "resolve_sampler"]
+
+
+class Sampler:
+    """Draw standard normal / uniform tensors from one generator, then cast and move.
+
+    Parameters
+    ----------
+    generator : torch.Generator
+        Source of randomness.
+    dtype, device : torch.dtype, torch.device
+        Dtype and device of the returned tensors.
+    """
+
+    def __init__(self, generator: torch.Generator, dtype: torch.dtype, device: torch.device):
+        self.generator = generator
+        self.dtype = dtype
+        self.device = torch.device(device)
+        gdev = torch.device(generator.device)
+        # Draw in float64 on CPU for cross-device reproducibility; on an accelerator
+        # generator draw in the target dtype for speed.
+        self._draw_dtype = torch.float64 if gdev.type == "cpu" else dtype
+        self._draw_device = gdev
+
+    def normal(self, *shape: int) -> Tensor:
+        """Draw standard normal values of ``shape``."""
+        z = torch.randn(
+            shape, generator=self.generator, dtype=self._draw_dtype, device=self._draw_device
+        )
+        return z.to(device=self.device, dtype=self.dtype)
+
+    def uniform(self, *shape: int, low: float = 0.0, high: float = 1.0) -> Tensor:
+        """Draw uniform values on ``[low, high)`` of ``shape``."""
+        u = torch.rand(
+            shape, generator=self.generator, dtype=self._draw_dtype, device=self._draw_device
+        )
+        return (low + (high - low) * u).to(device=self.device, dtype=self.dtype)
+
+    def sphere(self, *shape: int) -> Tensor:
+        """Draw uniform unit vectors; ``shape[-1]`` is the ambient dimension."""
+        g = torch.randn(
+            shape, generator=self.generator, dtype=self._draw_dtype, device=self._draw_device
+        )
+        g = g / torch.linalg.vector_norm(g, dim=-1, keepdim=True)
+        return g.to(device=self.device, dtype=self.dtype)
+
+    def orthonormal(self, *batch: int, n: int, dim: int) -> Tensor:
+        """``n <= dim`` orthonormal rows in R^dim per batch entry, Haar distributed.
+
+        Uses the QR decomposition of a Gaussian (dim, n) matrix with the sign fix of
+        Mezzadri (2007), so that the frame is uniform on the Stiefel manifold.
+        """
+        g = torch.randn(
+            (*batch, dim, n),
+            generator=self.generator,
+            dtype=self._draw_dtype,
+            device=self._draw_device,
+        )
+        q, r = torch.linalg.qr(g)
+        sign = torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))
+        sign = torch.where(sign == 0, torch.ones_like(sign), sign)
+        q = q * sign[..., None, :]
+        return q.transpose(-1, -2).to(device=self.device, dtype=self.dtype)
+
+
+def resolve_sampler(
+    seed: int | None,
+    generator: torch.Generator | None,
+    *,
+    dtype: torch.dtype,
+    device: torch.device | str,
+) -> Sampler:
+    """Build the :class:`Sampler` that implements the seeding contract.
+
+    Raises
+    ------
+    TypeError
+        If ``seed`` is not an int or ``generator`` not a ``torch.Generator``.
+    ValueError
+        If both are given, or the generator lives on another accelerator than the data.
+    """
+    device = torch.device(device)
+    if seed is not None and generator is not None:
+        raise ValueError("pass at most one of seed and generator; got both")
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int or None; got {type(seed).__name__}")
+        gen = torch.Generator(device="cpu")
+        gen.manual_seed(seed)
+        return Sampler(gen, dtype, device)
+    if generator is not None:
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(
+                f"generator must be a torch.Generator or None; got {type(generator).__name__}"
+            )
+        gdev = torch.device(generator.device)
+        if gdev.type != "cpu" and gdev.type != device.type:
+            raise ValueError(
+                f"generator must be on the CPU or on the data's device ({device}); "
+                f"got a generator on {gdev}"
+            )
+        return Sampler(generator, dtype, device)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(secrets.randbits(63))
+    return Sampler(gen, dtype, device)

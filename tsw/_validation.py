@@ -1,0 +1,230 @@
+"""Input checks shared by every distance in :mod:`tsw`.
+
+Shape, type, dtype and device checks are always performed: they read only metadata
+and never synchronise a GPU. *Value* checks (NaN/Inf, negative weights, unequal
+totals, unit directions) read tensor contents, which forces a device
+synchronisation; every public function takes ``validate=True`` to run them and
+``validate=False`` to skip them in a hot training loop.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "Measures",
+    "check_choice",
+    "check_measures",
+    "check_p",
+    "check_positive_int",
+    "check_tensor",
+    "mass_rtol",
+]
+
+SUPPORTED_DTYPES = (torch.float32, torch.float64)
+
+
+class Measures(NamedTuple):
+    """Validated pair of discrete measures, always batched internally.
+
+    Attributes
+    ----------
+    X_s, X_t : Tensor of shape (B, N, d) and (B, M, d)
+    a, b : Tensor of shape (B, N) and (B, M)
+        Non-negative weights (uniform ``1/N`` and ``1/M`` when not given).
+    batched : bool
+        Whether the caller passed batched inputs; unbatched calls return 0-d tensors.
+    """
+
+    X_s: Tensor
+    X_t: Tensor
+    a: Tensor
+    b: Tensor
+    batched: bool
+
+
+def mass_rtol(dtype: torch.dtype) -> float:
+    """Relative tolerance used to compare total masses in ``dtype``."""
+    return 1e3 * torch.finfo(dtype).eps
+
+
+def check_tensor(x: object, name: str) -> Tensor:
+    """Raise ``TypeError`` unless ``x`` is a floating tensor of a supported dtype."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} must have dtype torch.float32 or torch.float64; got {x.dtype}")
+    return x
+
+
+def check_positive_int(value: object, name: str) -> int:
+    """Return ``value`` if it is an integer >= 1, else raise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int >= 1; got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be an int >= 1; got {value}")
+    return value
+
+
+def check_p(p: object) -> float:
+    """Return ``p`` as a float if it is a real number >= 1, else raise."""
+    if isinstance(p, bool) or not isinstance(p, int | float):
+        raise TypeError(f"p must be a real number >= 1; got {type(p).__name__}")
+    if not math.isfinite(p) or p < 1:
+        raise ValueError(f"p must be a finite real number >= 1; got {p}")
+    return float(p)
+
+
+def check_nonnegative_float(value: object, name: str) -> float:
+    """Return ``value`` as a float if it is a finite real number >= 0, else raise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a real number >= 0; got {type(value).__name__}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite real number >= 0; got {value}")
+    return float(value)
+
+
+def check_choice(value: object, name: str, allowed: Sequence[str]) -> str:
+    """Return ``value`` if it is one of ``allowed``, else raise naming the options."""
+    if value not in allowed:
+        options = ", ".join(repr(v) for v in allowed)
+        raise ValueError(f"{name} must be one of {options}; got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def check_finite(x: Tensor, name: str) -> None:
+    """Raise ``ValueError`` if ``x`` contains NaN or Inf (a value check)."""
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} contains NaN or Inf values")
+
+
+def check_same_device_dtype(ref: Tensor, ref_name: str, x: Tensor, name: str) -> None:
+    """Raise unless ``x`` has the dtype and device of ``ref``."""
+    if x.device != ref.device:
+        raise ValueError(
+            f"{name} must be on the same device as {ref_name}; "
+            f"got {name} on {x.device} and {ref_name} on {ref.device}"
+        )
+    if x.dtype != ref.dtype:
+        raise TypeError(
+            f"{name} must have the same dtype as {ref_name}; "
+            f"got {name}.dtype={x.dtype} and {ref_name}.dtype={ref.dtype}"
+        )
+
+
+def _check_weights(
+    w: Tensor | None, name: str, X: Tensor, X_name: str, batched: bool, validate: bool
+) -> Tensor:
+    n = X.shape[-2]
+    if w is None:
+        return torch.full(X.shape[:-1], 1.0 / n, dtype=X.dtype, device=X.device)
+    check_tensor(w, name)
+    check_same_device_dtype(X, X_name, w, name)
+    expected = tuple(X.shape[:-1])
+    if tuple(w.shape) != expected:
+        form = "(B, N)" if batched else "(N,)"
+        raise ValueError(
+            f"{name} must have shape {form} = {expected} to match "
+            f"{X_name}.shape={tuple(X.shape)}; got {name}.shape={tuple(w.shape)}"
+        )
+    if validate:
+        check_finite(w, name)
+        if bool((w < 0).any()):
+            raise ValueError(f"{name} must be non-negative; got a minimum of {w.min():.3g}")
+        if bool((w.sum(-1) <= 0).any()):
+            raise ValueError(f"{name} must have a positive total mass; got a total of 0")
+    return w
+
+
+def check_points(X: object, name: str, validate: bool) -> Tensor:
+    """Check a support tensor of shape (N, d) or (B, N, d)."""
+    X = check_tensor(X, name)
+    if X.ndim not in (2, 3):
+        raise ValueError(
+            f"{name} must have shape (N, d) or (B, N, d); got {name}.shape={tuple(X.shape)}"
+        )
+    if X.shape[-2] == 0:
+        raise ValueError(f"{name} is an empty measure: {name}.shape={tuple(X.shape)}")
+    if X.shape[-1] == 0:
+        raise ValueError(f"{name} must have d >= 1 features; got {name}.shape={tuple(X.shape)}")
+    if validate:
+        check_finite(X, name)
+    return X
+
+
+def check_measures(
+    X_s: object,
+    X_t: object,
+    a: Tensor | None = None,
+    b: Tensor | None = None,
+    *,
+    balanced: bool = True,
+    validate: bool = True,
+) -> Measures:
+    """Validate two discrete measures and return them in batched form.
+
+    Parameters
+    ----------
+    X_s, X_t : Tensor of shape (N, d) and (M, d), or (B, N, d) and (B, M, d)
+        Supports of the source and target measures.
+    a, b : Tensor of shape (N,) and (M,), or (B, N) and (B, M), optional
+        Non-negative weights; ``None`` gives uniform weights summing to one.
+    balanced : bool, default True
+        Require equal total masses of ``a`` and ``b`` (a value check).
+    validate : bool, default True
+        Run the value checks (finite entries, non-negative weights, equal totals).
+
+    Returns
+    -------
+    Measures
+        The inputs with a leading batch dimension and explicit weights.
+
+    Raises
+    ------
+    TypeError
+        For non-tensors, unsupported or mixed dtypes.
+    ValueError
+        For wrong shapes, mismatched dimensions or batches, devices, empty measures,
+        non-finite values, negative weights or (``balanced``) unequal totals.
+    """
+    X_s = check_points(X_s, "X_s", validate)
+    X_t = check_points(X_t, "X_t", validate)
+    check_same_device_dtype(X_s, "X_s", X_t, "X_t")
+    if X_s.ndim != X_t.ndim:
+        raise ValueError(
+            "X_s and X_t must both be unbatched (N, d), (M, d) or both batched "
+            f"(B, N, d), (B, M, d); got X_s.shape={tuple(X_s.shape)} and "
+            f"X_t.shape={tuple(X_t.shape)}"
+        )
+    if X_s.shape[-1] != X_t.shape[-1]:
+        raise ValueError(
+            "X_s and X_t must have the same feature dimension d; got "
+            f"X_s.shape={tuple(X_s.shape)} and X_t.shape={tuple(X_t.shape)}"
+        )
+    batched = X_s.ndim == 3
+    if batched and X_s.shape[0] != X_t.shape[0]:
+        raise ValueError(
+            "X_s and X_t must have the same batch size B; got "
+            f"X_s.shape={tuple(X_s.shape)} and X_t.shape={tuple(X_t.shape)}"
+        )
+    a = _check_weights(a, "a", X_s, "X_s", batched, validate)
+    b = _check_weights(b, "b", X_t, "X_t", batched, validate)
+    if balanced and validate:
+        sa, sb = a.sum(-1), b.sum(-1)
+        tol = mass_rtol(a.dtype) * torch.maximum(sa.abs(), sb.abs())
+        if bool(((sa - sb).abs() > tol).any()):
+            worst = int((sa - sb).abs().argmax())
+            raise ValueError(
+                "a and b must have equal total mass for a balanced distance; got "
+                f"a.sum()={sa.reshape(-1)[worst].item():.10g} and "
+                f"b.sum()={sb.reshape(-1)[worst].item():.10g}"
+                + (f" at batch index {worst}" if batched else "")
+            )
+    if not batched:
+        X_s, X_t, a, b = X_s[None], X_t[None], a[None], b[None]
+    return Measures(X_s, X_t, a, b, batched)

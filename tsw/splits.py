@@ -1,0 +1,82 @@
+r"""Splitting maps: how the mass of a point is shared among the lines of a tree.
+
+A splitting map sends a point :math:`y` (and the tree :math:`\mathcal L`) to a vector
+:math:`\alpha(y, \mathcal L)` of the simplex :math:`\Delta_{k-1}`; the point puts mass
+:math:`a_y \alpha_l(y)` on line :math:`l` (spec 1.5).
+
+* :func:`uniform_split`: :math:`\alpha_l = 1/k` (TSW-SL baseline of later papers).
+* :func:`constant_split`: one vector :math:`\alpha \in \Delta_{k-1}` for every point
+  (TSW-SL, Tran et al. 2025).
+* :func:`distance_split`: :math:`\alpha_l = \mathrm{softmax}_l(-\delta\, d(y, l))`,
+  closer lines get more mass (Db-TSW). E(d)-invariant; ``delta = 0`` is uniform.
+
+A point-independent split (the first two) leaves every line balanced: no mass
+crosses a root, and TSW-SL reduces to an :math:`\alpha`-weighted sliced
+:math:`W_1` over the tree's lines. Only point-dependent splits make the tree
+structure matter.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from tsw._validation import check_finite, check_tensor, mass_rtol
+
+__all__ = ["check_alpha", "constant_split", "distance_split", "uniform_split"]
+
+
+def uniform_split(n_lines: int, like: Tensor) -> Tensor:
+    """Uniform split ``1/k``, as a (k, 1) tensor broadcasting over points."""
+    return torch.full((n_lines, 1), 1.0 / n_lines, dtype=like.dtype, device=like.device)
+
+
+def check_alpha(alpha: Tensor, n_trees: int, n_lines: int, like: Tensor, validate: bool) -> Tensor:
+    """Validate a constant splitting vector of shape (k,) or (T, k) on the simplex."""
+    check_tensor(alpha, "alpha")
+    if alpha.device != like.device or alpha.dtype != like.dtype:
+        raise ValueError(
+            f"alpha must have the dtype and device of X_s ({like.dtype} on {like.device}); "
+            f"got {alpha.dtype} on {alpha.device}"
+        )
+    if alpha.shape not in ((n_lines,), (n_trees, n_lines)):
+        raise ValueError(
+            f"alpha must have shape (k,) = ({n_lines},) or (T, k) = ({n_trees}, {n_lines}); "
+            f"got alpha.shape={tuple(alpha.shape)}"
+        )
+    if validate:
+        check_finite(alpha, "alpha")
+        if bool((alpha < 0).any()):
+            raise ValueError("alpha must lie on the simplex (non-negative entries summing to 1)")
+        if bool(((alpha.sum(-1) - 1).abs() > mass_rtol(alpha.dtype)).any()):
+            raise ValueError(
+                "alpha must lie on the simplex (non-negative entries summing to 1); got a sum "
+                f"of {alpha.sum(-1).reshape(-1)[0].item():.10g}"
+            )
+    return alpha
+
+
+def constant_split(alpha: Tensor) -> Tensor:
+    """Constant split: ``alpha`` of shape (k,) or (T, k) as (..., k, 1)."""
+    return alpha.unsqueeze(-1)
+
+
+def distance_split(distances: Tensor, delta: float) -> Tensor:
+    r"""Distance-based split :math:`\mathrm{softmax}_l(-\delta\, d(y, l))` over lines.
+
+    Parameters
+    ----------
+    distances : Tensor of shape (..., k, n)
+        Distance of each of ``n`` points to each of the ``k`` lines of a tree.
+    delta : float
+        Inverse temperature; ``0`` gives the uniform split, larger values send more
+        mass to the nearest line.
+
+    Returns
+    -------
+    Tensor of shape (..., k, n)
+        Non-negative, summing to one over the line axis.
+    """
+    if delta == 0:
+        return torch.full_like(distances, 1.0 / distances.shape[-2])
+    return torch.softmax(distances * (-delta), dim=-2)

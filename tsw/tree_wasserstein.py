@@ -1,0 +1,380 @@
+r"""Closed-form optimal transport on trees.
+
+Two entry points share one mathematical fact (Le et al. 2019): on a tree with edge
+weights :math:`w_e`,
+
+.. math::
+
+    W_{d_T,1}(\mu, \nu) = \sum_e w_e\, |\mu(\Gamma_e) - \nu(\Gamma_e)|,
+
+where :math:`\Gamma_e` is the subtree below edge :math:`e`. With an exponent
+:math:`p > 1` the same sum of :math:`w_e |\cdot|^p` is the Sobolev transport
+:math:`ST_p^p` (Le et al. 2022), **not** :math:`W_p^p` on the tree.
+
+* :func:`tree_wasserstein`: any rooted tree given as a parent array.
+* :func:`line_system_cost`: the vectorised closed form on systems of lines, concurrent
+  (a star) or chained, for arbitrary signed masses on the lines: the building block
+  of every tree-sliced distance.
+* :func:`line_cost`: its kernel, for one line rooted at its coordinate 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from tsw._validation import (
+    check_finite,
+    check_p,
+    check_same_device_dtype,
+    check_tensor,
+    mass_rtol,
+)
+
+__all__ = ["line_cost", "line_system_cost", "tree_wasserstein"]
+
+
+def _signed_pow(x: Tensor, p: float) -> Tensor:
+    """``p |x|^(p-1) sign(x)``, the derivative of ``|x|^p`` (0 at 0)."""
+    if p == 1.0:
+        return torch.sign(x)
+    return p * x.abs().pow(p - 1) * torch.sign(x)
+
+
+class _LineCost(torch.autograd.Function):
+    """Sum over the edges of a rooted line of ``w_e |mass beyond e|^p``.
+
+    Forward and backward are written out so that only the sorted coordinates, the
+    sort permutation and the prefix/suffix sums are kept for the backward pass.
+    """
+
+    @staticmethod
+    def forward(ctx, coords: Tensor, masses: Tensor, p: float) -> Tensor:
+        c, idx = torch.sort(coords, dim=-1)
+        m = torch.gather(masses, -1, idx)
+        prefix = torch.cumsum(m, dim=-1)  # P_j: mass at coordinates <= c_j
+        suffix = prefix[..., -1:] - prefix + m  # S_j: mass at coordinates >= c_j
+        cneg = c.clamp(max=0)
+        cpos = c.clamp(min=0)
+        # negative side: edge [c_j, c_{j+1}] (c_{n+1} := 0) carries P_j;
+        # positive side: edge [c_{j-1}, c_j] (c_0 := 0) carries S_j.
+        dneg = -cneg
+        dneg[..., :-1] += cneg[..., 1:]
+        dpos = cpos.clone()
+        dpos[..., 1:] -= cpos[..., :-1]
+        if p == 1.0:
+            cost = (prefix.abs() * dneg + suffix.abs() * dpos).sum(-1)
+        else:
+            cost = (prefix.abs().pow(p) * dneg + suffix.abs().pow(p) * dpos).sum(-1)
+        ctx.save_for_backward(c, idx, prefix, suffix)
+        ctx.p = p
+        return cost
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        c, idx, prefix, suffix = ctx.saved_tensors
+        p = ctx.p
+        g = grad.unsqueeze(-1)
+        need_c, need_m = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        grad_c = grad_m = None
+        if need_m:
+            cneg = c.clamp(max=0)
+            cpos = c.clamp(min=0)
+            dneg = -cneg
+            dneg[..., :-1] += cneg[..., 1:]
+            dpos = cpos.clone()
+            dpos[..., 1:] -= cpos[..., :-1]
+            gp = _signed_pow(prefix, p) * dneg  # d cost / d P_j
+            gs = _signed_pow(suffix, p) * dpos  # d cost / d S_j
+            # m_i enters P_j for j >= i and S_j for j <= i
+            gs = torch.cumsum(gs, dim=-1)
+            gp_rev = gp.sum(-1, keepdim=True) - torch.cumsum(gp, dim=-1) + gp
+            gm_sorted = (gp_rev + gs) * g
+            grad_m = torch.empty_like(gm_sorted).scatter_(-1, idx, gm_sorted)
+        if need_c:
+            a = prefix.abs().pow(p) if p != 1.0 else prefix.abs()
+            bb = suffix.abs().pow(p) if p != 1.0 else suffix.abs()
+            # d/dc_j: c_j < 0 -> |P_{j-1}|^p - |P_j|^p ; c_j > 0 -> |S_j|^p - |S_{j+1}|^p
+            da = -a
+            da[..., 1:] += a[..., :-1]
+            db = bb.clone()
+            db[..., :-1] -= bb[..., 1:]
+            zero = torch.zeros((), dtype=c.dtype, device=c.device)
+            gc_sorted = (torch.where(c < 0, da, zero) + torch.where(c > 0, db, zero)) * g
+            grad_c = torch.empty_like(gc_sorted).scatter_(-1, idx, gc_sorted)
+        return grad_c, grad_m, None
+
+
+def line_cost(coords: Tensor, masses: Tensor, p: float = 1.0) -> Tensor:
+    r"""Tree-metric transport cost on lines rooted at coordinate 0 (batched kernel).
+
+    Each row of ``coords`` holds the coordinates of ``n`` atoms on one line whose
+    root (the point where its subtree hangs from the rest of the tree) is at
+    coordinate 0; ``masses`` holds their *signed* masses (source minus target).
+    The returned value is
+
+    .. math::
+
+        \sum_{e} w_e\, |m(\Gamma_e)|^p,
+
+    over the edges between consecutive atoms and the root, :math:`m(\Gamma_e)` being
+    the signed mass beyond the edge seen from 0: the prefix sum on the negative side,
+    the suffix sum on the positive side. A line whose signed masses do not sum to
+    zero sends the excess through its root, to be accounted for by the caller (the
+    parent line of a chain, or nothing for the root of a star).
+
+    Parameters
+    ----------
+    coords : Tensor of shape (..., n)
+        Coordinates along each line.
+    masses : Tensor of shape (..., n)
+        Signed masses, same shape as ``coords``.
+    p : float, default 1
+        Exponent; ``p = 1`` is the tree :math:`W_1`, ``p > 1`` Sobolev-type.
+
+    Returns
+    -------
+    Tensor of shape (...)
+        The sum over the edges of each line (no ``1/p`` root).
+
+    Notes
+    -----
+    One sort, one gather, one cumulative sum, O(n log n) per line; the backward pass
+    is analytic (two cumulative sums and two scatters) and keeps only the sorted
+    coordinates, the permutation and the prefix/suffix sums. At ties the gradient is
+    a valid subgradient.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tsw.tree_wasserstein import line_cost
+    >>> line_cost(torch.tensor([1.0, 3.0]), torch.tensor([1.0, -1.0]))  # W1 = 2
+    tensor(2.)
+    """
+    return _LineCost.apply(coords, masses.expand_as(coords), float(p))
+
+
+def line_system_cost(
+    coords: Tensor, masses: Tensor, attachments: Tensor | None = None, p: float = 1.0
+) -> Tensor:
+    r"""Closed-form transport cost on a system of ``k`` lines forming a tree.
+
+    Parameters
+    ----------
+    coords : Tensor of shape (..., k, n)
+        Coordinate of each of ``n`` atoms on each line, measured from the line's
+        source.
+    masses : Tensor of shape (..., k, n)
+        Signed masses (source minus target) put on each line; lines need not be
+        balanced, only the whole tree (a point-dependent split moves mass between
+        lines).
+    attachments : Tensor of shape (..., k), optional
+        ``None`` for concurrent lines (a star: every line is rooted at its coordinate
+        0, the common root). For a chain, ``attachments[..., i]`` is the coordinate on
+        line ``i - 1`` where line ``i`` starts (entry 0 is ignored).
+    p : float, default 1
+        Exponent: ``p = 1`` gives the tree :math:`W_1`, ``p > 1`` the Sobolev-type sum.
+
+    Returns
+    -------
+    Tensor of shape (...)
+        :math:`\sum_e w_e |m(\Gamma_e)|^p` over all edges of the tree (no root taken).
+
+    Notes
+    -----
+    For chains, line ``i`` receives a virtual atom at ``attachments[i + 1]`` carrying
+    the signed mass of lines ``i + 1, ..., k - 1`` (one reverse cumulative sum), after
+    which every line is handled as a ray pair rooted at 0 (spec 1.4). No loop over
+    lines or trees.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tsw.tree_wasserstein import line_system_cost
+    >>> # two lines through 0: +1 at t=1 on line 0 must travel to t=2 on line 1
+    >>> line_system_cost(torch.tensor([[1.0], [2.0]]), torch.tensor([[1.0], [-1.0]]))
+    tensor(3.)
+    """
+    masses = masses.expand(coords.shape)
+    if attachments is not None:
+        totals = masses.sum(-1)  # (..., k)
+        below = totals.flip(-1).cumsum(-1).flip(-1) - totals  # sum over lines > i
+        vc = torch.cat([attachments[..., 1:], torch.zeros_like(attachments[..., :1])], dim=-1)
+        vc = vc.expand(below.shape)
+        coords = torch.cat([coords, vc.unsqueeze(-1)], dim=-1)
+        masses = torch.cat([masses, below.unsqueeze(-1)], dim=-1)
+    return line_cost(coords, masses, p).sum(-1)
+
+
+# --------------------------------------------------------------------------- arbitrary trees
+
+
+def _euler_tour(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Pre-order of the tree and, per node, the end of its subtree in that order."""
+    n = parents.shape[0]
+    roots = np.flatnonzero(parents == -1)
+    if roots.size != 1:
+        raise ValueError(
+            f"parents must contain exactly one root (entry -1); got {roots.size} roots"
+        )
+    bad = (parents < -1) | (parents >= n)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"parents entries must be -1 or node indices in [0, {n}); got parents[{i}]={parents[i]}"
+        )
+    root = int(roots[0])
+    child_mask = parents >= 0
+    order_children = np.argsort(parents[child_mask], kind="stable")
+    children = np.flatnonzero(child_mask)[order_children]
+    starts = np.searchsorted(parents[child_mask][order_children], np.arange(n + 1))
+    pre = np.empty(n, dtype=np.int64)
+    size = np.ones(n, dtype=np.int64)
+    stack = [root]
+    seen = 0
+    while stack:
+        v = stack.pop()
+        if seen >= n:
+            break
+        pre[seen] = v
+        seen += 1
+        stack.extend(children[starts[v] : starts[v + 1]].tolist())
+    if seen != n:
+        raise ValueError(
+            f"parents must describe a tree (connected, acyclic); only {seen} of {n} nodes "
+            "are reachable from the root"
+        )
+    # subtree sizes by accumulating in reverse pre-order
+    for v in pre[::-1]:
+        if parents[v] >= 0:
+            size[parents[v]] += size[v]
+    tin = np.empty(n, dtype=np.int64)
+    tin[pre] = np.arange(n)
+    return pre, tin + size, root
+
+
+def tree_wasserstein(
+    parents: Tensor | Sequence[int],
+    edge_lengths: Tensor,
+    mass_s: Tensor,
+    mass_t: Tensor,
+    p: float = 1,
+    *,
+    validate: bool = True,
+) -> Tensor:
+    r"""Exact optimal transport between two measures on a rooted tree.
+
+    .. math::
+
+        TW_p(\mu, \nu) = \Big(\sum_{v \neq r} w_v\,
+            |\mu(\Gamma(v)) - \nu(\Gamma(v))|^p\Big)^{1/p},
+
+    where :math:`w_v` is the length of the edge from node ``v`` to its parent and
+    :math:`\Gamma(v)` the subtree rooted at ``v``. For ``p = 1`` this is the
+    Wasserstein-1 distance for the tree path metric (Le et al. 2019); for ``p > 1`` it
+    is the Sobolev transport :math:`ST_p` (Le et al. 2022), a metric that differs from
+    :math:`W_p` on the tree.
+
+    Parameters
+    ----------
+    parents : Tensor or sequence of int, shape (V,)
+        ``parents[v]`` is the parent of node ``v``; the root has parent ``-1``.
+    edge_lengths : Tensor of shape (V,) or broadcastable to (..., V)
+        Non-negative length of the edge ``(v, parents[v])``; the root's entry is
+        ignored. Differentiable.
+    mass_s, mass_t : Tensor of shape (..., V)
+        Non-negative masses on the nodes with equal totals; leading dimensions are
+        batch dimensions. Differentiable.
+    p : float, default 1
+        Exponent, ``p >= 1``.
+    validate : bool, default True
+        Run the value checks (finite, non-negative, equal totals).
+
+    Returns
+    -------
+    Tensor of shape (...)
+        With the dtype and device of the masses.
+
+    Raises
+    ------
+    TypeError
+        For non-tensor or non-floating inputs.
+    ValueError
+        If ``parents`` is not a tree, shapes disagree, or the value checks fail.
+
+    Notes
+    -----
+    The tree structure is read on the CPU (one depth-first pass, O(V)); subtree
+    masses are then differences of one prefix sum in pre-order, O(V) per measure.
+
+    References
+    ----------
+    .. [Le2019] T. Le, M. Yamada, K. Fukumizu, M. Cuturi. Tree-sliced variants of
+       Wasserstein distances. NeurIPS 2019.
+    .. [Le2022] T. Le, T. Nguyen, D. Phung, V. A. Nguyen. Sobolev transport: a scalable
+       metric for probability measures with graph metrics. AISTATS 2022.
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> parents = [-1, 0, 0]          # a root with two leaves
+    >>> lengths = torch.tensor([0.0, 1.0, 2.0])
+    >>> mu = torch.tensor([0.0, 1.0, 0.0]); nu = torch.tensor([0.0, 0.0, 1.0])
+    >>> tsw.tree_wasserstein(parents, lengths, mu, nu)
+    tensor(3.)
+    """
+    p = check_p(p)
+    mass_s = check_tensor(mass_s, "mass_s")
+    mass_t = check_tensor(mass_t, "mass_t")
+    edge_lengths = check_tensor(edge_lengths, "edge_lengths")
+    check_same_device_dtype(mass_s, "mass_s", mass_t, "mass_t")
+    check_same_device_dtype(mass_s, "mass_s", edge_lengths, "edge_lengths")
+    if isinstance(parents, Tensor):
+        if parents.dtype.is_floating_point or parents.dtype == torch.bool:
+            raise TypeError(f"parents must hold integers; got dtype {parents.dtype}")
+        par = parents.detach().cpu().numpy().astype(np.int64)
+    else:
+        par = np.asarray(parents)
+        if par.dtype.kind not in "iu":
+            raise TypeError(f"parents must hold integers; got {par.dtype}")
+        par = par.astype(np.int64)
+    if par.ndim != 1 or par.shape[0] == 0:
+        raise ValueError(f"parents must have shape (V,) with V >= 1; got shape {par.shape}")
+    n = par.shape[0]
+    if mass_s.shape != mass_t.shape or mass_s.ndim == 0 or mass_s.shape[-1] != n:
+        raise ValueError(
+            f"mass_s and mass_t must have the same shape (..., V) with V={n}; got "
+            f"mass_s.shape={tuple(mass_s.shape)} and mass_t.shape={tuple(mass_t.shape)}"
+        )
+    if edge_lengths.ndim == 0 or edge_lengths.shape[-1] != n:
+        raise ValueError(
+            f"edge_lengths must have shape (V,) or (..., V) with V={n}; got "
+            f"edge_lengths.shape={tuple(edge_lengths.shape)}"
+        )
+    if validate:
+        for t, name in ((mass_s, "mass_s"), (mass_t, "mass_t"), (edge_lengths, "edge_lengths")):
+            check_finite(t, name)
+            if bool((t < 0).any()):
+                raise ValueError(f"{name} must be non-negative; got a minimum of {t.min():.3g}")
+        sa, sb = mass_s.sum(-1), mass_t.sum(-1)
+        if bool(((sa - sb).abs() > mass_rtol(sa.dtype) * torch.maximum(sa, sb)).any()):
+            raise ValueError(
+                "mass_s and mass_t must have equal total mass; got totals "
+                f"{sa.reshape(-1)[0].item():.10g} and {sb.reshape(-1)[0].item():.10g}"
+            )
+    pre, tout, root = _euler_tour(par)
+    dev = mass_s.device
+    pre_t = torch.as_tensor(pre, device=dev)
+    diff = (mass_s - mass_t).index_select(-1, pre_t)
+    csum = torch.cat([torch.zeros_like(diff[..., :1]), diff.cumsum(-1)], dim=-1)
+    tin_t = torch.empty(n, dtype=torch.long)
+    tin_t[torch.as_tensor(pre)] = torch.arange(n)
+    tin_t = tin_t.to(dev)
+    sub = csum.index_select(-1, torch.as_tensor(tout, device=dev)) - csum.index_select(-1, tin_t)
+    keep = torch.ones(n, dtype=mass_s.dtype, device=dev)
+    keep[root] = 0
+    cost = (edge_lengths * keep * sub.abs().pow(p)).sum(-1)
+    return cost if p == 1.0 else cost.pow(1.0 / p)

@@ -1,0 +1,411 @@
+"""Tree systems: small typed containers of lines, and their samplers.
+
+A *tree system* is a set of ``k`` lines in R^d glued into a tree (spec 1.1). Two
+structures are provided:
+
+* :class:`ConcurrentLines`: all ``k`` lines of a tree pass through one root (a star
+  of ``2k`` rays). Used by Db-TSW, the concurrent TSW-SL baseline and later papers.
+* :class:`ChainLines`: line ``i`` starts on line ``i - 1`` (TSW-SL, Tran et al.
+  2025, Algorithm 1). The root is the source of line 0.
+
+Both hold ``T`` trees at once and may carry a leading batch dimension ``B`` (one tree
+set per batch item). Without it the trees are shared by every item of a batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from tsw._random import resolve_sampler
+from tsw._validation import check_finite, check_positive_int, check_tensor
+
+__all__ = [
+    "ChainLines",
+    "ConcurrentLines",
+    "TreeSystem",
+    "sample_chain_lines",
+    "sample_concurrent_lines",
+]
+
+
+def _unit_tol(dtype: torch.dtype) -> float:
+    return 1e3 * torch.finfo(dtype).eps
+
+
+def _check_directions(directions: Tensor, name: str, validate: bool) -> None:
+    if validate:
+        check_finite(directions, name)
+        norms = torch.linalg.vector_norm(directions, dim=-1)
+        err = (norms - 1).abs().max()
+        if bool(err > _unit_tol(directions.dtype)):
+            raise ValueError(
+                f"{name} must have unit-norm rows (last dimension); got a row of norm "
+                f"{norms.reshape(-1)[(norms - 1).abs().argmax()].item():.6g}"
+            )
+
+
+def _check_pair(first: Tensor, fname: str, directions: Tensor, fshape: str) -> None:
+    check_tensor(first, fname)
+    check_tensor(directions, "directions")
+    if first.device != directions.device or first.dtype != directions.dtype:
+        raise ValueError(
+            f"{fname} and directions must share dtype and device; got "
+            f"{first.dtype} on {first.device} and {directions.dtype} on {directions.device}"
+        )
+    if directions.ndim not in (3, 4):
+        raise ValueError(
+            "directions must have shape (T, k, d) or (B, T, k, d); got "
+            f"directions.shape={tuple(directions.shape)}"
+        )
+
+
+@dataclass(frozen=True, init=False)
+class ConcurrentLines:
+    """``T`` trees of ``k`` concurrent lines each (star trees).
+
+    Tree ``tau`` is made of the lines ``roots[tau] + s * directions[tau, l]``,
+    ``s`` in R, all meeting at ``roots[tau]``, which is the root of the tree metric.
+
+    Parameters
+    ----------
+    roots : Tensor of shape (T, d) or (B, T, d)
+        Common point of the lines of each tree.
+    directions : Tensor of shape (T, k, d) or (B, T, k, d)
+        Unit directions of the lines.
+    validate : bool, default True
+        Check that the tensors are finite and the directions have unit norm.
+
+    Raises
+    ------
+    TypeError
+        If the tensors are not float32/float64 tensors.
+    ValueError
+        If the shapes disagree, or (``validate``) directions are not unit vectors.
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> trees = tsw.ConcurrentLines(torch.zeros(1, 2), torch.eye(2)[None])
+    >>> trees.n_trees, trees.n_lines, trees.dim
+    (1, 2, 2)
+    """
+
+    roots: Tensor
+    directions: Tensor
+
+    def __init__(self, roots: Tensor, directions: Tensor, *, validate: bool = True):
+        _check_pair(roots, "roots", directions, "(T, d)")
+        if (
+            roots.ndim not in (2, 3)
+            or roots.shape[-2:] != (directions.shape[-3], directions.shape[-1])
+            or (roots.ndim == 3 and directions.ndim == 4 and roots.shape[0] != directions.shape[0])
+        ):
+            raise ValueError(
+                "roots must have shape (T, d) or (B, T, d) matching directions (T, k, d) or "
+                f"(B, T, k, d); got roots.shape={tuple(roots.shape)} and "
+                f"directions.shape={tuple(directions.shape)}"
+            )
+        if validate:
+            check_finite(roots, "roots")
+        _check_directions(directions, "directions", validate)
+        object.__setattr__(self, "roots", roots)
+        object.__setattr__(self, "directions", directions)
+
+    @property
+    def n_trees(self) -> int:
+        """Number of trees ``T``."""
+        return self.directions.shape[-3]
+
+    @property
+    def n_lines(self) -> int:
+        """Number of lines per tree ``k``."""
+        return self.directions.shape[-2]
+
+    @property
+    def dim(self) -> int:
+        """Ambient dimension ``d``."""
+        return self.directions.shape[-1]
+
+    @property
+    def batch_size(self) -> int | None:
+        """Leading batch size ``B``, or ``None`` when the trees are shared."""
+        if self.directions.ndim == 4:
+            return self.directions.shape[0]
+        return self.roots.shape[0] if self.roots.ndim == 3 else None
+
+    @property
+    def sources(self) -> Tensor:
+        """Source of every line, shape (T, 1, d) or (B, T, 1, d) (the root)."""
+        return self.roots.unsqueeze(-2)
+
+    def to(self, *args, **kwargs) -> ConcurrentLines:
+        """Return the trees with ``Tensor.to(*args, **kwargs)`` applied."""
+        return ConcurrentLines(
+            self.roots.to(*args, **kwargs), self.directions.to(*args, **kwargs), validate=False
+        )
+
+
+@dataclass(frozen=True, init=False)
+class ChainLines:
+    """``T`` trees of ``k`` chained lines each (TSW-SL tree systems).
+
+    Line ``i`` of a tree is ``sources[i] + s * directions[i]``; for ``i >= 1`` its
+    source lies on line ``i - 1`` at coordinate
+    ``t_i = <sources[i] - sources[i-1], directions[i-1]>`` (:attr:`attachments`).
+    The root of the tree metric is ``sources[0]``.
+
+    Parameters
+    ----------
+    sources : Tensor of shape (T, k, d) or (B, T, k, d)
+        Source of every line.
+    directions : Tensor of shape (T, k, d) or (B, T, k, d)
+        Unit directions.
+    validate : bool, default True
+        Check finiteness, unit directions and that each source lies on the previous
+        line (up to ``1e3 * eps * (1 + max |source|)``).
+
+    Raises
+    ------
+    TypeError
+        If the tensors are not float32/float64 tensors.
+    ValueError
+        If the shapes disagree, a direction is not a unit vector, or a source is off
+        the previous line.
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> src = torch.tensor([[[0.0, 0.0], [2.0, 0.0]]])  # line 1 starts at t=2 on line 0
+    >>> trees = tsw.ChainLines(src, torch.eye(2)[None])
+    >>> trees.attachments
+    tensor([[0., 2.]])
+    """
+
+    sources: Tensor
+    directions: Tensor
+
+    def __init__(self, sources: Tensor, directions: Tensor, *, validate: bool = True):
+        _check_pair(sources, "sources", directions, "(T, k, d)")
+        if sources.shape != directions.shape:
+            raise ValueError(
+                "sources must have the shape of directions, (T, k, d) or (B, T, k, d); got "
+                f"sources.shape={tuple(sources.shape)} and "
+                f"directions.shape={tuple(directions.shape)}"
+            )
+        if validate:
+            check_finite(sources, "sources")
+        _check_directions(directions, "directions", validate)
+        object.__setattr__(self, "sources", sources)
+        object.__setattr__(self, "directions", directions)
+        if validate and self.n_lines > 1:
+            step = sources[..., 1:, :] - sources[..., :-1, :]
+            prev = directions[..., :-1, :]
+            off = step - (step * prev).sum(-1, keepdim=True) * prev
+            err = torch.linalg.vector_norm(off, dim=-1).max()
+            tol = _unit_tol(sources.dtype) * (1 + sources.abs().max())
+            if bool(err > tol):
+                raise ValueError(
+                    "sources[..., i, :] must lie on line i-1 (sources[..., i-1, :] + "
+                    f"s * directions[..., i-1, :]) for every i >= 1; got a source at "
+                    f"distance {err.item():.3g} from the previous line"
+                )
+
+    n_trees = ConcurrentLines.n_trees
+    n_lines = ConcurrentLines.n_lines
+    dim = ConcurrentLines.dim
+
+    @property
+    def batch_size(self) -> int | None:
+        """Leading batch size ``B``, or ``None`` when the trees are shared."""
+        return self.directions.shape[0] if self.directions.ndim == 4 else None
+
+    @property
+    def roots(self) -> Tensor:
+        """Root of each tree (source of line 0), shape (T, d) or (B, T, d)."""
+        return self.sources[..., 0, :]
+
+    @property
+    def attachments(self) -> Tensor:
+        """Coordinate of line ``i``'s source on line ``i - 1``; 0 for line 0.
+
+        Shape (T, k) or (B, T, k).
+        """
+        step = self.sources[..., 1:, :] - self.sources[..., :-1, :]
+        t = (step * self.directions[..., :-1, :]).sum(-1)
+        return torch.cat([torch.zeros_like(t[..., :1]), t], dim=-1)
+
+    def to(self, *args, **kwargs) -> ChainLines:
+        """Return the trees with ``Tensor.to(*args, **kwargs)`` applied."""
+        return ChainLines(
+            self.sources.to(*args, **kwargs), self.directions.to(*args, **kwargs), validate=False
+        )
+
+
+TreeSystem = ConcurrentLines | ChainLines
+
+
+def _check_center(center: Tensor | None, dim: int, dtype, device) -> Tensor:
+    if center is None:
+        return torch.zeros(dim, dtype=dtype, device=device)
+    check_tensor(center, "center")
+    if center.ndim not in (1, 2) or center.shape[-1] != dim:
+        raise ValueError(
+            f"center must have shape (d,) or (B, d) with d={dim}; got "
+            f"center.shape={tuple(center.shape)}"
+        )
+    return center.to(dtype=dtype, device=device)
+
+
+def _check_std(std: float, name: str) -> float:
+    if isinstance(std, bool) or not isinstance(std, int | float) or not std >= 0:
+        raise ValueError(f"{name} must be a finite real number >= 0; got {std!r}")
+    return float(std)
+
+
+def _resolve_dtype_device(center, dtype, device):
+    if dtype is None:
+        dtype = center.dtype if isinstance(center, Tensor) else torch.get_default_dtype()
+    if device is None:
+        device = center.device if isinstance(center, Tensor) else torch.device("cpu")
+    return dtype, torch.device(device)
+
+
+def sample_concurrent_lines(
+    n_trees: int,
+    n_lines: int,
+    dim: int,
+    *,
+    center: Tensor | None = None,
+    std: float = 0.1,
+    orthogonal: bool = False,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> ConcurrentLines:
+    r"""Sample ``n_trees`` star trees of ``n_lines`` concurrent lines (Db-TSW law).
+
+    Roots are ``center + std * N(0, I_d)``; directions are i.i.d. uniform on
+    :math:`\mathbb S^{d-1}` or, with ``orthogonal=True`` (Db-TSW⊥), an orthonormal
+    Haar-random frame of ``n_lines`` vectors per tree.
+
+    Parameters
+    ----------
+    n_trees, n_lines, dim : int
+        ``T``, ``k`` and ``d``.
+    center : Tensor of shape (d,) or (B, d), optional
+        Centre of the roots; zeros by default. A batched centre gives batched roots
+        (the same random offsets translated to each item's centre) and shared
+        directions.
+    std : float, default 0.1
+        Standard deviation of the roots around ``center``.
+    orthogonal : bool, default False
+        Orthonormal directions inside each tree; needs ``n_lines <= dim``.
+    seed, generator
+        Randomness, see the seeding contract in the README (``seed`` gives the same
+        trees on every device).
+    dtype, device
+        Of the result; default to those of ``center``, else the default dtype, CPU.
+
+    Returns
+    -------
+    ConcurrentLines
+
+    Raises
+    ------
+    ValueError
+        If a count is < 1, ``orthogonal`` with ``n_lines > dim``, bad ``center`` shape.
+
+    Examples
+    --------
+    >>> import tsw
+    >>> trees = tsw.sample_concurrent_lines(3, 2, 5, seed=0)
+    >>> tuple(trees.roots.shape), tuple(trees.directions.shape)
+    ((3, 5), (3, 2, 5))
+    """
+    check_positive_int(n_trees, "n_trees")
+    check_positive_int(n_lines, "n_lines")
+    check_positive_int(dim, "dim")
+    std = _check_std(std, "std")
+    dtype, device = _resolve_dtype_device(center, dtype, device)
+    center = _check_center(center, dim, dtype, device)
+    if orthogonal and n_lines > dim:
+        raise ValueError(
+            f"orthogonal directions need n_lines <= dim; got n_lines={n_lines} and dim={dim}"
+        )
+    sampler = resolve_sampler(seed, generator, dtype=dtype, device=device)
+    offsets = sampler.normal(n_trees, dim)
+    if orthogonal:
+        directions = sampler.orthonormal(n_trees, n=n_lines, dim=dim)
+    else:
+        directions = sampler.sphere(n_trees, n_lines, dim)
+    roots = center.unsqueeze(-2) + std * offsets
+    return ConcurrentLines(roots, directions, validate=False)
+
+
+def sample_chain_lines(
+    n_trees: int,
+    n_lines: int,
+    dim: int,
+    *,
+    center: Tensor | None = None,
+    std: float = 0.1,
+    source_range: float = 1.0,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> ChainLines:
+    r"""Sample ``n_trees`` chain trees of ``n_lines`` lines (TSW-SL, Algorithm 1).
+
+    The root ``x_0 = center + std * N(0, I_d)``; every direction is uniform on
+    :math:`\mathbb S^{d-1}`; for ``i >= 1``, ``t_i ~ U(-source_range, source_range)``
+    and ``x_i = x_{i-1} + t_i theta_{i-1}``. The paper draws ``x_0`` uniformly in
+    ``[-1, 1]^d`` and places it "near the mean of the target" in experiments; a
+    Gaussian around an explicit centre is used here, as for concurrent lines.
+
+    Parameters
+    ----------
+    n_trees, n_lines, dim : int
+        ``T``, ``k`` and ``d``.
+    center : Tensor of shape (d,) or (B, d), optional
+        Centre of the roots; zeros by default.
+    std : float, default 0.1
+        Standard deviation of the roots around ``center``.
+    source_range : float, default 1.0
+        Half-width of the uniform law of the attachment coordinates ``t_i``.
+    seed, generator, dtype, device
+        As in :func:`sample_concurrent_lines`.
+
+    Returns
+    -------
+    ChainLines
+
+    Examples
+    --------
+    >>> import tsw
+    >>> trees = tsw.sample_chain_lines(3, 4, 2, seed=0)
+    >>> tuple(trees.sources.shape), tuple(trees.attachments.shape)
+    ((3, 4, 2), (3, 4))
+    """
+    check_positive_int(n_trees, "n_trees")
+    check_positive_int(n_lines, "n_lines")
+    check_positive_int(dim, "dim")
+    std = _check_std(std, "std")
+    source_range = _check_std(source_range, "source_range")
+    dtype, device = _resolve_dtype_device(center, dtype, device)
+    center = _check_center(center, dim, dtype, device)
+    sampler = resolve_sampler(seed, generator, dtype=dtype, device=device)
+    offsets = sampler.normal(n_trees, dim)
+    directions = sampler.sphere(n_trees, n_lines, dim)
+    t = sampler.uniform(n_trees, n_lines - 1, low=-source_range, high=source_range)
+    steps = t.unsqueeze(-1) * directions[:, :-1, :]
+    rel = torch.cat([torch.zeros_like(offsets).unsqueeze(-2), steps.cumsum(-2)], dim=-2)
+    roots = center.unsqueeze(-2) + std * offsets  # (T, d) or (B, T, d)
+    sources = roots.unsqueeze(-2) + rel
+    if sources.ndim == 4:
+        directions = directions.expand(sources.shape[0], -1, -1, -1)
+    return ChainLines(sources, directions, validate=False)
