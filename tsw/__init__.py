@@ -1,7 +1,16 @@
-"""tsw: tree-sliced optimal transport distances in PyTorch."""
+"""tsw: tree-sliced optimal transport distances in PyTorch.
 
+Distances (functions, POT argument order ``X_s, X_t, a, b``):
+:func:`tsw_sl`, :func:`db_tsw`, :func:`sw`, :func:`max_sw`, and the exact
+:func:`tree_wasserstein` on any rooted tree. Loss modules live in :mod:`tsw.nn`;
+tree systems and their samplers in :mod:`tsw.trees`.
+"""
+
+from tsw import nn
 from tsw.db_tsw import db_tsw
-from tsw.tree_wasserstein import tree_wasserstein
+from tsw.one_d import wasserstein_1d
+from tsw.sliced import max_sw, sample_projections, sw
+from tsw.tree_wasserstein import line_system_cost, tree_wasserstein
 from tsw.trees import (
     ChainLines,
     ConcurrentLines,
@@ -17,8 +26,14 @@ __all__ = [
     "ConcurrentLines",
     "__version__",
     "db_tsw",
+    "line_system_cost",
+    "max_sw",
+    "nn",
     "sample_chain_lines",
     "sample_concurrent_lines",
+    "sample_projections",
+    "sw",
     "tree_wasserstein",
     "tsw_sl",
+    "wasserstein_1d",
 ]

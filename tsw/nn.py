@@ -1,0 +1,249 @@
+"""``torch.nn.Module`` losses: hyper-parameters in ``__init__``, tensors in ``forward``.
+
+Every loss is a thin wrapper around the function of the same name; its value equals
+the function's for the same trees. Randomness:
+
+* ``resample=True`` (default): new trees or projections at every call. With
+  ``seed=None`` they come from operating-system entropy; with ``seed=s`` from a
+  generator owned by the module, so a training run replays exactly from ``s``.
+* ``resample=False``: the same random draw (directions, root offsets) at every call.
+  The roots still follow the data's centre unless ``center`` is given, so the
+  objective is a deterministic function of the inputs.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from tsw._validation import check_choice
+from tsw.db_tsw import db_tsw
+from tsw.sliced import max_sw, sw
+from tsw.tsw_sl import tsw_sl
+
+__all__ = ["DbTSWLoss", "MaxSWLoss", "SWLoss", "TSWSLLoss"]
+
+
+class _RandomizedLoss(nn.Module):
+    """Shared plumbing: randomness policy and batch reduction."""
+
+    _fn: Callable[..., Tensor]
+
+    def __init__(
+        self,
+        *,
+        reduction: str = "mean",
+        seed: int | None = None,
+        resample: bool = True,
+        **kwargs: Any,
+    ):
+        super().__init__()
+        self.reduction = check_choice(reduction, "reduction", ("mean", "sum", "none"))
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"seed must be an int or None; got {type(seed).__name__}")
+        self.seed = seed
+        self.resample = bool(resample)
+        self.kwargs = kwargs
+        self._generator: torch.Generator | None = None
+        if self.resample and seed is not None:
+            self._generator = torch.Generator(device="cpu")
+            self._generator.manual_seed(seed)
+        self._fixed_seed = None
+        if not self.resample:
+            self._fixed_seed = seed if seed is not None else secrets.randbits(63)
+
+    def forward(
+        self, X_s: Tensor, X_t: Tensor, a: Tensor | None = None, b: Tensor | None = None
+    ) -> Tensor:
+        """Loss between ``(X_s, a)`` and ``(X_t, b)``, reduced over a batch.
+
+        Parameters
+        ----------
+        X_s : Tensor of shape (N, d) or (B, N, d)
+        X_t : Tensor of shape (M, d) or (B, M, d)
+        a, b : Tensor of shape (N,) / (M,) or (B, N) / (B, M), optional
+
+        Returns
+        -------
+        Tensor
+            A 0-d tensor (unbatched input, or ``reduction`` in {"mean", "sum"}) or a
+            (B,) tensor (``reduction="none"``).
+        """
+        rand = {"generator": self._generator} if self.resample else {"seed": self._fixed_seed}
+        out = type(self)._fn(X_s, X_t, a, b, **self.kwargs, **rand)
+        if out.ndim == 0 or self.reduction == "none":
+            return out
+        return out.mean() if self.reduction == "mean" else out.sum()
+
+    def extra_repr(self) -> str:
+        items = [f"{k}={v!r}" for k, v in self.kwargs.items() if not isinstance(v, Tensor)]
+        items += [f"reduction={self.reduction!r}", f"resample={self.resample}"]
+        if self.seed is not None:
+            items.append(f"seed={self.seed}")
+        return ", ".join(items)
+
+
+class TSWSLLoss(_RandomizedLoss):
+    """Loss module for :func:`tsw.tsw_sl` (keyword arguments as there).
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> loss = tsw.nn.TSWSLLoss(n_trees=25, n_lines=4, seed=0)
+    >>> X = torch.randn(10, 2, requires_grad=True)
+    >>> loss(X, torch.randn(12, 2)).backward()
+    >>> X.grad.shape
+    torch.Size([10, 2])
+    """
+
+    _fn = staticmethod(tsw_sl)
+
+    def __init__(
+        self,
+        *,
+        n_trees: int | None = None,
+        n_lines: int | None = None,
+        p: float = 1,
+        tree: str = "chain",
+        alpha: Tensor | None = None,
+        center: Tensor | None = None,
+        root_std: float = 0.1,
+        source_range: float = 1.0,
+        validate: bool = True,
+        reduction: str = "mean",
+        seed: int | None = None,
+        resample: bool = True,
+    ):
+        super().__init__(
+            n_trees=n_trees,
+            n_lines=n_lines,
+            p=p,
+            tree=tree,
+            alpha=alpha,
+            center=center,
+            root_std=root_std,
+            source_range=source_range,
+            validate=validate,
+            reduction=reduction,
+            seed=seed,
+            resample=resample,
+        )
+
+
+class DbTSWLoss(_RandomizedLoss):
+    """Loss module for :func:`tsw.db_tsw` (keyword arguments as there).
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> loss = tsw.nn.DbTSWLoss(n_trees=50, n_lines=4, delta=2.0, seed=0, reduction="none")
+    >>> loss(torch.randn(3, 10, 5), torch.randn(3, 8, 5)).shape
+    torch.Size([3])
+    """
+
+    _fn = staticmethod(db_tsw)
+
+    def __init__(
+        self,
+        *,
+        n_trees: int | None = None,
+        n_lines: int | None = None,
+        delta: float = 2.0,
+        p: float = 1,
+        orthogonal: bool = False,
+        center: Tensor | None = None,
+        root_std: float = 0.1,
+        validate: bool = True,
+        reduction: str = "mean",
+        seed: int | None = None,
+        resample: bool = True,
+    ):
+        super().__init__(
+            n_trees=n_trees,
+            n_lines=n_lines,
+            delta=delta,
+            p=p,
+            orthogonal=orthogonal,
+            center=center,
+            root_std=root_std,
+            validate=validate,
+            reduction=reduction,
+            seed=seed,
+            resample=resample,
+        )
+
+
+class SWLoss(_RandomizedLoss):
+    """Loss module for :func:`tsw.sw` (``orthogonal=True`` for orthogonal SW).
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> loss = tsw.nn.SWLoss(n_projections=100, p=2, seed=0)
+    >>> float(loss(torch.zeros(4, 3), torch.zeros(5, 3)))
+    0.0
+    """
+
+    _fn = staticmethod(sw)
+
+    def __init__(
+        self,
+        *,
+        n_projections: int = 50,
+        p: float = 2,
+        orthogonal: bool = False,
+        validate: bool = True,
+        reduction: str = "mean",
+        seed: int | None = None,
+        resample: bool = True,
+    ):
+        super().__init__(
+            n_projections=n_projections,
+            p=p,
+            orthogonal=orthogonal,
+            validate=validate,
+            reduction=reduction,
+            seed=seed,
+            resample=resample,
+        )
+
+
+class MaxSWLoss(_RandomizedLoss):
+    """Loss module for :func:`tsw.max_sw` (keyword arguments as there).
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> loss = tsw.nn.MaxSWLoss(n_iter=10, seed=0)
+    >>> loss(torch.zeros(4, 3), torch.ones(5, 3)).item() > 0
+    True
+    """
+
+    _fn = staticmethod(max_sw)
+
+    def __init__(
+        self,
+        *,
+        p: float = 2,
+        n_iter: int = 100,
+        lr: float = 0.05,
+        n_init: int = 16,
+        validate: bool = True,
+        reduction: str = "mean",
+        seed: int | None = None,
+        resample: bool = True,
+    ):
+        super().__init__(
+            p=p,
+            n_iter=n_iter,
+            lr=lr,
+            n_init=n_init,
+            validate=validate,
+            reduction=reduction,
+            seed=seed,
+            resample=resample,
+        )
