@@ -19,13 +19,35 @@ from tsw.trees import ChainLines, ConcurrentLines, TreeSystem
 #: Up to this dimension the point-to-line residual is formed explicitly
 #: (O(T k n d) memory, exact in floating point); above it the identity
 #: ``|z|^2 - <z, theta>^2`` is used on centred data (O(T k n) memory).
-EXPLICIT_RESIDUAL_MAX_DIM = 8
+EXPLICIT_RESIDUAL_MAX_DIM = 3
 
 
-def safe_sqrt(x: Tensor) -> Tensor:
-    """``sqrt(max(x, 0))`` with a zero (sub)gradient where ``x <= 0``."""
-    pos = x > 0
-    return torch.where(pos, torch.where(pos, x, torch.ones_like(x)).sqrt(), torch.zeros_like(x))
+class _LineDistance(torch.autograd.Function):
+    """``sqrt(max(sq - t^2, 0))``: distance to a line from ``|z - x|^2`` and ``t``.
+
+    The backward pass divides by the distance only where it is positive and gives a
+    zero (sub)gradient on the line itself, without any large boolean temporaries.
+    """
+
+    @staticmethod
+    def forward(ctx, sq: Tensor, t: Tensor) -> Tensor:  # noqa: D102
+        dist = torch.addcmul(sq, t, t, value=-1).clamp_min_(0).sqrt_()
+        ctx.save_for_backward(t, dist)
+        return dist
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # noqa: D102
+        t, dist = ctx.saved_tensors
+        # grad / dist, and 0 where dist == 0: dist / (dist^2 + tiny) in two passes
+        tiny = torch.full((), torch.finfo(dist.dtype).tiny, dtype=dist.dtype, device=dist.device)
+        r = torch.addcmul(tiny, dist, dist)
+        r = torch.div(dist, r, out=r).mul_(grad)
+        grad_sq = grad_t = None
+        if ctx.needs_input_grad[0]:
+            grad_sq = 0.5 * r.sum(-2, keepdim=True) if r.shape[-2] > 1 else 0.5 * r
+        if ctx.needs_input_grad[1]:
+            grad_t = r.mul_(t).neg_()
+        return grad_sq, grad_t
 
 
 def safe_root(x: Tensor, p: float) -> Tensor:
@@ -129,7 +151,7 @@ def project(Z: Tensor, trees: TreeSystem, *, distances: bool) -> tuple[Tensor, T
             - 2 * torch.matmul(Rc, Zc.transpose(-1, -2))
             + (Rc * Rc).sum(-1).unsqueeze(-1)
         )  # (B, T, n) = |z - x_tau|^2
-        dist = safe_sqrt(sq.unsqueeze(2) - coords * coords)
+        dist = _LineDistance.apply(sq.unsqueeze(2), coords)
     return coords, dist
 
 

@@ -106,7 +106,7 @@ def db_tsw(
     roots are translated to its own centre, so a batched call equals a loop of
     unbatched calls with the same seed. Cost: one (n, d) x (d, Tk) matmul, one sort
     of (T, k, n) coordinates and O(Tkn) work; memory O(Tkn + nd + Tkd) (for
-    ``d <= 8`` the residuals to the lines are formed explicitly, O(Tknd), for exact
+    ``d <= 3`` the residuals to the lines are formed explicitly, O(Tknd), for exact
     float32 distances near the lines). The value is E(d)-invariant for fixed trees
     moved with the data, and invariant in law since the centre is equivariant.
 

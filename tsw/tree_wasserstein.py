@@ -37,74 +37,103 @@ from tsw._validation import (
 __all__ = ["line_cost", "line_system_cost", "tree_wasserstein"]
 
 
-def _signed_pow(x: Tensor, p: float) -> Tensor:
-    """``p |x|^(p-1) sign(x)``, the derivative of ``|x|^p`` (0 at 0)."""
+def _edge_lengths(c: Tensor) -> tuple[Tensor, Tensor]:
+    """Negative-side and positive-side edge lengths attached to each sorted atom.
+
+    ``dn[j] = min(c[j+1], 0) - min(c[j], 0)`` (with ``c[n] := 0``): the part of the
+    gap to the next atom (or to the root) below 0, crossed by the prefix mass ``P_j``.
+    ``dp[j] = max(c[j], 0) - max(c[j-1], 0)`` (with ``c[-1] := 0``): the part of the gap
+    from the previous atom (or the root) above 0, crossed by the suffix mass ``S_j``.
+    """
+    buf = c.clamp(max=0)
+    dn = torch.empty_like(c)
+    torch.sub(buf[..., 1:], buf[..., :-1], out=dn[..., :-1])
+    torch.neg(buf[..., -1:], out=dn[..., -1:])
+    torch.clamp(c, min=0, out=buf)
+    dp = torch.empty_like(c)
+    dp[..., :1] = buf[..., :1]
+    torch.sub(buf[..., 1:], buf[..., :-1], out=dp[..., 1:])
+    return dn, dp
+
+
+def _suffix(prefix: Tensor, out: Tensor) -> Tensor:
+    """Suffix sums ``S_j = total - P_{j-1}`` from prefix sums, written into ``out``."""
+    total = prefix[..., -1:]
+    out[..., :1] = total
+    torch.sub(total, prefix[..., :-1], out=out[..., 1:])
+    return out
+
+
+def _abs_pow_(x: Tensor, p: float) -> Tensor:
+    """In place ``|x|^p``."""
+    x.abs_()
+    return x if p == 1.0 else x.pow_(p)
+
+
+def _dabs_pow_(x: Tensor, p: float) -> Tensor:
+    """In place derivative of ``|x|^p``: ``p |x|^(p-1) sign(x)`` (0 at 0)."""
     if p == 1.0:
-        return torch.sign(x)
-    return p * x.abs().pow(p - 1) * torch.sign(x)
+        return x.sign_()
+    s = torch.sign(x)
+    return x.abs_().pow_(p - 1).mul_(s).mul_(p)
 
 
 class _LineCost(torch.autograd.Function):
-    """Sum over the edges of a rooted line of ``w_e |mass beyond e|^p``.
+    """Sum over the edges of rooted lines of ``w_e |mass beyond e|^p``.
 
-    Forward and backward are written out so that only the sorted coordinates, the
-    sort permutation and the prefix/suffix sums are kept for the backward pass.
+    Forward and backward are written out (in place where possible: on CPU, large
+    fresh allocations cost as much as the arithmetic) and keep only the sorted
+    coordinates, the permutation and the prefix sums for the backward pass.
     """
 
     @staticmethod
-    def forward(ctx, coords: Tensor, masses: Tensor, p: float) -> Tensor:
+    def forward(ctx, coords: Tensor, masses: Tensor, p: float) -> Tensor:  # noqa: D102
         c, idx = torch.sort(coords, dim=-1)
-        m = torch.gather(masses, -1, idx)
-        prefix = torch.cumsum(m, dim=-1)  # P_j: mass at coordinates <= c_j
-        suffix = prefix[..., -1:] - prefix + m  # S_j: mass at coordinates >= c_j
-        cneg = c.clamp(max=0)
-        cpos = c.clamp(min=0)
-        # negative side: edge [c_j, c_{j+1}] (c_{n+1} := 0) carries P_j;
-        # positive side: edge [c_{j-1}, c_j] (c_0 := 0) carries S_j.
-        dneg = -cneg
-        dneg[..., :-1] += cneg[..., 1:]
-        dpos = cpos.clone()
-        dpos[..., 1:] -= cpos[..., :-1]
-        if p == 1.0:
-            cost = (prefix.abs() * dneg + suffix.abs() * dpos).sum(-1)
-        else:
-            cost = (prefix.abs().pow(p) * dneg + suffix.abs().pow(p) * dpos).sum(-1)
-        ctx.save_for_backward(c, idx, prefix, suffix)
+        prefix = torch.gather(masses, -1, idx).cumsum_(-1)  # P_j: mass at coords <= c_j
+        dn, dp = _edge_lengths(c)
+        work = _abs_pow_(_suffix(prefix, torch.empty_like(c)), p)  # |S_j|^p
+        cost = work.mul_(dp).sum(-1)
+        torch.abs(prefix, out=dp)
+        cost += (dp if p == 1.0 else dp.pow_(p)).mul_(dn).sum(-1)
+        ctx.save_for_backward(c, idx, prefix)
         ctx.p = p
         return cost
 
     @staticmethod
-    def backward(ctx, grad: Tensor):
-        c, idx, prefix, suffix = ctx.saved_tensors
+    def backward(ctx, grad: Tensor):  # noqa: D102
+        c, idx, prefix = ctx.saved_tensors
         p = ctx.p
         g = grad.unsqueeze(-1)
-        need_c, need_m = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         grad_c = grad_m = None
-        if need_m:
-            cneg = c.clamp(max=0)
-            cpos = c.clamp(min=0)
-            dneg = -cneg
-            dneg[..., :-1] += cneg[..., 1:]
-            dpos = cpos.clone()
-            dpos[..., 1:] -= cpos[..., :-1]
-            gp = _signed_pow(prefix, p) * dneg  # d cost / d P_j
-            gs = _signed_pow(suffix, p) * dpos  # d cost / d S_j
-            # m_i enters P_j for j >= i and S_j for j <= i
-            gs = torch.cumsum(gs, dim=-1)
-            gp_rev = gp.sum(-1, keepdim=True) - torch.cumsum(gp, dim=-1) + gp
-            gm_sorted = (gp_rev + gs) * g
-            grad_m = torch.empty_like(gm_sorted).scatter_(-1, idx, gm_sorted)
-        if need_c:
-            a = prefix.abs().pow(p) if p != 1.0 else prefix.abs()
-            bb = suffix.abs().pow(p) if p != 1.0 else suffix.abs()
-            # d/dc_j: c_j < 0 -> |P_{j-1}|^p - |P_j|^p ; c_j > 0 -> |S_j|^p - |S_{j+1}|^p
-            da = -a
+        if ctx.needs_input_grad[1]:
+            dn, dp = _edge_lengths(c)
+            # m_i enters P_j for j >= i and S_j for j <= i:
+            # dC/dm_i = sum_{j >= i} dC/dP_j + sum_{j <= i} dC/dS_j
+            ga = torch.sign(prefix)
+            if p != 1.0:
+                ga.mul_(torch.abs(prefix).pow_(p - 1)).mul_(p)
+            ga.mul_(dn).cumsum_(-1)
+            gs = _dabs_pow_(_suffix(prefix, dn), p).mul_(dp).cumsum_(-1)
+            del dp
+            gs[..., 1:] -= ga[..., :-1]
+            gs += ga[..., -1:]
+            grad_m = ga.scatter_(-1, idx, gs.mul_(g))  # idx is a permutation: all written
+            del gs
+        if ctx.needs_input_grad[0]:
+            # dC/dc_j = [c_j < 0] (|P_{j-1}|^p - |P_j|^p) + [c_j > 0] (|S_j|^p - |S_{j+1}|^p)
+            a = _abs_pow_(torch.abs(prefix), p)
+            da = torch.neg(a)
             da[..., 1:] += a[..., :-1]
-            db = bb.clone()
-            db[..., :-1] -= bb[..., 1:]
-            zero = torch.zeros((), dtype=c.dtype, device=c.device)
-            gc_sorted = (torch.where(c < 0, da, zero) + torch.where(c > 0, db, zero)) * g
-            grad_c = torch.empty_like(gc_sorted).scatter_(-1, idx, gc_sorted)
+            bb = _abs_pow_(_suffix(prefix, a), p)
+            db = torch.empty_like(bb)
+            torch.sub(bb[..., :-1], bb[..., 1:], out=db[..., :-1])
+            db[..., -1:] = bb[..., -1:]
+            neg = torch.clamp(c, max=0, out=bb).sign_()  # -1 where c < 0, else 0
+            gc = da.mul_(neg).neg_()
+            pos = torch.clamp(c, min=0, out=neg).sign_()  # 1 where c > 0, else 0
+            gc += db.mul_(pos)
+            del db, pos
+            grad_c = torch.empty_like(gc).scatter_(-1, idx, gc.mul_(g))
         return grad_c, grad_m, None
 
 
