@@ -30,13 +30,13 @@ class _LineDistance(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, sq: Tensor, t: Tensor) -> Tensor:  # noqa: D102
+    def forward(ctx, sq: Tensor, t: Tensor) -> Tensor:
         dist = torch.addcmul(sq, t, t, value=-1).clamp_min_(0).sqrt_()
         ctx.save_for_backward(t, dist)
         return dist
 
     @staticmethod
-    def backward(ctx, grad: Tensor):  # noqa: D102
+    def backward(ctx, grad: Tensor):
         t, dist = ctx.saved_tensors
         # grad / dist, and 0 where dist == 0: dist / (dist^2 + tiny) in two passes
         tiny = torch.full((), torch.finfo(dist.dtype).tiny, dtype=dist.dtype, device=dist.device)

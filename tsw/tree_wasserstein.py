@@ -87,7 +87,7 @@ class _LineCost(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, coords: Tensor, masses: Tensor, p: float) -> Tensor:  # noqa: D102
+    def forward(ctx, coords: Tensor, masses: Tensor, p: float) -> Tensor:
         c, idx = torch.sort(coords, dim=-1)
         prefix = torch.gather(masses, -1, idx).cumsum_(-1)  # P_j: mass at coords <= c_j
         dn, dp = _edge_lengths(c)
@@ -100,7 +100,7 @@ class _LineCost(torch.autograd.Function):
         return cost
 
     @staticmethod
-    def backward(ctx, grad: Tensor):  # noqa: D102
+    def backward(ctx, grad: Tensor):
         c, idx, prefix = ctx.saved_tensors
         p = ctx.p
         g = grad.unsqueeze(-1)
