@@ -100,3 +100,94 @@ def tree_metric_from_parents(parents, lengths):
             vals += [max(float(lengths[v]), 1e-300)] * 2
     G = coo_matrix((vals, (rows, cols)), shape=(n, n)).tocsr()
     return shortest_path(G, method="D", directed=False)
+
+
+# --------------------------------------------------------------------------- Sobolev oracles
+
+
+def line_system_tree(coords, attachments=None):
+    """The tree of a line system written out as a parent array.
+
+    Each line gets one node per atom, a node at its coordinate 0 and, for a chain, a node
+    at ``attachments[line + 1]`` where the next line hangs. Along a line a node's parent
+    is its neighbour towards coordinate 0. The zero node of line 0 is the root; the zero
+    node of line ``l >= 1`` hangs (length 0) from the root (concurrent lines) or from the
+    attachment node on line ``l - 1`` (chain).
+
+    Returns
+    -------
+    parents : int array (V,), -1 at the root
+    lengths : array (V,), length of the edge to the parent (0 at the root)
+    atom_nodes : int array (k, n), node of atom j on line l
+    """
+    coords = np.asarray(coords, dtype=np.float64)
+    k, n = coords.shape
+    parents, lengths = [], []
+    atom_nodes = np.zeros((k, n), dtype=int)
+    zero_node = np.zeros(k, dtype=int)
+    att_node = np.zeros(k, dtype=int)
+    for line in range(k):
+        pts = list(coords[line])
+        if attachments is not None and line + 1 < k:
+            pts.append(float(attachments[line + 1]))
+            att_node[line + 1] = len(parents) + n
+        base, zero = len(parents), len(parents) + len(pts)
+        parents += [-1] * (len(pts) + 1)
+        lengths += [0.0] * (len(pts) + 1)
+        for on_side in (lambda t: t >= 0, lambda t: t < 0):
+            prev, prev_t = zero, 0.0
+            for i in sorted(
+                (i for i, t in enumerate(pts) if on_side(t)), key=lambda i: abs(pts[i])
+            ):
+                parents[base + i], lengths[base + i] = prev, abs(pts[i] - prev_t)
+                prev, prev_t = base + i, pts[i]
+        atom_nodes[line] = np.arange(base, base + n)
+        zero_node[line] = zero
+    for line in range(1, k):
+        parents[zero_node[line]] = zero_node[0] if attachments is None else att_node[line]
+    return np.array(parents), np.array(lengths), atom_nodes
+
+
+def subtree_members(parents):
+    """Node list of every subtree Γ(v), found by walking from each node up to the root."""
+    members = [[] for _ in parents]
+    for u in range(len(parents)):
+        v = u
+        while v != -1:
+            members[v].append(u)
+            v = parents[v]
+    return members
+
+
+def sobolev_cost_on_tree(parents, lengths, signed_mass, p):
+    """Σ_{v ≠ root} lengths[v] · |Σ_{u ∈ Γ(v)} signed_mass[u]|^p (no 1/p root)."""
+    signed_mass = np.asarray(signed_mass, dtype=np.float64)
+    return sum(
+        lengths[v] * abs(signed_mass[members].sum()) ** p
+        for v, members in enumerate(subtree_members(parents))
+        if parents[v] != -1
+    )
+
+
+def line_system_sobolev(coords, signed_mass, attachments=None, p=1):
+    """Σ_e w_e |signed mass beyond e|^p on a line system, through its explicit tree."""
+    parents, lengths, atom_nodes = line_system_tree(coords, attachments)
+    node_mass = np.zeros(len(parents))
+    np.add.at(node_mass, atom_nodes.reshape(-1), np.asarray(signed_mass, float).reshape(-1))
+    return sobolev_cost_on_tree(parents, lengths, node_mass, p)
+
+
+def star_sobolev(coords, signed_mass, p=1):
+    """The same sum on concurrent lines, edge by edge from the sorted breakpoints.
+
+    On each line the breakpoints are the atoms' coordinates and the root 0. An edge
+    [u, v] left of the root carries the mass at coordinates <= u (a prefix); one right of
+    the root carries the mass at coordinates >= v (a suffix).
+    """
+    total = 0.0
+    for c, m in zip(np.asarray(coords, float), np.asarray(signed_mass, float), strict=True):
+        pts = np.sort(np.append(c, 0.0))
+        for u, v in itertools.pairwise(pts):
+            beyond = m[c <= u].sum() if v <= 0 else m[c >= v].sum()
+            total += (v - u) * abs(beyond) ** p
+    return total

@@ -207,11 +207,14 @@ def max_sw(
         \max\text{-}SW_p(\mu, \nu) = \max_{\theta \in \mathbb S^{d-1}}
             W_p(\theta \# \mu, \theta \# \nu).
 
-    The direction starts at the best of ``n_init`` random unit vectors, then
-    ``n_iter`` Adam steps of size ``lr`` ascend :math:`W_p^p` with the supports
-    detached, each followed by renormalisation onto the sphere; the best direction
-    seen is kept. The returned value is :math:`W_p` along that direction, whose
-    gradient with respect to the supports is the max-SW gradient (Danskin).
+    The direction starts at the best of ``n_init`` random unit vectors, then takes
+    ``n_iter`` steps of Riemannian gradient ascent on the sphere for
+    :math:`W_p^p` (supports detached): a step of angle ``eta`` along the tangent
+    gradient, accepted only if the cost increases; ``eta`` starts at ``lr`` and grows
+    by 1.5 after an accepted step, halves after a rejected one. The ascent is
+    therefore monotone and free of the data's scale. The returned value is
+    :math:`W_p` along the final direction, whose gradient with respect to the
+    supports is the max-SW gradient (Danskin).
 
     Parameters
     ----------
@@ -222,7 +225,7 @@ def max_sw(
     n_iter : int, default 100
         Ascent steps (0 keeps the best random direction).
     lr : float, default 0.05
-        Adam step size (radians-like, data-scale free).
+        Initial step angle in radians.
     n_init : int, default 16
         Random starting directions.
     seed, generator, validate
@@ -271,20 +274,25 @@ def max_sw(
     with torch.no_grad():
         costs = _projected_cost(detached, init, p)  # (B, n_init)
         theta = init.T[costs.argmax(-1)]  # (B, d)
-        best, best_cost = theta.clone(), costs.max(-1).values
-    theta.requires_grad_(True)
-    opt = torch.optim.Adam([theta], lr=lr, maximize=True)
-    with torch.enable_grad():
-        for _ in range(n_iter):
-            opt.zero_grad(set_to_none=True)
-            cost = _projected_cost(detached, theta.unsqueeze(-1), p)[:, 0]
-            cost.sum().backward()
-            opt.step()
-            with torch.no_grad():
-                theta /= torch.linalg.vector_norm(theta, dim=-1, keepdim=True)
-                new = _projected_cost(detached, theta.detach().unsqueeze(-1), p)[:, 0]
-                better = new > best_cost
-                best = torch.where(better.unsqueeze(-1), theta, best)
-                best_cost = torch.where(better, new, best_cost)
+        best_cost = costs.max(-1).values
+        eta = torch.full_like(best_cost, lr)
+    for _ in range(n_iter):
+        with torch.enable_grad():
+            th = theta.detach().requires_grad_(True)
+            (grad,) = torch.autograd.grad(
+                _projected_cost(detached, th.unsqueeze(-1), p).sum(), th
+            )
+        with torch.no_grad():
+            tangent = grad - (grad * theta).sum(-1, keepdim=True) * theta
+            norm = torch.linalg.vector_norm(tangent, dim=-1, keepdim=True)
+            direction = tangent / norm.clamp_min(torch.finfo(norm.dtype).tiny)
+            e = eta.unsqueeze(-1)
+            cand = torch.cos(e) * theta + torch.sin(e) * direction  # geodesic step
+            cost = _projected_cost(detached, cand.unsqueeze(-1), p)[:, 0]
+            better = cost > best_cost
+            theta = torch.where(better.unsqueeze(-1), cand, theta)
+            best_cost = torch.where(better, cost, best_cost)
+            eta = torch.where(better, (1.5 * eta).clamp_max(1.0), 0.5 * eta)
+    best = theta
     value = safe_root(_projected_cost(measures, best.detach().unsqueeze(-1), p)[:, 0], p)
     return value if measures.batched else value[0]

@@ -235,7 +235,7 @@ class ChainLines:
         """
         step = self.sources[..., 1:, :] - self.sources[..., :-1, :]
         t = (step * self.directions[..., :-1, :]).sum(-1)
-        return torch.cat([torch.zeros_like(t[..., :1]), t], dim=-1)
+        return torch.cat([t.new_zeros((*t.shape[:-1], 1)), t], dim=-1)
 
     def to(self, *args, **kwargs) -> ChainLines:
         """Return the trees with ``Tensor.to(*args, **kwargs)`` applied."""

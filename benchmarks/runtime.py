@@ -1,0 +1,214 @@
+"""Runtime and memory of the tsw distances against POT's SW and the sort-bound limit.
+
+Every method computes forward + backward (gradient with respect to the source points)
+on the same tensors, with explicit trees / projections of equal total line count
+``L = n_trees * n_lines``. All methods are timed in one process, interleaved round by
+round, and compared by the median of per-round ratios.
+
+The *lower limit* is the work no sliced method can avoid: one (n, d) x (d, L)
+projection matmul, one sort of the (L, n) coordinates, one gather of the signed masses
+and one cumulative sum, forward and backward.
+
+Examples
+--------
+``python -m benchmarks.runtime``: the reference setting (Db-TSW 250 x 4, N = M = 2000,
+d = 64, float32, one thread). ``python -m benchmarks.runtime --sweep n``: times as a
+function of N with a log-log plot. ``--memory``: peak resident memory of each method,
+each in a fresh subprocess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import multiprocessing as mp
+import os
+import resource
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+import tsw
+from benchmarks._timing import interleaved, median, ratio
+
+try:  # POT is a dependency of tsw's tests and benchmarks
+    import ot
+except ImportError:  # pragma: no cover
+    ot = None
+
+
+def make_problem(n: int, d: int, n_trees: int, n_lines: int, dtype, device, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(n, d, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
+    Y = (torch.randn(n, d, generator=g, dtype=torch.float64) + 0.5).to(dtype=dtype, device=device)
+    center = 0.5 * (X.mean(0) + Y.mean(0))
+    trees = tsw.sample_concurrent_lines(n_trees, n_lines, d, center=center, seed=seed)
+    chains = tsw.sample_chain_lines(n_trees, n_lines, d, center=center, seed=seed)
+    proj = tsw.sample_projections(d, n_trees * n_lines, seed=seed, dtype=dtype, device=device)
+    return X, Y, trees, chains, proj
+
+
+def methods(X, Y, trees, chains, proj) -> dict[str, Callable[[], object]]:
+    """Forward + backward closures, all with explicit randomness."""
+    n, m = X.shape[0], Y.shape[0]
+    w = torch.cat([torch.full((n,), 1.0 / n), torch.full((m,), -1.0 / m)]).to(X)
+
+    def run(f):
+        def step():
+            Xs = X.detach().requires_grad_(True)
+            f(Xs).backward()
+
+        return step
+
+    def lower(Xs):
+        c = torch.matmul(proj.T, torch.cat([Xs, Y]).T)  # (L, n + m)
+        cs, idx = torch.sort(c, dim=-1)
+        prefix = torch.gather(w.expand_as(c), -1, idx).cumsum(-1)
+        return (cs * prefix).sum()
+
+    out = {
+        "lower limit": run(lower),
+        "db_tsw": run(lambda Xs: tsw.db_tsw(Xs, Y, trees=trees, validate=False)),
+        "tsw_sl chain": run(lambda Xs: tsw.tsw_sl(Xs, Y, trees=chains, validate=False)),
+        "tsw_sl concurrent": run(lambda Xs: tsw.tsw_sl(Xs, Y, trees=trees, validate=False)),
+        "tsw.sw p=2": run(lambda Xs: tsw.sw(Xs, Y, projections=proj, validate=False)),
+    }
+    if ot is not None:
+        out["POT sw p=2"] = run(lambda Xs: ot.sliced_wasserstein_distance(Xs, Y, projections=proj))
+    return out
+
+
+def _child(args, name, queue):  # runs in a fresh process
+    torch.set_num_threads(args.threads)
+    X, Y, trees, chains, proj = make_problem(
+        args.n, args.d, args.trees, args.lines, getattr(torch, args.dtype), args.device
+    )
+    fns = methods(X, Y, trees, chains, proj)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    fns[name]()
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    queue.put((after - before) / 1024)  # MiB (ru_maxrss is in KiB on Linux)
+
+
+def peak_memory(args) -> dict[str, float]:
+    """Peak RSS growth (MiB) of one forward+backward, each method in a fresh process."""
+    ctx = mp.get_context("spawn")
+    names = list(methods(*make_problem(8, 2, 1, 1, torch.float32, "cpu")).keys())
+    out = {}
+    for name in names:
+        q = ctx.Queue()
+        proc = ctx.Process(target=_child, args=(args, name, q))
+        proc.start()
+        out[name] = q.get()
+        proc.join()
+    return out
+
+
+def time_one(args, n: int, d: int, lines: int) -> dict[str, float | str]:
+    dtype = getattr(torch, args.dtype)
+    X, Y, trees, chains, proj = make_problem(n, d, lines, args.lines, dtype, args.device)
+    times = interleaved(methods(X, Y, trees, chains, proj), rounds=args.rounds)
+    row: dict[str, float | str] = {"N=M": n, "d": d, "trees": lines, "lines/tree": args.lines}
+    for name, ts in times.items():
+        row[f"{name} [s]"] = median(ts)
+    for name in times:
+        if name != "lower limit":
+            row[f"{name} / lower"] = ratio(times, name, "lower limit")
+            if "POT sw p=2" in times and name != "POT sw p=2":
+                row[f"{name} / POT"] = ratio(times, name, "POT sw p=2")
+    return row
+
+
+def print_rows(rows: list[dict]) -> None:
+    keys = list(rows[0].keys())
+    for r in rows:
+        print("-" * 60)
+        for k in keys:
+            v = r[k]
+            print(f"  {k:32s} {v:.4g}" if isinstance(v, float) else f"  {k:32s} {v}")
+
+
+def plot(rows: list[dict], sweep: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    key = {"n": "N=M", "d": "d", "lines": "trees"}[sweep]
+    xs = [r[key] for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name in [k[:-4] for k in rows[0] if k.endswith(" [s]")]:
+        ax.loglog(xs, [r[f"{name} [s]"] for r in rows], "o-", label=name)
+    ax.set_xlabel(key)
+    ax.set_ylabel("forward + backward [s] (median)")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--n", type=int, default=2000, help="points per measure (N = M)")
+    ap.add_argument("--d", type=int, default=64, help="dimension")
+    ap.add_argument("--trees", type=int, default=250, help="number of trees T")
+    ap.add_argument("--lines", type=int, default=4, help="lines per tree k")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument("--rounds", type=int, default=7, help="timed rounds (median)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--sweep", choices=["n", "d", "lines"], help="sweep one parameter")
+    ap.add_argument("--memory", action="store_true", help="peak RSS per method (CPU)")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    ap.add_argument("--out", default="benchmarks/out/runtime", help="output folder")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.n, args.d, args.trees, args.rounds = 200, 8, 20, 2
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = {k: v for k, v in vars(args).items() if k != "out"}
+    print(f"settings: {settings}  torch {torch.__version__}  POT {getattr(ot, '__version__', None)}")
+
+    if args.sweep is None:
+        rows = [time_one(args, args.n, args.d, args.trees)]
+    else:
+        grid = {
+            "n": [250, 500, 1000, 2000, 5000, 10000] + ([] if args.quick else [20000]),
+            "d": [2, 8, 64, 256, 1024, 3072],
+            "lines": [25, 50, 125, 250, 500],
+        }[args.sweep]
+        if args.quick:
+            grid = grid[:3]
+        rows = []
+        for v in grid:
+            n = v if args.sweep == "n" else args.n
+            d = v if args.sweep == "d" else args.d
+            t = v if args.sweep == "lines" else args.trees
+            rows.append(time_one(args, n, d, t))
+            print(f"done {args.sweep}={v}", file=sys.stderr, flush=True)
+        plot(rows, args.sweep, out / f"runtime_{args.sweep}.png")
+    print_rows(rows)
+    tag = args.sweep or "single"
+    with open(out / f"runtime_{tag}.csv", "w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        wr.writeheader()
+        wr.writerows(rows)
+    result = {"settings": settings, "rows": rows}
+    if args.memory:
+        mem = peak_memory(args)
+        result["peak_rss_growth_MiB"] = mem
+        print("peak RSS growth of one forward+backward [MiB]:")
+        for k, v in mem.items():
+            print(f"  {k:32s} {v:8.1f}")
+    (out / f"runtime_{tag}.json").write_text(json.dumps(result, indent=2))
+    print(f"results written to {out.resolve()}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    raise SystemExit(main())
