@@ -172,12 +172,18 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(" | ".join([f"{r['method']:{width}s}"] + [f"{v:>18s}" for k, v in r.items() if k != "method"]))
+        print(
+            " | ".join(
+                [f"{r['method']:{width}s}"] + [f"{v:>18s}" for k, v in r.items() if k != "method"]
+            )
+        )
     with open(out / f"{args.dataset}.csv", "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         wr.writeheader()
         wr.writerows(rows)
-    (out / f"{args.dataset}.json").write_text(json.dumps({"settings": settings, "runs": raw}, indent=2))
+    (out / f"{args.dataset}.json").write_text(
+        json.dumps({"settings": settings, "runs": raw}, indent=2)
+    )
     try:
         import matplotlib
 

@@ -171,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     settings = {k: v for k, v in vars(args).items() if k != "out"}
-    print(f"settings: {settings}  torch {torch.__version__}  POT {getattr(ot, '__version__', None)}")
+    print(
+        f"settings: {settings}  torch {torch.__version__}  POT {getattr(ot, '__version__', None)}"
+    )
 
     if args.sweep is None:
         rows = [time_one(args, args.n, args.d, args.trees)]

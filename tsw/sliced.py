@@ -279,9 +279,7 @@ def max_sw(
     for _ in range(n_iter):
         with torch.enable_grad():
             th = theta.detach().requires_grad_(True)
-            (grad,) = torch.autograd.grad(
-                _projected_cost(detached, th.unsqueeze(-1), p).sum(), th
-            )
+            (grad,) = torch.autograd.grad(_projected_cost(detached, th.unsqueeze(-1), p).sum(), th)
         with torch.no_grad():
             tangent = grad - (grad * theta).sum(-1, keepdim=True) * theta
             norm = torch.linalg.vector_norm(tangent, dim=-1, keepdim=True)

@@ -1,0 +1,70 @@
+"""float32 accuracy against float64, and memory that does not grow with T*k*N*d."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import resource
+
+import pytest
+import torch
+
+import tsw
+
+
+def _problem(d: int, n: int, offset: float, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    # inputs representable in float32, so both precisions see the same data
+    X = (torch.randn(n, d, generator=g, dtype=torch.float64) + offset).float().double()
+    Y = (torch.randn(n, d, generator=g, dtype=torch.float64) + offset + 0.5).float().double()
+    center = 0.5 * (X.mean(0) + Y.mean(0))
+    trees = tsw.sample_concurrent_lines(100, 4, d, center=center, seed=seed, dtype=torch.float64)
+    return X, Y, trees
+
+
+def _value_and_grad(fn, X, Y, trees, dtype):
+    Xs = X.to(dtype).detach().requires_grad_(True)
+    v = fn(Xs, Y.to(dtype), trees=trees.to(dtype), validate=False)
+    v.backward()
+    return v.double(), Xs.grad.double()
+
+
+@pytest.mark.parametrize("d", [2, 3, 4, 16, 64])
+@pytest.mark.parametrize("offset", [0.0, 30.0])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda *a, **k: tsw.db_tsw(*a, delta=2.0, **k),
+        lambda *a, **k: tsw.db_tsw(*a, delta=10.0, p=2, **k),
+        tsw.tsw_sl,
+    ],
+    ids=["db_tsw", "db_tsw_d10_p2", "tsw_sl"],
+)
+def test_float32_matches_float64(fn, d, offset):
+    """Relative error of value and gradient at most 1e-4, also at d = 2 near lines."""
+    X, Y, trees = _problem(d, 1000, offset)
+    v64, g64 = _value_and_grad(fn, X, Y, trees, torch.float64)
+    v32, g32 = _value_and_grad(fn, X, Y, trees, torch.float32)
+    assert abs(v32 - v64) / v64 < 1e-4
+    assert (g32 - g64).norm() / g64.norm() < 1e-4
+
+
+def _peak_child(d: int, queue) -> None:
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(1000, d, generator=g).requires_grad_(True)
+    Y = torch.randn(1000, d, generator=g)
+    trees = tsw.sample_concurrent_lines(50, 4, d, seed=0)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tsw.db_tsw(X, Y, trees=trees, validate=False).backward()
+    queue.put((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+
+
+def test_peak_memory_does_not_scale_with_tknd():
+    """At d = 1024, T*k*n*d*4 bytes would be 1.6 GB; the growth stays far below."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_peak_child, args=(1024, q))
+    proc.start()
+    growth_mib = q.get(timeout=120)
+    proc.join()
+    assert growth_mib < 150, f"peak RSS grew by {growth_mib:.0f} MiB"
