@@ -36,7 +36,8 @@ def test_same_seed_same_value_on_cpu_and_cuda(name):
     X, Y = _data(torch.float64)
     cpu = DISTANCES[name](X, Y, seed=3)
     gpu = DISTANCES[name](X.cuda(), Y.cuda(), seed=3)
-    assert gpu.device.type == "cuda" and gpu.dtype == torch.float64
+    assert gpu.device.type == "cuda"
+    assert gpu.dtype == torch.float64
     torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-10, atol=1e-12)
 
 
@@ -47,7 +48,9 @@ def test_cuda_generator_dtype_device_and_backward(name, precision):
     X.requires_grad_(True)
     gen = torch.Generator(device="cuda").manual_seed(0)
     v = DISTANCES[name](X, Y, generator=gen)
-    assert v.device.type == "cuda" and v.dtype == precision and v.shape == (2,)
+    assert v.device.type == "cuda"
+    assert v.dtype == precision
+    assert v.shape == (2,)
     v.sum().backward()
     assert torch.isfinite(X.grad).all()
 
