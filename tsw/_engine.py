@@ -51,13 +51,11 @@ class _LineDistance(torch.autograd.Function):
 
 
 def safe_root(x: Tensor, p: float) -> Tensor:
-    """``x ** (1/p)`` for ``x >= 0`` with a zero (sub)gradient at ``x = 0``."""
+    """``x ** (1/p)`` for ``x >= 0`` with a zero (sub)gradient at ``x = 0``; NaN stays NaN."""
     if p == 1.0:
         return x
-    pos = x > 0
-    return torch.where(
-        pos, torch.where(pos, x, torch.ones_like(x)).pow(1.0 / p), torch.zeros_like(x)
-    )
+    zero = x == 0
+    return torch.where(zero, torch.zeros_like(x), torch.where(zero, 1, x).pow(1.0 / p))
 
 
 def check_trees_batch(trees: TreeSystem, measures: Measures) -> None:

@@ -132,6 +132,9 @@ def db_tsw(
     measures = check_measures(X_s, X_t, a, b, validate=validate)
     p = check_p(p)
     delta = check_nonnegative_float(delta, "delta")
+    check_nonnegative_float(root_std, "root_std")
+    if trees is not None:
+        trees = check_trees(trees, (ConcurrentLines,), measures)
     T, k = resolve_counts(trees, n_trees, n_lines)
     if trees is None:
         trees = sample_concurrent_lines(
@@ -146,8 +149,6 @@ def db_tsw(
             dtype=measures.X_s.dtype,
             device=measures.X_s.device,
         )
-    else:
-        trees = check_trees(trees, (ConcurrentLines,), measures)
     if delta == 0:
         return tree_sliced(
             measures, trees, p, lambda _: uniform_split(k, measures.X_s), distances=False

@@ -20,7 +20,12 @@ import torch
 from torch import Tensor
 
 from tsw._random import resolve_sampler
-from tsw._validation import check_finite, check_positive_int, check_tensor
+from tsw._validation import (
+    check_finite,
+    check_nonnegative_float,
+    check_positive_int,
+    check_tensor,
+)
 
 __all__ = [
     "ChainLines",
@@ -259,12 +264,6 @@ def _check_center(center: Tensor | None, dim: int, dtype, device) -> Tensor:
     return center.to(dtype=dtype, device=device)
 
 
-def _check_std(std: float, name: str) -> float:
-    if isinstance(std, bool) or not isinstance(std, int | float) or not std >= 0:
-        raise ValueError(f"{name} must be a finite real number >= 0; got {std!r}")
-    return float(std)
-
-
 def _resolve_dtype_device(center, dtype, device):
     if dtype is None:
         dtype = center.dtype if isinstance(center, Tensor) else torch.get_default_dtype()
@@ -329,7 +328,7 @@ def sample_concurrent_lines(
     check_positive_int(n_trees, "n_trees")
     check_positive_int(n_lines, "n_lines")
     check_positive_int(dim, "dim")
-    std = _check_std(std, "std")
+    std = check_nonnegative_float(std, "std")
     dtype, device = _resolve_dtype_device(center, dtype, device)
     center = _check_center(center, dim, dtype, device)
     if orthogonal and n_lines > dim:
@@ -394,8 +393,8 @@ def sample_chain_lines(
     check_positive_int(n_trees, "n_trees")
     check_positive_int(n_lines, "n_lines")
     check_positive_int(dim, "dim")
-    std = _check_std(std, "std")
-    source_range = _check_std(source_range, "source_range")
+    std = check_nonnegative_float(std, "std")
+    source_range = check_nonnegative_float(source_range, "source_range")
     dtype, device = _resolve_dtype_device(center, dtype, device)
     center = _check_center(center, dim, dtype, device)
     sampler = resolve_sampler(seed, generator, dtype=dtype, device=device)

@@ -7,7 +7,7 @@ from torch import Tensor
 
 from tsw._common import check_trees, resolve_center, resolve_counts
 from tsw._engine import tree_sliced
-from tsw._validation import check_choice, check_measures, check_p
+from tsw._validation import check_choice, check_measures, check_nonnegative_float, check_p
 from tsw.splits import check_alpha, constant_split, uniform_split
 from tsw.trees import ChainLines, ConcurrentLines, sample_chain_lines, sample_concurrent_lines
 
@@ -125,6 +125,9 @@ def tsw_sl(
     measures = check_measures(X_s, X_t, a, b, validate=validate)
     p = check_p(p)
     tree = check_choice(tree, "tree", ("chain", "concurrent"))
+    check_nonnegative_float(root_std, "root_std")
+    if trees is not None:
+        trees = check_trees(trees, (ChainLines, ConcurrentLines), measures)
     T, k = resolve_counts(trees, n_trees, n_lines)
     if trees is None:
         kwargs = {
@@ -140,8 +143,6 @@ def tsw_sl(
             trees = sample_chain_lines(T, k, d, source_range=source_range, **kwargs)
         else:
             trees = sample_concurrent_lines(T, k, d, **kwargs)
-    else:
-        trees = check_trees(trees, (ChainLines, ConcurrentLines), measures)
     if alpha is None:
         split = uniform_split(k, measures.X_s)
     else:

@@ -1,0 +1,884 @@
+"""The distance contract (conventions C9), parametrised over every public distance.
+
+``REGISTRY`` lists each public distance once per configuration worth testing: the
+functions :func:`tsw.tsw_sl`, :func:`tsw.db_tsw`, :func:`tsw.sw`, :func:`tsw.max_sw` and
+every loss module of :mod:`tsw.nn`. An entry states the properties it claims; every
+property test below runs on the entries that claim it, so adding a distance to the
+registry subjects it to the whole contract.
+
+Every comparison is against an exact property of the mathematics (identity, symmetry,
+triangle inequality, invariances, weight semantics, closed forms, finite differences),
+evaluated with *shared* randomness: explicit trees / projections, or the same seed with an
+explicit tree centre, so that the property holds exactly for the draw and not only in law.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+from conftest import assert_close, tolerances
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import Tensor
+
+import tsw
+from tsw import ChainLines, ConcurrentLines
+
+# --------------------------------------------------------------------------- properties
+
+IDENTITY = "identity"  # d(mu, mu) = 0, also for a row-permuted copy
+NONNEG = "nonnegative"  # d >= 0 everywhere, > 0 on generic distinct inputs
+SYMMETRIC = "symmetric"  # d(mu, nu) = d(nu, mu) with the same randomness
+TRIANGLE = "triangle"  # with trees / projections shared by the three pairs
+RIGID = "rigid"  # unchanged under a joint rigid motion of data and explicit slices
+TRANSLATION_LAW = "translation_in_law"  # same seed, default centre, translated data
+HOMOGENEOUS = "homogeneous"  # d(c mu, c nu; c-scaled slices) = c d(mu, nu)
+DELTA_HOMOGENEOUS = "delta_homogeneous"  # Db-TSW: homogeneous once delta -> delta / c
+HOMOGENEOUS_LAW = "homogeneous_in_law"  # same seed, no explicit slices (max-SW)
+TRANSLATION_FORM = "translation_closed_form"  # closed form of d(mu, mu + t)
+SEED = "seed"  # bit-identical for a seed, different across seeds, global RNG untouched
+GENERATOR = "generator"  # accepts generator=, and seed=s equals Generator().manual_seed(s)
+DTYPE = "dtype"  # dtype/device/shape preserved; float32 agrees with float64
+BATCH = "batch"  # batched call equals a loop of unbatched calls (same seed)
+BATCH_SLICES = "batch_slices"  # same with per-item explicit trees / projections
+WEIGHTS = "weights"  # a=None, replication, duplicated atoms, zero-weight atoms
+GRADCHECK = "gradcheck"  # finite differences w.r.t. points and (zero-sum) weights
+DEGENERATE = "degenerate"  # finite gradients at ties, identical inputs, ...
+TREE_DEGENERATE = "tree_degenerate"  # finite gradients at roots / on lines of explicit trees
+NONFINITE = "nonfinite"  # NaN/Inf raise with validate=True, never a finite value without
+
+COMMON = frozenset(
+    {IDENTITY, NONNEG, SYMMETRIC, SEED, DTYPE, BATCH, WEIGHTS, DEGENERATE, NONFINITE}
+)
+EXPLICIT = frozenset({RIGID, TRIANGLE, TRANSLATION_LAW, GENERATOR, BATCH_SLICES, GRADCHECK})
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One public distance in one configuration.
+
+    ``fn(X_s, X_t, a, b, **kwargs, **rand)`` returns the value (0-d, or (B,) for batched
+    input); ``rand`` holds ``seed``, ``generator``, ``trees``, ``projections``, ``center``,
+    ``validate`` or overrides of ``kwargs``.
+    """
+
+    name: str
+    fn: Callable[..., Tensor]
+    kwargs: dict
+    props: frozenset
+    slices: str | None = None  # "chain", "concurrent", "projections" or None (seed only)
+    center: bool = False  # accepts center= (tree distances and their modules)
+    min_dim: int = 1
+    scale: float = 1.0  # tolerance loosening (iterative max-SW)
+    module: type | None = None  # for loss modules: the class ...
+    function: Callable | None = None  # ... and the function it wraps
+    p: float = field(default=1.0)
+    #: degree of homogeneity: 1 for the sliced Wasserstein distances; 1/p for the tree
+    #: distances, whose p > 1 form is a Sobolev transport (sum of edge length x |mass|^p:
+    #: lengths scale by c, masses do not, so the value scales by c^(1/p))
+    degree: float = 1.0
+
+    def __call__(self, X_s, X_t, a=None, b=None, **rand):
+        return self.fn(X_s, X_t, a, b, **{**self.kwargs, **rand})
+
+
+def _tsw_sl(X_s, X_t, a, b, *, alpha=None, **kw):
+    if alpha is not None:  # a constant split, in the data's dtype and device
+        alpha = torch.as_tensor(alpha, dtype=X_s.dtype, device=X_s.device)
+    return tsw.tsw_sl(X_s, X_t, a, b, alpha=alpha, **kw)
+
+
+def _module_call(cls):
+    """Call a loss module as a function: fixed draw from ``seed``, no batch reduction."""
+
+    def call(X_s, X_t, a, b, *, seed=None, validate=True, **kw):
+        loss = cls(**kw, seed=seed, resample=False, validate=validate, reduction="none")
+        return loss(X_s, X_t, a, b)
+
+    return call
+
+
+T, K = 8, 3  # trees and lines per tree of the registry's tree distances
+ALPHA = [0.2, 0.5, 0.3]
+
+
+def _registry() -> list[Entry]:
+    out = []
+    tree_props = COMMON | EXPLICIT | {HOMOGENEOUS, TREE_DEGENERATE}
+    for tree in ("chain", "concurrent"):
+        for alpha in (None, ALPHA):
+            name = f"tsw_sl[{tree}{'' if alpha is None else ',alpha'}]"
+            kw = {"n_trees": T, "n_lines": K, "tree": tree, "alpha": alpha}
+            out.append(Entry(name, _tsw_sl, kw, tree_props | {TRANSLATION_FORM}, tree, True))
+    # p = 2: a Sobolev transport, homogeneous of degree 1/2
+    out.append(
+        Entry(
+            "tsw_sl[chain,p=2]",
+            _tsw_sl,
+            {"n_trees": T, "n_lines": K, "tree": "chain", "p": 2},
+            tree_props,
+            "chain",
+            True,
+            p=2.0,
+            degree=0.5,
+        )
+    )
+    for delta in (0.0, 2.0):
+        for orthogonal in (False, True):
+            for p in (1, 2):
+                k = 2 if orthogonal else K
+                props = COMMON | EXPLICIT | {DELTA_HOMOGENEOUS, TREE_DEGENERATE}
+                if delta == 0:
+                    props |= {HOMOGENEOUS}
+                out.append(
+                    Entry(
+                        f"db_tsw[delta={delta:g},orth={orthogonal},p={p}]",
+                        tsw.db_tsw,
+                        {
+                            "n_trees": T,
+                            "n_lines": k,
+                            "delta": delta,
+                            "orthogonal": orthogonal,
+                            "p": p,
+                        },
+                        props,
+                        "concurrent",
+                        True,
+                        min_dim=k if orthogonal else 1,
+                        p=float(p),
+                        degree=1 / p,
+                    )
+                )
+    sw_props = COMMON | EXPLICIT | {HOMOGENEOUS, TRANSLATION_FORM}
+    for p, orthogonal in ((1, False), (2, False), (2, True)):
+        out.append(
+            Entry(
+                f"sw[p={p},orth={orthogonal}]",
+                tsw.sw,
+                {"n_projections": 12, "p": p, "orthogonal": orthogonal},
+                sw_props,
+                "projections",
+                p=float(p),
+            )
+        )
+    # max-SW: an optimisation per pair, so no shared slices (no triangle, no rigid
+    # motion with explicit slices). With n_iter=0 the direction is an argmax among
+    # random directions, locally constant in the data: gradcheck applies.
+    max_props = COMMON | {TRANSLATION_LAW, HOMOGENEOUS_LAW, GENERATOR}
+    out.append(
+        Entry(
+            "max_sw[n_iter=5]", tsw.max_sw, {"n_iter": 5, "n_init": 4}, max_props, scale=1e3, p=2.0
+        )
+    )
+    out.append(
+        Entry(
+            "max_sw[n_iter=0,p=1]",
+            tsw.max_sw,
+            {"n_iter": 0, "n_init": 6, "p": 1},
+            max_props | {GRADCHECK},
+            scale=1e3,
+        )
+    )
+    mod_props = COMMON | {TRIANGLE, TRANSLATION_LAW, GRADCHECK}
+    for cls, fn, kw, center, p in (
+        (tsw.nn.TSWSLLoss, tsw.tsw_sl, {"n_trees": T, "n_lines": K}, True, 1.0),
+        (tsw.nn.DbTSWLoss, tsw.db_tsw, {"n_trees": T, "n_lines": K, "delta": 2.0}, True, 1.0),
+        (tsw.nn.SWLoss, tsw.sw, {"n_projections": 12, "p": 2}, False, 2.0),
+    ):
+        out.append(
+            Entry(
+                cls.__name__,
+                _module_call(cls),
+                kw,
+                mod_props,
+                None,
+                center,
+                module=cls,
+                function=fn,
+                p=p,
+            )
+        )
+    out.append(
+        Entry(
+            "MaxSWLoss",
+            _module_call(tsw.nn.MaxSWLoss),
+            {"n_iter": 5, "n_init": 4},
+            COMMON | {TRANSLATION_LAW},
+            scale=1e3,
+            module=tsw.nn.MaxSWLoss,
+            function=tsw.max_sw,
+            p=2.0,
+        )
+    )
+    return out
+
+
+REGISTRY = _registry()
+
+
+def having(*props):
+    return [pytest.param(e, id=e.name) for e in REGISTRY if set(props) <= e.props]
+
+
+def test_registry_covers_every_public_distance():
+    fns = {e.function or (tsw.tsw_sl if e.fn is _tsw_sl else e.fn) for e in REGISTRY}
+    assert {tsw.tsw_sl, tsw.db_tsw, tsw.sw, tsw.max_sw} <= fns
+    modules = {e.module for e in REGISTRY if e.module is not None}
+    assert modules == {getattr(tsw.nn, n) for n in tsw.nn.__all__}
+
+
+# --------------------------------------------------------------------------- helpers
+
+F64 = torch.float64
+
+
+def make_data(N=7, M=5, d=3, *, batch=None, dtype=F64, device="cpu", seed=0, shift=1.0):
+    """Generic supports and positive weights of total 1, drawn in float64 on the CPU."""
+    g = torch.Generator().manual_seed(seed)
+    lead = () if batch is None else (batch,)
+    X = torch.randn(*lead, N, d, generator=g, dtype=F64)
+    Y = 0.8 * torch.randn(*lead, M, d, generator=g, dtype=F64) + shift
+    a = torch.rand(*lead, N, generator=g, dtype=F64) + 0.2
+    b = torch.rand(*lead, M, generator=g, dtype=F64) + 0.2
+    a, b = a / a.sum(-1, keepdim=True), b / b.sum(-1, keepdim=True)
+    return tuple(t.to(dtype=dtype, device=device) for t in (X, Y, a, b))
+
+
+def frozen(entry, d, *, dtype=F64, device="cpu", seed=11):
+    """Randomness that does not depend on the data: explicit slices, else seed + centre."""
+    center = torch.full((d,), 0.3, dtype=dtype, device=device)
+    kw = {"seed": seed, "dtype": dtype, "device": device}
+    if entry.slices == "chain":
+        n, k = entry.kwargs["n_trees"], entry.kwargs["n_lines"]
+        return {"trees": tsw.sample_chain_lines(n, k, d, center=center, std=0.5, **kw)}
+    if entry.slices == "concurrent":
+        n, k = entry.kwargs["n_trees"], entry.kwargs["n_lines"]
+        orth = entry.kwargs.get("orthogonal", False)
+        return {
+            "trees": tsw.sample_concurrent_lines(
+                n, k, d, center=center, std=0.5, orthogonal=orth, **kw
+            )
+        }
+    if entry.slices == "projections":
+        L, orth = entry.kwargs["n_projections"], entry.kwargs["orthogonal"]
+        return {"projections": tsw.sample_projections(d, L, orthogonal=orth, **kw)}
+    return {"seed": seed, "center": center} if entry.center else {"seed": seed}
+
+
+def shared(entry, d, *, dtype=F64, device="cpu", seed=11):
+    """Same seed and an explicit centre: sampled trees shared by every pair of measures."""
+    if entry.center:
+        return {"seed": seed, "center": torch.full((d,), 0.3, dtype=dtype, device=device)}
+    return {"seed": seed}
+
+
+def moved(rand, Q=None, v=None, c=1.0):
+    """The slices of ``rand`` under x -> c Q x + v (directions -> Q theta)."""
+    out = dict(rand)
+    if "trees" in rand:
+        t = rand["trees"]
+        eye = torch.eye(t.dim, dtype=t.directions.dtype, device=t.directions.device)
+        Q = eye if Q is None else Q
+        v = torch.zeros_like(eye[0]) if v is None else v
+        dirs = t.directions @ Q.T
+        if isinstance(t, ConcurrentLines):
+            out["trees"] = ConcurrentLines(c * (t.roots @ Q.T) + v, dirs)
+        else:
+            out["trees"] = ChainLines(c * (t.sources @ Q.T) + v, dirs)
+    if "projections" in rand and Q is not None:
+        out["projections"] = Q @ rand["projections"]
+    assert "center" not in rand, "move explicit trees or projections only"
+    return out
+
+
+def random_orthogonal(d, seed, dtype=F64):
+    g = torch.Generator().manual_seed(seed)
+    q, r = torch.linalg.qr(torch.randn(d, d, generator=g, dtype=F64))
+    q = q * torch.sign(torch.diagonal(r))
+    if seed % 2:  # include an improper rotation (a reflection)
+        q[:, 0] = -q[:, 0]
+    return q.to(dtype)
+
+
+def close(entry, actual, expected, dtype=F64, scale=1.0):
+    assert_close(actual, expected, dtype=dtype, scale=entry.scale * scale)
+
+
+# ------------------------------------------------------------- 1-3. identity, sign, symmetry
+
+
+@pytest.mark.parametrize("entry", having(IDENTITY))
+def test_identity_and_permuted_copy(entry, device):
+    X, _, a, _ = make_data(N=9, device=device)
+    perm = torch.randperm(9, generator=torch.Generator().manual_seed(3)).to(device)
+    for rand in ({"seed": 3}, frozen(entry, 3, device=device)):
+        Xg = X.clone().requires_grad_()
+        v = entry(Xg, X, a, a, **rand)
+        v_perm = entry(X, X[perm], a, a[perm], **rand)
+        assert v.shape == ()
+        assert v.requires_grad  # graph-connected zero
+        # the p-th power is a sum of |mass| x edge length: rounding of the coordinates of
+        # tied atoms leaves ~eps, which the 1/p root amplifies to ~eps^(1/p)
+        assert 0 <= float(v.detach()) ** entry.p <= 1e-12
+        assert 0 <= float(v_perm) ** entry.p <= 1e-12
+    # unweighted, float32
+    X32 = X.float()
+    assert 0 <= float(entry(X32, X32[perm], seed=1)) ** entry.p <= 1e-6
+
+
+@pytest.mark.parametrize("entry", having(NONNEG))
+@given(
+    n=st.integers(1, 10),
+    m=st.integers(1, 10),
+    d=st.integers(1, 5),
+    batch=st.sampled_from([None, 2]),
+    data_seed=st.integers(0, 2**16),
+)
+def test_nonnegative(entry, n, m, d, batch, data_seed):
+    d = max(d, entry.min_dim)
+    X, Y, a, b = make_data(n, m, d, batch=batch, seed=data_seed, shift=0.0)
+    v = entry(X, Y, a, b, seed=data_seed)
+    assert v.shape == (() if batch is None else (batch,))
+    assert bool(torch.isfinite(v).all())
+    assert bool((v >= 0).all())
+
+
+@pytest.mark.parametrize("entry", having(NONNEG))
+def test_positive_on_generic_distinct_inputs(entry, device):
+    X, Y, a, b = make_data(device=device, seed=5)
+    assert float(entry(X, Y, a, b, seed=0)) > 1e-3
+    assert float(entry(X, Y, a, b, **frozen(entry, 3, device=device))) > 1e-3
+
+
+@pytest.mark.parametrize("entry", having(SYMMETRIC))
+def test_symmetry(entry, dtype, device):
+    X, Y, a, b = make_data(dtype=dtype, device=device, seed=1)
+    for rand in ({"seed": 4}, frozen(entry, 3, dtype=dtype, device=device)):
+        close(entry, entry(X, Y, a, b, **rand), entry(Y, X, b, a, **rand), dtype)
+    # batched, unweighted
+    X, Y, _, _ = make_data(N=6, M=6, batch=2, dtype=dtype, device=device, seed=2)
+    close(entry, entry(X, Y, seed=5), entry(Y, X, seed=5), dtype)
+
+
+# --------------------------------------------------------------------------- 4. triangle inequality
+
+
+@pytest.mark.parametrize("entry", having(TRIANGLE))
+@pytest.mark.parametrize("data_seed", [0, 1, 2, 3])
+def test_triangle_inequality(entry, data_seed, device):
+    g = torch.Generator().manual_seed(100 + data_seed)
+    d = 3
+
+    def measure(n, loc):
+        x = torch.randn(n, d, generator=g, dtype=F64) * torch.rand(1, generator=g, dtype=F64)
+        w = torch.rand(n, generator=g, dtype=F64) + 0.1
+        return (x + loc).to(device), (w / w.sum()).to(device)
+
+    (x1, w1), (x2, w2), (x3, w3) = measure(6, 0.0), measure(4, 0.7), measure(7, 1.5)
+    rands = [shared(entry, d, device=device)]
+    if entry.slices is not None:
+        rands.append(frozen(entry, d, device=device))
+    for rand in rands:
+        d12 = entry(x1, x2, w1, w2, **rand)
+        d23 = entry(x2, x3, w2, w3, **rand)
+        d13 = entry(x1, x3, w1, w3, **rand)
+        # every ordering of the three sides
+        for lhs, r1, r2 in ((d13, d12, d23), (d12, d13, d23), (d23, d12, d13)):
+            assert float(lhs) <= float(r1 + r2) + 1e-12
+
+
+@pytest.mark.parametrize("entry", having(TRANSLATION_FORM))
+def test_translation_closed_form(entry, device):
+    """d(mu, mu + t) from the slices alone.
+
+    Every slice of SW sees a translation by <theta, t>, so SW_p^p = mean_l |<theta_l, t>|^p.
+    TSW-SL (constant split, p = 1) is the alpha-weighted sliced W1 over the tree's lines:
+    mean_tau sum_l alpha_tau,l |<theta_tau,l, t>|. Both are linear in |t| (the triangle
+    inequality is then an equality along a line of translates).
+    """
+    X, _, a, _ = make_data(N=6, device=device, seed=8)
+    t = torch.tensor([0.7, -1.2, 0.4], dtype=F64, device=device)
+    rand = frozen(entry, 3, device=device)
+    value = entry(X, X + t, a, a, **rand)
+    if "projections" in rand:
+        proj = (t @ rand["projections"]).abs()
+        expected = proj.pow(entry.p).mean().pow(1 / entry.p)
+    else:
+        dirs = rand["trees"].directions  # (T, k, d)
+        alpha = entry.kwargs["alpha"]
+        k = dirs.shape[-2]
+        alpha = torch.full((k,), 1 / k, dtype=F64) if alpha is None else alpha
+        alpha = torch.as_tensor(alpha, dtype=F64)
+        expected = ((dirs @ t).abs() * alpha.to(device)).sum(-1).mean()
+    assert_close(value, expected)
+    close(entry, entry(X, X + 2 * t, a, a, **rand), 2 * value)
+
+
+# --------------------------------------------------------------------------- 9. invariances
+
+
+@pytest.mark.parametrize("entry", having(RIGID))
+@pytest.mark.parametrize("motion_seed", [0, 1])
+def test_rigid_motion_with_explicit_slices(entry, motion_seed, dtype, device):
+    X, Y, a, b = make_data(dtype=dtype, device=device, seed=2)
+    Q = random_orthogonal(3, motion_seed, dtype).to(device)
+    v = torch.tensor([2.0, -1.0, 0.5], dtype=dtype, device=device)
+    rand = frozen(entry, 3, dtype=dtype, device=device)
+    base = entry(X, Y, a, b, **rand)
+    moved_value = entry(X @ Q.T + v, Y @ Q.T + v, a, b, **moved(rand, Q, v))
+    close(entry, moved_value, base, dtype, scale=10)
+    # not a vacuous check: moving the data without the slices changes the value
+    other = entry(X @ Q.T + v, Y @ Q.T + v, a, b, **rand)
+    assert not torch.allclose(other, base, rtol=1e-3)
+
+
+@pytest.mark.parametrize("entry", having(TRANSLATION_LAW))
+def test_translation_with_same_seed_and_default_centre(entry, device):
+    """Roots follow the weighted mean of the data, directions do not move: exact invariance."""
+    X, Y, a, b = make_data(device=device, seed=3)
+    v = torch.tensor([3.0, -2.0, 1.0], dtype=F64, device=device)
+    close(entry, entry(X + v, Y + v, a, b, seed=9), entry(X, Y, a, b, seed=9), scale=100)
+
+
+@pytest.mark.parametrize("entry", having(HOMOGENEOUS))
+@pytest.mark.parametrize("c", [2.5, 0.3])
+def test_homogeneity_with_scaled_slices(entry, c, device):
+    X, Y, a, b = make_data(device=device, seed=4)
+    rand = frozen(entry, 3, device=device)
+    scaled = entry(c * X, c * Y, a, b, **moved(rand, c=c))
+    close(entry, scaled, c**entry.degree * entry(X, Y, a, b, **rand), scale=10)
+
+
+@pytest.mark.parametrize("entry", having(DELTA_HOMOGENEOUS))
+@pytest.mark.parametrize("c", [2.5, 0.3])
+def test_db_tsw_homogeneous_only_with_rescaled_delta(entry, c, device):
+    X, Y, a, b = make_data(device=device, seed=4)
+    rand = frozen(entry, 3, device=device)
+    delta = entry.kwargs["delta"]
+    base = entry(X, Y, a, b, **rand)
+    scaled = entry(c * X, c * Y, a, b, delta=delta / c, **moved(rand, c=c))
+    close(entry, scaled, c**entry.degree * base, scale=10)
+    if delta > 0:  # documented: not homogeneous with the same delta
+        same_delta = entry(c * X, c * Y, a, b, **moved(rand, c=c))
+        assert not torch.allclose(same_delta, c**entry.degree * base, rtol=1e-6)
+
+
+@pytest.mark.parametrize("entry", having(HOMOGENEOUS_LAW))
+def test_homogeneity_same_seed(entry, device):
+    X, Y, a, b = make_data(device=device, seed=4)
+    close(entry, entry(2.5 * X, 2.5 * Y, a, b, seed=2), 2.5 * entry(X, Y, a, b, seed=2))
+
+
+# --------------------------------------------------------------------------- 11. determinism
+
+
+@pytest.mark.parametrize("entry", having(SEED))
+def test_seed_determinism_and_global_rng(entry, device):
+    X, Y, a, b = make_data(device=device, seed=6)
+    cpu_state = torch.get_rng_state()
+    cuda_state = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    v1 = entry(X, Y, a, b, seed=5)
+    v2 = entry(X, Y, a, b, seed=5)
+    assert torch.equal(v1, v2)  # bit-identical
+    assert not torch.equal(v1, entry(X, Y, a, b, seed=6))
+    # without a seed: fresh draws, and the global generators are neither read nor advanced
+    u1, u2 = entry(X, Y, a, b), entry(X, Y, a, b)
+    assert not torch.equal(u1, u2)
+    assert torch.equal(torch.get_rng_state(), cpu_state)
+    if cuda_state is not None:
+        after = torch.cuda.get_rng_state_all()
+        assert all(torch.equal(s, t) for s, t in zip(after, cuda_state, strict=True))
+    # reseeding the global RNG does not make unseeded calls reproducible
+    torch.manual_seed(0)
+    w1 = entry(X, Y, a, b)
+    torch.manual_seed(0)
+    assert not torch.equal(w1, entry(X, Y, a, b))
+
+
+@pytest.mark.parametrize("entry", having(GENERATOR))
+def test_generator_reproducible_and_equal_to_seed(entry, device):
+    X, Y, a, b = make_data(device=device, seed=6)
+    v = entry(X, Y, a, b, generator=torch.Generator().manual_seed(7))
+    assert torch.equal(v, entry(X, Y, a, b, generator=torch.Generator().manual_seed(7)))
+    # documented: seed=s draws from a CPU generator seeded with s
+    assert torch.equal(v, entry(X, Y, a, b, seed=7))
+    g = torch.Generator().manual_seed(7)
+    first, second = entry(X, Y, a, b, generator=g), entry(X, Y, a, b, generator=g)
+    assert torch.equal(first, v)
+    assert not torch.equal(first, second)  # the generator advances
+    if device.type == "cuda":
+        gc = torch.Generator(device=device)
+        w = entry(X, Y, a, b, generator=gc.manual_seed(7))
+        assert torch.equal(w, entry(X, Y, a, b, generator=gc.manual_seed(7)))
+
+
+# ------------------------------------------------------------- 12. dtype, device, batch
+
+
+@pytest.mark.parametrize("entry", having(DTYPE))
+def test_dtype_device_and_float32_agreement(entry, device):
+    X, Y, a, b = make_data(device=device, seed=7)
+    values = {}
+    for dt in (torch.float32, torch.float64):
+        v = entry(X.to(dt), Y.to(dt), a.to(dt), b.to(dt), seed=3)
+        assert v.dtype == dt
+        assert v.device == X.device
+        assert v.shape == ()
+        values[dt] = v
+        Xb, Yb, ab, bb = make_data(batch=3, dtype=dt, device=device)
+        vb = entry(Xb, Yb, ab, bb, seed=3)
+        assert (vb.dtype, vb.device, vb.shape) == (dt, X.device, (3,))
+    torch.testing.assert_close(values[torch.float32].double(), values[F64], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("entry", having(BATCH))
+@pytest.mark.parametrize("weighted", [False, True])
+def test_batch_equals_loop(entry, weighted, dtype, device):
+    X, Y, a, b = make_data(N=6, M=8, batch=3, dtype=dtype, device=device, seed=8)
+    if not weighted:
+        a = b = None
+    for rand in ({"seed": 2}, frozen(entry, 3, dtype=dtype, device=device)):
+        batched = entry(X, Y, a, b, **rand)
+        loop = torch.stack(
+            [
+                entry(X[i], Y[i], None if a is None else a[i], None if b is None else b[i], **rand)
+                for i in range(3)
+            ]
+        )
+        assert batched.shape == (3,)
+        close(entry, batched, loop, dtype, scale=10)
+
+
+def _per_item_slices(entry, d, B, device):
+    items = [frozen(entry, d, device=device, seed=20 + i) for i in range(B)]
+    if entry.slices == "projections":
+        batched = {"projections": torch.stack([r["projections"] for r in items])}
+    else:
+        ts = [r["trees"] for r in items]
+        if isinstance(ts[0], ConcurrentLines):
+            batched = {
+                "trees": ConcurrentLines(
+                    torch.stack([t.roots for t in ts]), torch.stack([t.directions for t in ts])
+                )
+            }
+        else:
+            batched = {
+                "trees": ChainLines(
+                    torch.stack([t.sources for t in ts]), torch.stack([t.directions for t in ts])
+                )
+            }
+    return batched, items
+
+
+@pytest.mark.parametrize("entry", having(BATCH_SLICES))
+def test_batch_with_per_item_slices_equals_loop(entry, device):
+    X, Y, a, b = make_data(N=6, M=8, batch=3, device=device, seed=9)
+    batched_rand, items = _per_item_slices(entry, 3, 3, device)
+    batched = entry(X, Y, a, b, **batched_rand)
+    loop = torch.stack([entry(X[i], Y[i], a[i], b[i], **items[i]) for i in range(3)])
+    close(entry, batched, loop, scale=10)
+    # the items really use different slices
+    assert not torch.allclose(loop, entry(X, Y, a, b, **items[0]), rtol=1e-6)
+
+
+# --------------------------------------------------------------------------- 6. weight semantics
+
+
+@pytest.mark.parametrize("entry", having(WEIGHTS))
+def test_uniform_weights_default(entry, device):
+    X, Y, _, _ = make_data(N=6, M=9, device=device, seed=10)
+    a = torch.full((6,), 1 / 6, dtype=F64, device=device)
+    b = torch.full((9,), 1 / 9, dtype=F64, device=device)
+    for rand in ({"seed": 1}, frozen(entry, 3, device=device)):
+        close(entry, entry(X, Y, **rand), entry(X, Y, a, b, **rand))
+
+
+@pytest.mark.parametrize("entry", having(WEIGHTS))
+def test_integer_weights_equal_replicated_atoms(entry, device):
+    """N != M, rational weights: the same measure written with repeated atoms."""
+    X, Y, _, _ = make_data(N=5, M=7, device=device, seed=11)
+    cs = torch.tensor([1, 2, 3, 1, 1], device=device)
+    ct = torch.tensor([2, 1, 1, 3, 1, 1, 1], device=device)
+    a, b = cs.to(F64) / cs.sum(), ct.to(F64) / ct.sum()
+    Xr, Yr = X.repeat_interleave(cs, dim=0), Y.repeat_interleave(ct, dim=0)
+    rand = frozen(entry, 3, device=device)
+    close(entry, entry(X, Y, a, b, **rand), entry(Xr, Yr, **rand), scale=10)
+
+
+@pytest.mark.parametrize("entry", having(WEIGHTS))
+def test_duplicated_atom_at_half_weight(entry, device):
+    X, Y, a, b = make_data(device=device, seed=12)
+    j = 2
+    X2 = torch.cat([X, X[j : j + 1]])
+    a2 = torch.cat([a, a[j : j + 1] / 2])
+    a2[j] = a[j] / 2
+    Y2 = torch.cat([Y[:1], Y])
+    b2 = torch.cat([b[:1] / 2, b])
+    b2[1] = b[0] / 2
+    rand = frozen(entry, 3, device=device)
+    close(entry, entry(X2, Y2, a2, b2, **rand), entry(X, Y, a, b, **rand), scale=10)
+
+
+@pytest.mark.parametrize("entry", having(WEIGHTS))
+def test_zero_weight_atom(entry, device):
+    X, Y, a, b = make_data(device=device, seed=13)
+    extra = torch.tensor([[0.4, -0.3, 0.9]], dtype=F64, device=device)
+    rand = frozen(entry, 3, device=device)
+    Xg = X.clone().requires_grad_()
+    base = entry(Xg, Y, a, b, **rand)
+    (g_base,) = torch.autograd.grad(base, Xg)
+    X2 = torch.cat([X, extra]).requires_grad_()
+    a2 = torch.cat([a, torch.zeros(1, dtype=F64, device=device)]).requires_grad_()
+    value = entry(X2, Y, a2, b, **rand)
+    g_x, g_a = torch.autograd.grad(value, (X2, a2))
+    close(entry, value, base, scale=10)
+    close(entry, g_x[:-1], g_base, scale=1e3)
+    assert bool(torch.isfinite(g_x).all())
+    assert bool(torch.isfinite(g_a).all())
+    # the value does not depend on where a massless atom sits
+    assert float(g_x[-1].abs().max()) <= 1e-9
+    # and the zero-weight atom may also sit first in the target
+    value_t = entry(X, torch.cat([extra, Y]), a, torch.cat([b.new_zeros(1), b]), **rand)
+    close(entry, value_t, base, scale=10)
+
+
+# --------------------------------------------------------------------------- 13. gradients
+
+
+@pytest.mark.parametrize("entry", having(GRADCHECK))
+def test_gradcheck_points(entry):
+    X, Y, a, b = make_data(N=5, M=4, seed=14)  # generic: no ties among cumulative weights
+    rand = frozen(entry, 3)
+
+    def f(X_s, X_t):
+        return entry(X_s, X_t, a, b, **rand)
+
+    assert torch.autograd.gradcheck(f, (X.requires_grad_(), Y.requires_grad_()))
+
+
+@pytest.mark.parametrize("entry", having(GRADCHECK))
+def test_gradcheck_weights_zero_sum(entry):
+    """Weights: finite differences along zero-sum directions only.
+
+    The distances are balanced: with validate=True unequal totals raise, and off the
+    simplex the value is an arbitrary extension (mass sent to a root, clamped quantiles).
+    The meaningful derivative is the one along perturbations that keep both totals fixed
+    (POT #364, OTT): a = a0 + (u - mean(u)) and b = b0 + (v - mean(v)), gradcheck in (u, v),
+    which compares the projection of the analytic weight gradient onto zero-sum directions
+    with finite differences, and keeps validate=True on every evaluation.
+    """
+    # generic weights: no ties among the cumulative weights of the two measures (a tie,
+    # as with 0.2 + 0.3 = 0.5 = 0.35 + 0.15, is a kink of the 1-D quantile coupling)
+    X, Y, a0, b0 = make_data(N=5, M=4, seed=15)
+    rand = frozen(entry, 3)
+
+    def f(u, v):
+        return entry(X, Y, a0 + (u - u.mean()), b0 + (v - v.mean()), **rand)
+
+    u = torch.zeros(5, dtype=F64, requires_grad=True)
+    v = torch.zeros(4, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(f, (u, v))
+
+
+@pytest.mark.parametrize("entry", having(DEGENERATE))
+def test_finite_gradients_at_degenerate_inputs(entry, device):
+    X, Y, a, b = make_data(device=device, seed=16)
+    # duplicates inside a measure and atoms shared by both measures (ties)
+    Xd = torch.cat([X[:3], X[:3], Y[:2]])
+    ad = torch.full((8,), 1 / 8, dtype=F64, device=device)
+    cases = [(X, X.clone(), a, a.clone()), (Xd, Y, ad, b), (X, Xd, a, ad)]
+    for rand in ({"seed": 0}, frozen(entry, 3, device=device)):
+        for xs, xt, ws, wt in cases:
+            leaves = [t.clone().requires_grad_() for t in (xs, xt, ws, wt)]
+            value = entry(*leaves, **rand)
+            assert value.requires_grad
+            grads = torch.autograd.grad(value, leaves)
+            for g in grads:
+                assert bool(torch.isfinite(g).all()), entry.name
+        # the very same tensor on both sides (value identically zero)
+        Xs = X.clone().requires_grad_()
+        value = entry(Xs, Xs, a, a, **rand)
+        (g,) = torch.autograd.grad(value, Xs)
+        assert bool(torch.isfinite(g).all())
+        assert float(value.detach()) ** entry.p <= 1e-12
+
+
+def _degenerate_trees(entry, device):
+    """Hand-made trees with exact coordinates, and points at roots and on lines."""
+    n, k = entry.kwargs["n_trees"], entry.kwargs["n_lines"]
+    eye = torch.eye(3, dtype=F64)
+    frames = [eye, torch.stack([-eye[1], eye[2], eye[0]]), torch.stack([eye[2], -eye[0], eye[1]])]
+    dirs = torch.stack([frames[i % 3][:k] for i in range(n)]).to(device)
+    if entry.slices == "concurrent":
+        trees = ConcurrentLines(torch.zeros(n, 3, dtype=F64, device=device), dirs)
+        pts = [[0, 0, 0], [2, 0, 0], [0, -1.5, 0], [0, 0, 0.5], [-1, 0, 0], [0.3, 0.2, 0.1]]
+    else:
+        # line 0 through the origin along dirs[0]; line 1 starts at t=1 on line 0; ...
+        src = torch.zeros(n, k, 3, dtype=F64)
+        for i in range(1, k):
+            src[:, i] = src[:, i - 1] + (1.0 if i == 1 else -0.5) * dirs[:, i - 1].cpu()
+        trees = ChainLines(src.to(device), dirs)
+        s = src[0]
+        pts = [s[0].tolist(), (s[0] + 2 * dirs[0, 0].cpu()).tolist(), s[1].tolist()]
+        pts += [(s[1] + 0.7 * dirs[0, 1].cpu()).tolist(), [0.3, 0.2, 0.1]]
+        if k > 2:
+            pts += [s[2].tolist(), (s[2] + 0.3 * dirs[0, 2].cpu()).tolist()]
+    return trees, torch.tensor(pts, dtype=F64, device=device)
+
+
+@pytest.mark.parametrize("entry", having(TREE_DEGENERATE))
+def test_finite_gradients_at_roots_and_on_lines(entry, device):
+    trees, P = _degenerate_trees(entry, device)
+    _, Y, _, _ = make_data(N=P.shape[0], M=5, device=device, seed=17)
+    cases = [(P, Y), (P, P.clone()), (P, P[torch.arange(P.shape[0] - 1, -1, -1)])]
+    for xs, xt in cases:
+        xs, xt = xs.clone().requires_grad_(), xt.clone().requires_grad_()
+        ws = torch.full((xs.shape[0],), 1 / xs.shape[0], dtype=F64, device=device)
+        wt = torch.full((xt.shape[0],), 1 / xt.shape[0], dtype=F64, device=device)
+        ws.requires_grad_()
+        wt.requires_grad_()
+        value = entry(xs, xt, ws, wt, trees=trees)
+        assert bool(torch.isfinite(value))
+        for g in torch.autograd.grad(value, (xs, xt, ws, wt)):
+            assert bool(torch.isfinite(g).all()), entry.name
+
+
+@pytest.mark.parametrize("entry", having(DEGENERATE))
+def test_upstream_gradient_scaling(entry, device):
+    """grad(c * f) = c * grad(f): the backward passes honour grad_output."""
+    X, Y, a, b = make_data(device=device, seed=18)
+    rand = frozen(entry, 3, device=device)
+    Xg = X.clone().requires_grad_()
+    ag = a.clone().requires_grad_()
+    g1 = torch.autograd.grad(entry(Xg, Y, ag, b, **rand), (Xg, ag))
+    g2 = torch.autograd.grad(-3.5 * entry(Xg, Y, ag, b, **rand), (Xg, ag))
+    for u, v in zip(g1, g2, strict=True):
+        close(entry, v, -3.5 * u, scale=10)
+    # vector upstream gradient on a batch: each item's gradient weighted by its own factor
+    Xb, Yb, ab, bb = make_data(batch=3, device=device, seed=19)
+    Xb.requires_grad_()
+    c = torch.tensor([2.0, -1.0, 0.5], dtype=F64, device=device)
+    (gv,) = torch.autograd.grad(entry(Xb, Yb, ab, bb, **rand), Xb, grad_outputs=c)
+    (g1,) = torch.autograd.grad(entry(Xb, Yb, ab, bb, **rand).sum(), Xb)
+    close(entry, gv, c[:, None, None] * g1, scale=10)
+
+
+@pytest.mark.parametrize("chain", [False, True])
+@pytest.mark.parametrize("p", [1.0, 2.0, 1.5])
+def test_line_system_cost_backward(chain, p):
+    """The custom autograd Function: gradcheck and upstream-gradient scaling."""
+    g = torch.Generator().manual_seed(int(10 * p) + chain)
+    coords = torch.randn(4, 3, 6, generator=g, dtype=F64, requires_grad=True)
+    masses = torch.randn(4, 3, 6, generator=g, dtype=F64, requires_grad=True)
+    att = torch.randn(4, 3, generator=g, dtype=F64) if chain else None
+
+    def f(c, m):
+        return tsw.line_system_cost(c, m, att, p)
+
+    assert torch.autograd.gradcheck(f, (coords, masses))
+    out = f(coords, masses)
+    assert out.shape == (4,)
+    up = torch.tensor([3.0, -2.0, 0.0, 0.25], dtype=F64)
+    gv = torch.autograd.grad(out, (coords, masses), grad_outputs=up)
+    loop = [torch.zeros_like(coords), torch.zeros_like(masses)]
+    for i in range(4):
+        gi = torch.autograd.grad(f(coords, masses)[i], (coords, masses))
+        loop[0] += up[i] * gi[0]
+        loop[1] += up[i] * gi[1]
+    for u, v in zip(gv, loop, strict=True):
+        torch.testing.assert_close(u, v, **tolerances(F64))
+
+
+# --------------------------------------------------------------------------- module = function
+
+
+MODULES = [pytest.param(e, id=e.name) for e in REGISTRY if e.module is not None]
+
+
+@pytest.mark.parametrize("entry", MODULES)
+def test_module_equals_function(entry, device):
+    X, Y, a, b = make_data(batch=3, device=device, seed=20)
+    fixed = entry.module(**entry.kwargs, seed=5, resample=False, reduction="none")
+    v1, v2 = fixed(X, Y, a, b), fixed(X, Y, a, b)
+    assert torch.equal(v1, v2)  # the same draw at every call
+    assert torch.equal(v1, entry.function(X, Y, a, b, **entry.kwargs, seed=fixed._fixed_seed))
+    # a fixed draw without a seed is still stable across calls
+    anon = entry.module(**entry.kwargs, resample=False, reduction="none")
+    assert torch.equal(anon(X, Y, a, b), anon(X, Y, a, b))
+    # resample=True: the module's generator replays Generator().manual_seed(seed)
+    mod = entry.module(**entry.kwargs, seed=5, resample=True, reduction="none")
+    g = torch.Generator().manual_seed(5)
+    first = mod(X, Y, a, b)
+    assert torch.equal(first, entry.function(X, Y, a, b, **entry.kwargs, generator=g))
+    second = mod(X, Y, a, b)
+    assert torch.equal(second, entry.function(X, Y, a, b, **entry.kwargs, generator=g))
+    assert not torch.equal(first, second)
+
+
+@pytest.mark.parametrize("entry", MODULES)
+def test_module_reduction(entry, device):
+    X, Y, a, b = make_data(batch=3, device=device, seed=21)
+    expected = entry.function(X, Y, a, b, **entry.kwargs, seed=4)
+    for reduction, want in (("none", expected), ("mean", expected.mean()), ("sum", expected.sum())):
+        mod = entry.module(**entry.kwargs, seed=4, resample=False, reduction=reduction)
+        out = mod(X, Y, a, b)
+        assert out.shape == want.shape
+        close(entry, out, want)
+    # unbatched input: a 0-d value whatever the reduction
+    for reduction in ("none", "mean", "sum"):
+        mod = entry.module(**entry.kwargs, seed=4, resample=False, reduction=reduction)
+        out = mod(X[0], Y[0], a[0], b[0])
+        assert out.shape == ()
+        close(entry, out, expected[0], scale=10)
+
+
+@pytest.mark.parametrize("entry", MODULES)
+def test_module_backward(entry):
+    X, Y, a, b = make_data(batch=2, seed=22)
+    X.requires_grad_()
+    mod = entry.module(**entry.kwargs, seed=1, resample=False)
+    mod(X, Y, a, b).backward()
+    assert X.grad is not None
+    assert bool(torch.isfinite(X.grad).all())
+    assert float(X.grad.abs().max()) > 0
+
+
+# --------------------------------------------------------------------------- 14. non-finite input
+
+
+def _nonfinite_cases(device):
+    X, Y, a, b = make_data(device=device, seed=23)
+    cases = []
+    for bad in (math.nan, math.inf, -math.inf):
+        Xbad, Ybad = X.clone(), Y.clone()
+        Xbad[1, 2] = bad
+        Ybad[0, 0] = bad
+        cases += [("X_s", (Xbad, Y, a, b)), ("X_t", (X, Ybad, a, b))]
+    abad = a.clone()
+    abad[2] = math.nan
+    cases.append(("a", (X, Y, abad, b)))
+    return cases
+
+
+@pytest.mark.parametrize("entry", having(NONFINITE))
+def test_nonfinite_input_raises_with_validation(entry, device):
+    for name, args in _nonfinite_cases(device):
+        with pytest.raises(ValueError, match=f"{name} contains NaN or Inf"):
+            entry(*args, seed=0)
+
+
+@pytest.mark.parametrize("entry", having(NONFINITE))
+def test_nonfinite_input_never_gives_a_finite_value_without_validation(entry, device):
+    """validate=False skips the check; NaN/Inf must then propagate, never vanish."""
+    silent = []
+    for name, args in _nonfinite_cases(device):
+        value = entry(*args, seed=0, validate=False)
+        if bool(torch.isfinite(value)):
+            bad = {"X_s": args[0], "X_t": args[1], "a": args[2]}[name]
+            kind = "nan" if bool(bad.isnan().any()) else "inf"
+            silent.append(f"{kind} in {name} -> {float(value)}")
+    assert not silent, silent

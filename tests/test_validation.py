@@ -1,0 +1,822 @@
+"""One test per error path, with the exception type and a distinctive part of the message.
+
+Shape, type and option checks always run; value checks (NaN/Inf, signs, totals, unit
+directions, simplex) run with ``validate=True`` (the default) and are skipped with
+``validate=False``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+
+import tsw
+from tsw import ChainLines, ConcurrentLines
+
+F64 = torch.float64
+
+
+def data(N=5, M=4, d=3, batch=None, dtype=F64):
+    g = torch.Generator().manual_seed(0)
+    lead = () if batch is None else (batch,)
+    X = torch.randn(*lead, N, d, generator=g, dtype=F64).to(dtype)
+    Y = torch.randn(*lead, M, d, generator=g, dtype=F64).to(dtype) + 1
+    return X, Y
+
+
+def uniform(n, batch=None, dtype=F64):
+    shape = (n,) if batch is None else (batch, n)
+    return torch.full(shape, 1 / n, dtype=dtype)
+
+
+#: every public distance, with small settings; all share the measure checks
+DISTANCES = {
+    "tsw_sl": lambda *args, **kw: tsw.tsw_sl(*args, **{"n_trees": 3, "n_lines": 2, **kw}),
+    "db_tsw": lambda *args, **kw: tsw.db_tsw(*args, **{"n_trees": 3, "n_lines": 2, **kw}),
+    "sw": lambda *args, **kw: tsw.sw(*args, **{"n_projections": 4, **kw}),
+    "max_sw": lambda *args, **kw: tsw.max_sw(*args, **{"n_iter": 1, "n_init": 2, **kw}),
+    "TSWSLLoss": lambda *args, **kw: tsw.nn.TSWSLLoss(n_trees=3, n_lines=2, **kw)(*args),
+    "DbTSWLoss": lambda *args, **kw: tsw.nn.DbTSWLoss(n_trees=3, n_lines=2, **kw)(*args),
+    "SWLoss": lambda *args, **kw: tsw.nn.SWLoss(n_projections=4, **kw)(*args),
+    "MaxSWLoss": lambda *args, **kw: tsw.nn.MaxSWLoss(n_iter=1, n_init=2, **kw)(*args),
+}
+FUNCTIONS = ["tsw_sl", "db_tsw", "sw", "max_sw"]
+
+
+@pytest.fixture(params=list(DISTANCES))
+def dist(request):
+    return DISTANCES[request.param]
+
+
+@pytest.fixture(params=FUNCTIONS)
+def fn(request):
+    return DISTANCES[request.param]
+
+
+def lit(text):
+    """Regex matching ``text`` literally."""
+    return re.escape(text)
+
+
+# --------------------------------------------------------------------------- types and dtypes
+
+
+def test_non_tensor_input(dist):
+    X, Y = data()
+    with pytest.raises(TypeError, match=lit("X_s must be a torch.Tensor; got list")):
+        dist(X.tolist(), Y)
+    with pytest.raises(TypeError, match=lit("X_t must be a torch.Tensor; got ndarray")):
+        dist(X, Y.numpy())
+
+
+@pytest.mark.parametrize("bad", [torch.int64, torch.int32, torch.bool])
+def test_non_floating_dtype(dist, bad):
+    X, Y = data()
+    with pytest.raises(
+        TypeError, match=lit(f"X_s must have dtype torch.float32 or torch.float64; got {bad}")
+    ):
+        dist(X.to(bad), Y.to(bad))
+
+
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+def test_half_precision_rejected(dist, half):
+    X, Y = data()
+    with pytest.raises(TypeError, match=lit(f"got {half}")):
+        dist(X.to(half), Y.to(half))
+    with pytest.raises(
+        TypeError, match=lit(f"X_t must have dtype torch.float32 or torch.float64; got {half}")
+    ):
+        dist(X, Y.to(half))
+
+
+def test_mixed_dtypes(dist):
+    X, Y = data()
+    with pytest.raises(TypeError, match=lit("X_t must have the same dtype as X_s")):
+        dist(X, Y.float())
+    with pytest.raises(TypeError, match=lit("a must have the same dtype as X_s")):
+        dist(X, Y, uniform(5, dtype=torch.float32), uniform(4))
+    with pytest.raises(TypeError, match=lit("b must have the same dtype as X_t")):
+        dist(X, Y, uniform(5), uniform(4, dtype=torch.float32))
+
+
+def test_weights_not_tensor(dist):
+    X, Y = data()
+    with pytest.raises(TypeError, match=lit("a must be a torch.Tensor; got list")):
+        dist(X, Y, [0.2] * 5, uniform(4))
+
+
+def test_mixed_devices():
+    # the meta device stands in for a second device on CPU-only machines; device checks
+    # read metadata only, so they run even with validate=False
+    X, Y = data()
+    with pytest.raises(ValueError, match=lit("X_t must be on the same device as X_s")):
+        tsw.sw(X, Y.to("meta"), validate=False)
+    with pytest.raises(ValueError, match=lit("a must be on the same device as X_s")):
+        tsw.db_tsw(X, Y, uniform(5).to("meta"), uniform(4), validate=False)
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+@pytest.mark.parametrize("shape", [(5,), (1, 2, 5, 3)])
+def test_wrong_ndim(dist, shape):
+    X = torch.zeros(shape, dtype=F64)
+    _, Y = data()
+    with pytest.raises(
+        ValueError, match=lit("X_s must have shape (N, d) or (B, N, d); got X_s.shape=")
+    ):
+        dist(X, Y)
+    with pytest.raises(ValueError, match=lit("X_t must have shape (N, d) or (B, N, d)")):
+        dist(Y, X)
+
+
+def test_feature_dimension_mismatch(dist):
+    X, _ = data(d=3)
+    _, Y = data(d=2)
+    with pytest.raises(ValueError, match=lit("X_s and X_t must have the same feature dimension d")):
+        dist(X, Y)
+
+
+def test_batch_size_mismatch(dist):
+    X, _ = data(batch=2)
+    _, Y = data(batch=3)
+    with pytest.raises(ValueError, match=lit("X_s and X_t must have the same batch size B")):
+        dist(X, Y)
+
+
+def test_mixed_batched_and_unbatched(dist):
+    X, _ = data(batch=2)
+    _, Y = data()
+    with pytest.raises(ValueError, match=lit("X_s and X_t must both be unbatched")):
+        dist(X, Y)
+
+
+def test_empty_measure(dist):
+    X, Y = data()
+    with pytest.raises(ValueError, match=lit("X_s is an empty measure")):
+        dist(X[:0], Y)
+    with pytest.raises(ValueError, match=lit("X_t is an empty measure")):
+        dist(X, Y[:0])
+    Xb, Yb = data(batch=2)
+    with pytest.raises(ValueError, match=lit("X_s is an empty measure")):
+        dist(Xb[:, :0], Yb)
+
+
+def test_zero_feature_dimension(dist):
+    X = torch.zeros(5, 0, dtype=F64)
+    Y = torch.zeros(4, 0, dtype=F64)
+    with pytest.raises(ValueError, match=lit("X_s must have d >= 1 features")):
+        dist(X, Y)
+
+
+def test_weight_shape_mismatch(dist):
+    X, Y = data()
+    with pytest.raises(ValueError, match=lit("a must have shape (N,) = (5,)")):
+        dist(X, Y, uniform(4), uniform(4))
+    with pytest.raises(ValueError, match=lit("b must have shape (N,) = (4,)")):
+        dist(X, Y, uniform(5), uniform(5))
+    Xb, Yb = data(batch=2)
+    with pytest.raises(ValueError, match=lit("a must have shape (B, N) = (2, 5)")):
+        dist(Xb, Yb, uniform(5), uniform(4, batch=2))  # unbatched weights, batched points
+
+
+# --------------------------------------------------------------------------- weight values
+
+
+def test_negative_weights(dist):
+    X, Y = data()
+    a = torch.tensor([0.5, -0.1, 0.2, 0.2, 0.2], dtype=F64)
+    with pytest.raises(ValueError, match=lit("a must be non-negative; got a minimum of -0.1")):
+        dist(X, Y, a, uniform(4))
+
+
+def test_nan_weights(dist):
+    X, Y = data()
+    b = torch.tensor([0.5, math.nan, 0.25, 0.25], dtype=F64)
+    with pytest.raises(ValueError, match=lit("b contains NaN or Inf values")):
+        dist(X, Y, uniform(5), b)
+
+
+def test_zero_total_weight(dist):
+    X, Y = data()
+    with pytest.raises(
+        ValueError, match=lit("a must have a positive total mass; got a total of 0")
+    ):
+        dist(X, Y, torch.zeros(5, dtype=F64), torch.zeros(4, dtype=F64))
+    Xb, Yb = data(batch=2)
+    a = uniform(5, batch=2)
+    a[1] = 0
+    with pytest.raises(ValueError, match=lit("a must have a positive total mass")):
+        dist(Xb, Yb, a, uniform(4, batch=2))
+
+
+def test_unequal_total_mass(dist):
+    X, Y = data()
+    with pytest.raises(ValueError, match=lit("a and b must have equal total mass")):
+        dist(X, Y, uniform(5), 2 * uniform(4))
+    # totals need not be 1, only equal
+    assert torch.isfinite(dist(X, Y, 3 * uniform(5), 3 * uniform(4)))
+    Xb, Yb = data(batch=3)
+    b = uniform(4, batch=3)
+    b[2, 0] += 0.01
+    with pytest.raises(ValueError, match=lit("at batch index 2")):
+        dist(Xb, Yb, uniform(5, batch=3), b)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_nonfinite_points(dist, bad):
+    X, Y = data()
+    X[2, 1] = bad
+    with pytest.raises(ValueError, match=lit("X_s contains NaN or Inf values")):
+        dist(X, Y)
+    with pytest.raises(ValueError, match=lit("X_t contains NaN or Inf values")):
+        dist(Y, X)
+
+
+# --------------------------------------------------------------------------- scalar options
+
+
+@pytest.mark.parametrize("p", [0.5, 0, -1, math.inf, math.nan])
+def test_p_out_of_range(dist, p):
+    X, Y = data()
+    with pytest.raises(ValueError, match=lit("p must be a finite real number >= 1")):
+        dist(X, Y, p=p)
+
+
+@pytest.mark.parametrize("p", ["2", None, True, torch.tensor(2.0)])
+def test_p_not_a_number(dist, p):
+    X, Y = data()
+    with pytest.raises(TypeError, match=lit("p must be a real number >= 1; got")):
+        dist(X, Y, p=p)
+
+
+@pytest.mark.parametrize("name", ["tsw_sl", "db_tsw", "TSWSLLoss", "DbTSWLoss"])
+@pytest.mark.parametrize("count", ["n_trees", "n_lines"])
+def test_tree_counts(name, count):
+    X, Y = data()
+    make = {
+        "tsw_sl": lambda **kw: tsw.tsw_sl(X, Y, **kw),
+        "db_tsw": lambda **kw: tsw.db_tsw(X, Y, **kw),
+        "TSWSLLoss": lambda **kw: tsw.nn.TSWSLLoss(**kw)(X, Y),
+        "DbTSWLoss": lambda **kw: tsw.nn.DbTSWLoss(**kw)(X, Y),
+    }[name]
+    with pytest.raises(ValueError, match=lit(f"{count} must be an int >= 1; got 0")):
+        make(**{count: 0})
+    with pytest.raises(ValueError, match=lit(f"{count} must be an int >= 1; got -3")):
+        make(**{count: -3})
+    with pytest.raises(TypeError, match=lit(f"{count} must be an int >= 1; got float")):
+        make(**{count: 2.0})
+    with pytest.raises(TypeError, match=lit(f"{count} must be an int >= 1; got bool")):
+        make(**{count: True})
+
+
+def test_projection_and_iteration_counts():
+    X, Y = data()
+    with pytest.raises(ValueError, match=lit("n_projections must be an int >= 1; got 0")):
+        tsw.sw(X, Y, n_projections=0)
+    with pytest.raises(TypeError, match=lit("n_projections must be an int >= 1; got float")):
+        tsw.sw(X, Y, n_projections=10.0)
+    with pytest.raises(ValueError, match=lit("n_projections must be an int >= 1; got 0")):
+        tsw.nn.SWLoss(n_projections=0)(X, Y)
+    with pytest.raises(ValueError, match=lit("n_iter must be an int >= 0; got -1")):
+        tsw.max_sw(X, Y, n_iter=-1)
+    with pytest.raises(ValueError, match=lit("n_iter must be an int >= 0; got 2.5")):
+        tsw.max_sw(X, Y, n_iter=2.5)
+    with pytest.raises(ValueError, match=lit("n_init must be an int >= 1; got 0")):
+        tsw.max_sw(X, Y, n_init=0)
+    with pytest.raises(ValueError, match=lit("lr must be a finite real number >= 0; got -0.1")):
+        tsw.max_sw(X, Y, lr=-0.1)
+
+
+def test_sampler_counts():
+    with pytest.raises(ValueError, match=lit("n_trees must be an int >= 1; got 0")):
+        tsw.sample_concurrent_lines(0, 2, 3)
+    with pytest.raises(ValueError, match=lit("n_lines must be an int >= 1; got 0")):
+        tsw.sample_chain_lines(2, 0, 3)
+    with pytest.raises(TypeError, match=lit("dim must be an int >= 1; got float")):
+        tsw.sample_concurrent_lines(2, 2, 3.0)
+    with pytest.raises(ValueError, match=lit("n_projections must be an int >= 1; got 0")):
+        tsw.sample_projections(3, 0)
+
+
+@pytest.mark.parametrize("delta", [-1.0, -1e-9, math.inf, math.nan])
+def test_delta_out_of_range(delta):
+    X, Y = data()
+    with pytest.raises(ValueError, match=lit("delta must be a finite real number >= 0")):
+        tsw.db_tsw(X, Y, delta=delta)
+    with pytest.raises(ValueError, match=lit("delta must be a finite real number >= 0")):
+        tsw.nn.DbTSWLoss(delta=delta)(X, Y)
+
+
+def test_delta_not_a_number():
+    X, Y = data()
+    with pytest.raises(TypeError, match=lit("delta must be a real number >= 0; got str")):
+        tsw.db_tsw(X, Y, delta="2")
+
+
+@pytest.mark.parametrize("std", [-0.1, math.nan, math.inf])
+def test_root_std_out_of_range(std):
+    X, Y = data()
+    with pytest.raises(ValueError, match=lit("std must be a finite real number >= 0")):
+        tsw.db_tsw(X, Y, root_std=std, seed=0)
+    with pytest.raises(ValueError, match=lit("std must be a finite real number >= 0")):
+        tsw.tsw_sl(X, Y, root_std=std, seed=0)
+    with pytest.raises(ValueError, match=lit("std must be a finite real number >= 0")):
+        tsw.sample_concurrent_lines(2, 2, 3, std=std)
+
+
+def test_orthogonal_needs_k_at_most_d():
+    X, Y = data(d=2)
+    msg = lit("orthogonal directions need n_lines <= dim; got n_lines=3 and dim=2")
+    with pytest.raises(ValueError, match=msg):
+        tsw.db_tsw(X, Y, n_trees=2, n_lines=3, orthogonal=True)
+    with pytest.raises(ValueError, match=msg):
+        tsw.nn.DbTSWLoss(n_trees=2, n_lines=3, orthogonal=True)(X, Y)
+    with pytest.raises(ValueError, match=msg):
+        tsw.sample_concurrent_lines(2, 3, 2, orthogonal=True)
+    # k == d is fine
+    assert tsw.sample_concurrent_lines(2, 2, 2, orthogonal=True).n_lines == 2
+
+
+@pytest.mark.parametrize("tree", ["star", "Chain", None, ""])
+def test_bad_tree_option(tree):
+    X, Y = data()
+    with pytest.raises(
+        ValueError, match=lit(f"tree must be one of 'chain', 'concurrent'; got {tree!r}")
+    ):
+        tsw.tsw_sl(X, Y, tree=tree)
+    with pytest.raises(ValueError, match=lit("tree must be one of 'chain', 'concurrent'")):
+        tsw.nn.TSWSLLoss(tree=tree)(X, Y)
+
+
+# --------------------------------------------------------------------------- alpha
+
+
+def test_alpha_wrong_shape():
+    X, Y = data()
+    msg = lit("alpha must have shape (k,) = (2,) or (T, k) = (3, 2); got alpha.shape=")
+    for alpha in (torch.full((3,), 1 / 3, dtype=F64), torch.full((2, 2), 0.5, dtype=F64)):
+        with pytest.raises(ValueError, match=msg):
+            tsw.tsw_sl(X, Y, n_trees=3, n_lines=2, alpha=alpha)
+
+
+def test_alpha_off_simplex():
+    X, Y = data()
+    kw = {"n_trees": 3, "n_lines": 2}
+    with pytest.raises(ValueError, match=lit("alpha must lie on the simplex")):
+        tsw.tsw_sl(X, Y, alpha=torch.tensor([1.5, -0.5], dtype=F64), **kw)
+    with pytest.raises(
+        ValueError,
+        match=lit(
+            "alpha must lie on the simplex (non-negative entries summing to 1); got a sum of 0.8"
+        ),
+    ):
+        tsw.tsw_sl(X, Y, alpha=torch.tensor([0.4, 0.4], dtype=F64), **kw)
+    with pytest.raises(ValueError, match=lit("alpha contains NaN or Inf values")):
+        tsw.tsw_sl(X, Y, alpha=torch.tensor([math.nan, 0.5], dtype=F64), **kw)
+    per_tree = torch.tensor([[0.5, 0.5], [0.3, 0.7], [0.5, 0.6]], dtype=F64)
+    with pytest.raises(ValueError, match=lit("alpha must lie on the simplex")):
+        tsw.tsw_sl(X, Y, alpha=per_tree, **kw)
+
+
+def test_alpha_dtype_and_type():
+    X, Y = data()
+    with pytest.raises(ValueError, match=lit("alpha must have the dtype and device of X_s")):
+        tsw.tsw_sl(X, Y, n_lines=2, alpha=torch.tensor([0.5, 0.5]))
+    with pytest.raises(TypeError, match=lit("alpha must be a torch.Tensor; got list")):
+        tsw.tsw_sl(X, Y, n_lines=2, alpha=[0.5, 0.5])
+
+
+# --------------------------------------------------------------------------- explicit trees
+
+
+def concurrent(T=3, k=2, d=3, dtype=F64):
+    return tsw.sample_concurrent_lines(T, k, d, seed=0, dtype=dtype)
+
+
+def chain(T=3, k=2, d=3, dtype=F64):
+    return tsw.sample_chain_lines(T, k, d, seed=0, dtype=dtype)
+
+
+def test_db_tsw_rejects_chain_trees():
+    X, Y = data()
+    with pytest.raises(TypeError, match=lit("trees must be ConcurrentLines; got ChainLines")):
+        tsw.db_tsw(X, Y, trees=chain())
+
+
+@pytest.mark.parametrize(
+    ("name", "bad"), [("tsw_sl", {"roots": None}), ("db_tsw", torch.zeros(3, 2, 3, dtype=F64))]
+)
+def test_trees_of_wrong_type(name, bad):
+    # a TypeError naming the accepted classes, not an AttributeError from reading
+    # bad.n_trees before the type is checked
+    X, Y = data()
+    expected = "ChainLines or ConcurrentLines" if name == "tsw_sl" else "ConcurrentLines"
+    with pytest.raises(TypeError, match=lit(f"trees must be {expected}; got {type(bad).__name__}")):
+        getattr(tsw, name)(X, Y, trees=bad)
+
+
+@pytest.mark.parametrize("make", [concurrent, chain])
+def test_trees_of_wrong_dimension(make):
+    X, Y = data(d=3)
+    msg = lit("trees must live in the dimension of the data, d=3; got trees of dimension 2")
+    with pytest.raises(ValueError, match=msg):
+        tsw.tsw_sl(X, Y, trees=make(d=2))
+    if make is concurrent:
+        with pytest.raises(ValueError, match=msg):
+            tsw.db_tsw(X, Y, trees=make(d=2))
+
+
+@pytest.mark.parametrize("make", [concurrent, chain])
+def test_trees_of_wrong_dtype(make):
+    X, Y = data()
+    with pytest.raises(ValueError, match=lit("trees must have the dtype and device of X_s")):
+        tsw.tsw_sl(X, Y, trees=make(dtype=torch.float32))
+
+
+def test_batched_trees_need_matching_batched_measures():
+    X, Y = data()
+    trees = tsw.sample_concurrent_lines(3, 2, 3, center=torch.zeros(2, 3, dtype=F64), seed=0)
+    assert trees.batch_size == 2
+    with pytest.raises(ValueError, match=lit("batched trees (batch size 2) need batched measures")):
+        tsw.db_tsw(X, Y, trees=trees)
+    Xb, Yb = data(batch=4)
+    with pytest.raises(
+        ValueError,
+        match=lit("batched trees (batch size 2) need batched measures of the same batch size"),
+    ):
+        tsw.db_tsw(Xb, Yb, trees=trees)
+
+
+@pytest.mark.parametrize(("count", "value"), [("n_trees", 5), ("n_lines", 4)])
+def test_counts_disagreeing_with_explicit_trees(count, value):
+    X, Y = data()
+    actual = 3 if count == "n_trees" else 2
+    msg = lit(f"{count}={value} disagrees with the explicit trees, which have {count}={actual}")
+    with pytest.raises(ValueError, match=msg):
+        tsw.db_tsw(X, Y, trees=concurrent(), **{count: value})
+    with pytest.raises(ValueError, match=msg):
+        tsw.tsw_sl(X, Y, trees=chain(), **{count: value})
+    # equal counts are accepted
+    assert torch.isfinite(tsw.db_tsw(X, Y, trees=concurrent(), **{count: actual}))
+
+
+def test_non_unit_directions():
+    dirs = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]]], dtype=F64)
+    with pytest.raises(
+        ValueError,
+        match=lit("directions must have unit-norm rows (last dimension); got a row of norm 2"),
+    ):
+        ConcurrentLines(torch.zeros(1, 3, dtype=F64), dirs)
+    with pytest.raises(ValueError, match=lit("directions must have unit-norm rows")):
+        ChainLines(torch.zeros(1, 2, 3, dtype=F64), dirs)
+    zero = torch.zeros(1, 1, 3, dtype=F64)
+    with pytest.raises(ValueError, match=lit("directions must have unit-norm rows")):
+        ConcurrentLines(torch.zeros(1, 3, dtype=F64), zero)
+
+
+def test_chain_source_off_previous_line():
+    dirs = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]], dtype=F64)
+    on = torch.tensor([[[0.0, 0.0, 0.0], [2.0, 0.0, 0.0]]], dtype=F64)
+    assert ChainLines(on, dirs).attachments.tolist() == [[0.0, 2.0]]
+    off = torch.tensor([[[0.0, 0.0, 0.0], [2.0, 0.1, 0.0]]], dtype=F64)
+    with pytest.raises(ValueError, match=lit("sources[..., i, :] must lie on line i-1")):
+        ChainLines(off, dirs)
+    with pytest.raises(
+        ValueError, match=lit("got a source at distance 0.1 from the previous line")
+    ):
+        ChainLines(off, dirs)
+
+
+def test_tree_container_shapes():
+    dirs = concurrent().directions  # (3, 2, 3)
+    with pytest.raises(
+        ValueError, match=lit("roots must have shape (T, d) or (B, T, d) matching directions")
+    ):
+        ConcurrentLines(torch.zeros(4, 3, dtype=F64), dirs)
+    with pytest.raises(
+        ValueError, match=lit("roots must have shape (T, d) or (B, T, d) matching directions")
+    ):
+        ConcurrentLines(torch.zeros(3, 2, dtype=F64), dirs)
+    with pytest.raises(
+        ValueError, match=lit("directions must have shape (T, k, d) or (B, T, k, d)")
+    ):
+        ConcurrentLines(torch.zeros(3, 3, dtype=F64), dirs[:, 0])
+    with pytest.raises(ValueError, match=lit("sources must have the shape of directions")):
+        ChainLines(torch.zeros(3, 3, 3, dtype=F64), dirs)
+    batched = torch.stack([dirs, dirs])  # (2, 3, 2, 3)
+    with pytest.raises(ValueError, match=lit("matching directions")):
+        ConcurrentLines(torch.zeros(5, 3, 3, dtype=F64), batched)
+
+
+def test_tree_container_types():
+    dirs = concurrent().directions
+    with pytest.raises(TypeError, match=lit("roots must be a torch.Tensor; got list")):
+        ConcurrentLines([[0.0] * 3] * 3, dirs)
+    with pytest.raises(TypeError, match=lit("directions must be a torch.Tensor; got ndarray")):
+        ConcurrentLines(torch.zeros(3, 3, dtype=F64), dirs.numpy())
+    with pytest.raises(ValueError, match=lit("roots and directions must share dtype and device")):
+        ConcurrentLines(torch.zeros(3, 3), dirs)
+    with pytest.raises(
+        TypeError, match=lit("sources must have dtype torch.float32 or torch.float64")
+    ):
+        ChainLines(torch.zeros(3, 2, 3, dtype=torch.int64), dirs)
+
+
+def test_tree_container_nonfinite():
+    dirs = concurrent().directions
+    roots = torch.zeros(3, 3, dtype=F64)
+    roots[1, 2] = math.nan
+    with pytest.raises(ValueError, match=lit("roots contains NaN or Inf values")):
+        ConcurrentLines(roots, dirs)
+    src = torch.zeros(3, 2, 3, dtype=F64)
+    src[0, 0, 0] = math.inf
+    with pytest.raises(ValueError, match=lit("sources contains NaN or Inf values")):
+        ChainLines(src, dirs)
+
+
+def test_center_shape():
+    X, Y = data()
+    with pytest.raises(
+        ValueError, match=lit("center must have shape (d,) = (3,); got center.shape=(2,)")
+    ):
+        tsw.db_tsw(X, Y, center=torch.zeros(2, dtype=F64))
+    Xb, Yb = data(batch=2)
+    with pytest.raises(
+        ValueError, match=lit("center must have shape (d,) = (3,) or (B, d) = (2, 3)")
+    ):
+        tsw.tsw_sl(Xb, Yb, center=torch.zeros(3, 3, dtype=F64))
+    with pytest.raises(ValueError, match=lit("center must have shape (d,) or (B, d) with d=3")):
+        tsw.sample_concurrent_lines(2, 2, 3, center=torch.zeros(2, dtype=F64))
+    with pytest.raises(TypeError, match=lit("center must be a torch.Tensor; got list")):
+        tsw.db_tsw(X, Y, center=[0.0, 0.0, 0.0])
+
+
+# --------------------------------------------------------------------------- randomness
+
+
+@pytest.mark.parametrize("seed", [1.0, "0", True, torch.tensor(0)])
+def test_seed_of_wrong_type(fn, seed):
+    X, Y = data()
+    with pytest.raises(TypeError, match=lit("seed must be an int or None; got")):
+        fn(X, Y, seed=seed)
+
+
+@pytest.mark.parametrize(
+    "cls", [tsw.nn.TSWSLLoss, tsw.nn.DbTSWLoss, tsw.nn.SWLoss, tsw.nn.MaxSWLoss]
+)
+def test_module_seed_of_wrong_type(cls):
+    with pytest.raises(TypeError, match=lit("seed must be an int or None; got float")):
+        cls(seed=1.5)
+
+
+def test_seed_and_generator(fn):
+    X, Y = data()
+    with pytest.raises(ValueError, match=lit("pass at most one of seed and generator; got both")):
+        fn(X, Y, seed=0, generator=torch.Generator().manual_seed(0))
+
+
+def test_generator_of_wrong_type(fn):
+    X, Y = data()
+    with pytest.raises(
+        TypeError, match=lit("generator must be a torch.Generator or None; got int")
+    ):
+        fn(X, Y, generator=0)
+
+
+def test_sampler_seed_checks():
+    with pytest.raises(TypeError, match=lit("seed must be an int or None; got str")):
+        tsw.sample_chain_lines(2, 2, 3, seed="1")
+    with pytest.raises(ValueError, match=lit("pass at most one of seed and generator")):
+        tsw.sample_projections(3, 4, seed=1, generator=torch.Generator())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_generator_with_cpu_data():
+    X, Y = data()
+    with pytest.raises(
+        ValueError, match=lit("generator must be on the CPU or on the data's device")
+    ):
+        tsw.db_tsw(X, Y, generator=torch.Generator(device="cuda"))
+
+
+# --------------------------------------------------------------------------- modules, projections
+
+
+@pytest.mark.parametrize(
+    "cls", [tsw.nn.TSWSLLoss, tsw.nn.DbTSWLoss, tsw.nn.SWLoss, tsw.nn.MaxSWLoss]
+)
+@pytest.mark.parametrize("reduction", ["avg", "MEAN", None, "batchmean"])
+def test_bad_reduction(cls, reduction):
+    with pytest.raises(
+        ValueError, match=lit(f"reduction must be one of 'mean', 'sum', 'none'; got {reduction!r}")
+    ):
+        cls(reduction=reduction)
+
+
+def test_projections_of_wrong_shape():
+    X, Y = data(d=3)
+    with pytest.raises(
+        ValueError,
+        match=lit("projections must have shape (d, L) with d=3; got projections.shape=(2, 4)"),
+    ):
+        tsw.sw(X, Y, projections=torch.zeros(2, 4, dtype=F64))
+    with pytest.raises(
+        ValueError,
+        match=lit("projections must have shape (d, L) with d=3; got projections.shape=(3,)"),
+    ):
+        tsw.sw(X, Y, projections=torch.zeros(3, dtype=F64))
+    with pytest.raises(ValueError, match=lit("projections.shape=(3, 0)")):
+        tsw.sw(X, Y, projections=torch.zeros(3, 0, dtype=F64))
+    # (B, d, L) only for batched measures, with the batch size of the data
+    with pytest.raises(
+        ValueError,
+        match=lit("projections must have shape (d, L) with d=3; got projections.shape=(2, 3, 4)"),
+    ):
+        tsw.sw(X, Y, projections=torch.zeros(2, 3, 4, dtype=F64))
+    Xb, Yb = data(batch=2)
+    with pytest.raises(
+        ValueError, match=lit("(d, L) with d=3 or (B, d, L); got projections.shape=(5, 3, 4)")
+    ):
+        tsw.sw(Xb, Yb, projections=torch.zeros(5, 3, 4, dtype=F64))
+
+
+def test_projections_dtype_and_type():
+    X, Y = data()
+    with pytest.raises(ValueError, match=lit("projections must have the dtype and device of X_s")):
+        tsw.sw(X, Y, projections=torch.eye(3)[:, :2])
+    with pytest.raises(TypeError, match=lit("projections must be a torch.Tensor; got list")):
+        tsw.sw(X, Y, projections=[[1.0], [0.0], [0.0]])
+
+
+# --------------------------------------------------------------------------- tree_wasserstein
+
+
+def tw_args(V=4):
+    lengths = torch.ones(V, dtype=F64)
+    ms = torch.full((V,), 1 / V, dtype=F64)
+    mt = torch.zeros(V, dtype=F64)
+    mt[0] = 1.0
+    return lengths, ms, mt
+
+
+def test_tree_wasserstein_roots():
+    lengths, ms, mt = tw_args(3)
+    with pytest.raises(
+        ValueError, match=lit("parents must contain exactly one root (entry -1); got 0 roots")
+    ):
+        tsw.tree_wasserstein([1, 2, 0], lengths, ms, mt)
+    with pytest.raises(
+        ValueError, match=lit("parents must contain exactly one root (entry -1); got 2 roots")
+    ):
+        tsw.tree_wasserstein([-1, 0, -1], lengths, ms, mt)
+
+
+def test_tree_wasserstein_cycle():
+    lengths, ms, mt = tw_args(4)
+    with pytest.raises(
+        ValueError,
+        match=lit("parents must describe a tree (connected, acyclic); only 2 of 4 nodes"),
+    ):
+        tsw.tree_wasserstein([-1, 0, 3, 2], lengths, ms, mt)
+    with pytest.raises(ValueError, match=lit("parents must describe a tree")):
+        tsw.tree_wasserstein(torch.tensor([-1, 2, 1, 1]), lengths, ms, mt)
+    # a self-loop is a cycle too
+    with pytest.raises(ValueError, match=lit("parents must describe a tree")):
+        tsw.tree_wasserstein([-1, 0, 2, 0], lengths, ms, mt)
+
+
+@pytest.mark.parametrize(
+    ("parents", "bad"),
+    [
+        ([-1, 0, 7, 0], "parents[2]=7"),
+        ([-1, 0, -2, 0], "parents[2]=-2"),
+        ([-1, 4, 0, 0], "parents[1]=4"),
+    ],
+)
+def test_tree_wasserstein_index_out_of_range(parents, bad):
+    lengths, ms, mt = tw_args(4)
+    with pytest.raises(
+        ValueError, match=lit(f"parents entries must be -1 or node indices in [0, 4); got {bad}")
+    ):
+        tsw.tree_wasserstein(parents, lengths, ms, mt)
+
+
+def test_tree_wasserstein_float_parents():
+    lengths, ms, mt = tw_args(3)
+    with pytest.raises(TypeError, match=lit("parents must hold integers; got dtype torch.float32")):
+        tsw.tree_wasserstein(torch.tensor([-1.0, 0.0, 0.0]), lengths, ms, mt)
+    with pytest.raises(TypeError, match=lit("parents must hold integers; got float64")):
+        tsw.tree_wasserstein([-1.0, 0.0, 0.0], lengths, ms, mt)
+    with pytest.raises(TypeError, match=lit("parents must hold integers; got dtype torch.bool")):
+        tsw.tree_wasserstein(torch.tensor([True, False, False]), lengths, ms, mt)
+
+
+def test_tree_wasserstein_parents_shape():
+    lengths, ms, mt = tw_args(3)
+    with pytest.raises(ValueError, match=lit("parents must have shape (V,) with V >= 1")):
+        tsw.tree_wasserstein(torch.zeros(0, dtype=torch.long), lengths[:0], ms[:0], mt[:0])
+    with pytest.raises(ValueError, match=lit("parents must have shape (V,) with V >= 1")):
+        tsw.tree_wasserstein([[-1, 0, 0]], lengths, ms, mt)
+
+
+def test_tree_wasserstein_mass_shapes():
+    lengths, ms, mt = tw_args(3)
+    with pytest.raises(
+        ValueError, match=lit("mass_s and mass_t must have the same shape (..., V) with V=3")
+    ):
+        tsw.tree_wasserstein([-1, 0, 0], lengths, ms, mt[:2])
+    with pytest.raises(
+        ValueError, match=lit("mass_s and mass_t must have the same shape (..., V) with V=4")
+    ):
+        tsw.tree_wasserstein([-1, 0, 0, 1], torch.ones(4, dtype=F64), ms, mt)
+    with pytest.raises(
+        ValueError, match=lit("edge_lengths must have shape (V,) or (..., V) with V=3")
+    ):
+        tsw.tree_wasserstein([-1, 0, 0], lengths[:2], ms, mt)
+
+
+def test_tree_wasserstein_values():
+    lengths, ms, mt = tw_args(3)
+    with pytest.raises(
+        ValueError, match=lit("edge_lengths must be non-negative; got a minimum of -1")
+    ):
+        tsw.tree_wasserstein([-1, 0, 0], torch.tensor([0.0, 1.0, -1.0], dtype=F64), ms, mt)
+    with pytest.raises(ValueError, match=lit("mass_s must be non-negative")):
+        tsw.tree_wasserstein([-1, 0, 0], lengths, torch.tensor([1.5, -0.5, 0.0], dtype=F64), mt)
+    with pytest.raises(ValueError, match=lit("mass_s and mass_t must have equal total mass")):
+        tsw.tree_wasserstein([-1, 0, 0], lengths, ms, 2 * mt)
+    with pytest.raises(ValueError, match=lit("mass_t contains NaN or Inf values")):
+        tsw.tree_wasserstein([-1, 0, 0], lengths, ms, torch.tensor([math.nan, 0, 0], dtype=F64))
+    with pytest.raises(ValueError, match=lit("p must be a finite real number >= 1; got 0.5")):
+        tsw.tree_wasserstein([-1, 0, 0], lengths, ms, mt, p=0.5)
+
+
+def test_tree_wasserstein_types():
+    lengths, ms, mt = tw_args(3)
+    with pytest.raises(TypeError, match=lit("mass_s must be a torch.Tensor; got list")):
+        tsw.tree_wasserstein([-1, 0, 0], lengths, [1 / 3] * 3, mt)
+    with pytest.raises(TypeError, match=lit("edge_lengths must have the same dtype as mass_s")):
+        tsw.tree_wasserstein([-1, 0, 0], lengths.float(), ms, mt)
+    with pytest.raises(TypeError, match=lit("mass_t must have the same dtype as mass_s")):
+        tsw.tree_wasserstein([-1, 0, 0], lengths, ms, mt.float())
+
+
+# --------------------------------------------------------------------------- validate=False
+
+
+def test_validate_false_skips_value_checks(fn):
+    X, Y = data()
+    neg = torch.tensor([0.5, -0.1, 0.2, 0.2, 0.2], dtype=F64)
+    with pytest.raises(ValueError, match="non-negative"):
+        fn(X, Y, neg, uniform(4))
+    assert fn(X, Y, neg, uniform(4), validate=False).shape == ()
+    with pytest.raises(ValueError, match="equal total mass"):
+        fn(X, Y, uniform(5), 2 * uniform(4))
+    assert fn(X, Y, uniform(5), 2 * uniform(4), validate=False).shape == ()
+    Xn = X.clone()
+    Xn[0, 0] = math.nan
+    assert fn(Xn, Y, validate=False).shape == ()  # no raise (the value is not checked here)
+    # shape checks stay on
+    with pytest.raises(ValueError, match="same feature dimension"):
+        fn(X, Y[:, :2], validate=False)
+    with pytest.raises(TypeError, match=lit("must be a torch.Tensor")):
+        fn(X.tolist(), Y, validate=False)
+
+
+def test_validate_false_skips_value_checks_in_modules():
+    X, Y = data()
+    neg = torch.tensor([0.5, -0.1, 0.2, 0.2, 0.2], dtype=F64)
+    for cls in (tsw.nn.TSWSLLoss, tsw.nn.DbTSWLoss, tsw.nn.SWLoss, tsw.nn.MaxSWLoss):
+        with pytest.raises(ValueError, match="a must be non-negative"):
+            cls(seed=0)(X, Y, neg, uniform(4))
+        assert cls(seed=0, validate=False)(X, Y, neg, uniform(4)).shape == ()
+
+
+def test_validate_false_skips_tree_and_alpha_checks():
+    dirs = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]]], dtype=F64)
+    ConcurrentLines(torch.zeros(1, 3, dtype=F64), dirs, validate=False)
+    off = torch.tensor([[[0.0, 0.0, 0.0], [2.0, 0.1, 0.0]]], dtype=F64)
+    ChainLines(off, torch.tensor([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]], dtype=F64), validate=False)
+    # shape checks stay on
+    with pytest.raises(ValueError, match="matching directions"):
+        ConcurrentLines(torch.zeros(2, 3, dtype=F64), dirs, validate=False)
+    X, Y = data()
+    alpha = torch.tensor([0.4, 0.4], dtype=F64)
+    assert tsw.tsw_sl(X, Y, n_lines=2, alpha=alpha, validate=False).shape == ()
+    with pytest.raises(ValueError, match="alpha must have shape"):
+        tsw.tsw_sl(X, Y, n_lines=2, alpha=alpha[:1], validate=False)
+
+
+def test_validate_false_skips_tree_wasserstein_value_checks():
+    lengths, ms, mt = tw_args(3)
+    neg = torch.tensor([1.5, -0.5, 0.0], dtype=F64)
+    value = tsw.tree_wasserstein([-1, 0, 0], lengths, neg, mt, validate=False)
+    assert torch.isfinite(value)
+    # structure checks stay on
+    with pytest.raises(ValueError, match="exactly one root"):
+        tsw.tree_wasserstein([0, 0, 0], lengths, ms, mt, validate=False)
