@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import torch
 from torch import Tensor
 
 from tsw._engine import check_trees_batch, weighted_center
-from tsw._validation import Measures, check_positive_int, check_tensor
+from tsw._validation import Measures, check_nonnegative_float, check_positive_int, check_tensor
 from tsw.trees import TreeSystem
 
 DEFAULT_N_TREES = 250
@@ -54,4 +57,41 @@ def check_trees(trees: object, allowed: tuple[type, ...], measures: Measures) ->
     return trees
 
 
-__all__ = ["check_trees", "resolve_center", "resolve_counts"]
+def resolve_trees(
+    measures: Measures,
+    trees: object,
+    allowed: tuple[type, ...],
+    n_trees: int | None,
+    n_lines: int | None,
+    *,
+    sampler: Callable[..., TreeSystem],
+    center: Tensor | None,
+    root_std: float,
+    seed: int | None,
+    generator: torch.Generator | None,
+) -> TreeSystem:
+    """Explicit trees checked against the data, or trees drawn by ``sampler``.
+
+    ``sampler(T, k, d, center=, std=, seed=, generator=, dtype=, device=)`` is one of
+    the samplers of :mod:`tsw.trees` (with its structure-specific options bound).
+    """
+    check_nonnegative_float(root_std, "root_std")
+    if trees is not None:
+        trees = check_trees(trees, allowed, measures)
+        resolve_counts(trees, n_trees, n_lines)
+        return trees
+    T, k = resolve_counts(None, n_trees, n_lines)
+    return sampler(
+        T,
+        k,
+        measures.X_s.shape[-1],
+        center=resolve_center(center, measures),
+        std=root_std,
+        seed=seed,
+        generator=generator,
+        dtype=measures.X_s.dtype,
+        device=measures.X_s.device,
+    )
+
+
+__all__ = ["check_trees", "resolve_center", "resolve_counts", "resolve_trees"]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import Tensor
 
-from tsw._common import check_trees, resolve_center, resolve_counts
+from tsw._common import resolve_trees
 from tsw._engine import tree_sliced
 from tsw._validation import check_measures, check_nonnegative_float, check_p
 from tsw.splits import distance_split, uniform_split
@@ -132,23 +134,19 @@ def db_tsw(
     measures = check_measures(X_s, X_t, a, b, validate=validate)
     p = check_p(p)
     delta = check_nonnegative_float(delta, "delta")
-    check_nonnegative_float(root_std, "root_std")
-    if trees is not None:
-        trees = check_trees(trees, (ConcurrentLines,), measures)
-    T, k = resolve_counts(trees, n_trees, n_lines)
-    if trees is None:
-        trees = sample_concurrent_lines(
-            T,
-            k,
-            measures.X_s.shape[-1],
-            center=resolve_center(center, measures),
-            std=root_std,
-            orthogonal=orthogonal,
-            seed=seed,
-            generator=generator,
-            dtype=measures.X_s.dtype,
-            device=measures.X_s.device,
-        )
+    trees = resolve_trees(
+        measures,
+        trees,
+        (ConcurrentLines,),
+        n_trees,
+        n_lines,
+        sampler=partial(sample_concurrent_lines, orthogonal=orthogonal),
+        center=center,
+        root_std=root_std,
+        seed=seed,
+        generator=generator,
+    )
+    k = trees.n_lines
     if delta == 0:
         return tree_sliced(
             measures, trees, p, lambda _: uniform_split(k, measures.X_s), distances=False

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import Tensor
 
-from tsw._common import check_trees, resolve_center, resolve_counts
+from tsw._common import resolve_trees
 from tsw._engine import tree_sliced
-from tsw._validation import check_choice, check_measures, check_nonnegative_float, check_p
+from tsw._validation import check_choice, check_measures, check_p
 from tsw.splits import check_alpha, constant_split, uniform_split
 from tsw.trees import ChainLines, ConcurrentLines, sample_chain_lines, sample_concurrent_lines
 
@@ -125,24 +127,23 @@ def tsw_sl(
     measures = check_measures(X_s, X_t, a, b, validate=validate)
     p = check_p(p)
     tree = check_choice(tree, "tree", ("chain", "concurrent"))
-    check_nonnegative_float(root_std, "root_std")
-    if trees is not None:
-        trees = check_trees(trees, (ChainLines, ConcurrentLines), measures)
-    T, k = resolve_counts(trees, n_trees, n_lines)
-    if trees is None:
-        kwargs = {
-            "center": resolve_center(center, measures),
-            "std": root_std,
-            "seed": seed,
-            "generator": generator,
-            "dtype": measures.X_s.dtype,
-            "device": measures.X_s.device,
-        }
-        d = measures.X_s.shape[-1]
-        if tree == "chain":
-            trees = sample_chain_lines(T, k, d, source_range=source_range, **kwargs)
-        else:
-            trees = sample_concurrent_lines(T, k, d, **kwargs)
+    if tree == "chain":
+        sampler = partial(sample_chain_lines, source_range=source_range)
+    else:
+        sampler = sample_concurrent_lines
+    trees = resolve_trees(
+        measures,
+        trees,
+        (ChainLines, ConcurrentLines),
+        n_trees,
+        n_lines,
+        sampler=sampler,
+        center=center,
+        root_std=root_std,
+        seed=seed,
+        generator=generator,
+    )
+    T, k = trees.n_trees, trees.n_lines
     if alpha is None:
         split = uniform_split(k, measures.X_s)
     else:
