@@ -24,7 +24,6 @@ import csv
 import json
 import multiprocessing as mp
 import os
-import resource
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +31,7 @@ from pathlib import Path
 import torch
 
 import tsw
+from benchmarks._memory import peak, reset_peak
 from benchmarks._timing import interleaved, median, ratio
 
 try:  # POT is a dependency of tsw's tests and benchmarks
@@ -87,10 +87,9 @@ def _child(args, name, queue):  # runs in a fresh process
         args.n, args.d, args.trees, args.lines, getattr(torch, args.dtype), args.device
     )
     fns = methods(X, Y, trees, chains, proj)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = reset_peak()
     fns[name]()
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    queue.put((after - before) / 1024)  # MiB (ru_maxrss is in KiB on Linux)
+    queue.put(peak() - before)
 
 
 def peak_memory(args) -> dict[str, float]:

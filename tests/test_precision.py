@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-import resource
 
 import pytest
 import torch
 
 import tsw
+from benchmarks._memory import peak, reset_peak
 
 
 def _problem(d: int, n: int, offset: float, seed: int = 0):
@@ -54,9 +54,9 @@ def _peak_child(d: int, queue) -> None:
     X = torch.randn(1000, d, generator=g).requires_grad_(True)
     Y = torch.randn(1000, d, generator=g)
     trees = tsw.sample_concurrent_lines(50, 4, d, seed=0)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = reset_peak()
     tsw.db_tsw(X, Y, trees=trees, validate=False).backward()
-    queue.put((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+    queue.put(peak() - before)
 
 
 def test_peak_memory_does_not_scale_with_tknd():
