@@ -8,8 +8,8 @@ which has a noise floor near 1e-8).
 
 Datasets (built in, synthetic, centred to zero mean):
 
-* ``25gaussians``: 25 isotropic Gaussians (std 0.1) on the grid ``{-2,-1,0,1,2}^2``;
-* ``swissroll``: a 2-D Swiss roll scaled to unit radius with small noise;
+* ``25gaussians``: 25 small Gaussians on a grid, as in the Db-TSW experiments;
+* ``swissroll``: the 2-D Swiss roll of the same experiments;
 * ``gaussian<d>d``: a Gaussian in dimension ``d`` with a random covariance.
 
 Methods compare tree-sliced distances with sliced baselines at **equal total line
@@ -44,16 +44,26 @@ except ImportError:  # pragma: no cover
 
 
 def make_target(name: str, n: int, seed: int) -> torch.Tensor:
+    """Target cloud of ``n`` points, centred to zero mean (float64).
+
+    The 2-D sets follow the definitions of the Db-TSW gradient-flow experiments:
+    ``25gaussians`` puts ``n / 25`` points in each cell of the grid ``2 * {-2..2}^2``
+    with noise std 0.05, all divided by 2.828; ``swissroll`` is the (x, z) projection
+    of the noiseless 3-D Swiss roll, ``t (cos t, sin t)`` with ``t ~ 1.5 pi (1 + 2 U)``,
+    divided by its largest absolute coordinate.
+    """
     g = torch.Generator().manual_seed(10_000 + seed)
     if name == "25gaussians":
         grid = torch.arange(-2.0, 3.0, dtype=torch.float64)
-        centres = torch.cartesian_prod(grid, grid)
-        idx = torch.randint(0, 25, (n,), generator=g)
-        Y = centres[idx] + 0.1 * torch.randn(n, 2, generator=g, dtype=torch.float64)
+        centres = 2 * torch.cartesian_prod(grid, grid)
+        reps = max(n // 25, 1)
+        Y = centres.repeat(reps, 1)
+        Y = Y + 0.05 * torch.randn(Y.shape, generator=g, dtype=torch.float64)
+        Y = Y[torch.randperm(len(Y), generator=g)][:n] / 2.828
     elif name == "swissroll":
         t = 1.5 * math.pi * (1 + 2 * torch.rand(n, generator=g, dtype=torch.float64))
-        Y = torch.stack([t * torch.cos(t), t * torch.sin(t)], dim=1) / (4.5 * math.pi)
-        Y = Y + 0.01 * torch.randn(n, 2, generator=g, dtype=torch.float64)
+        Y = torch.stack([t * torch.cos(t), t * torch.sin(t)], dim=1)
+        Y = Y / Y.abs().max()
     elif name.startswith("gaussian") and name.endswith("d"):
         d = int(name[len("gaussian") : -1])
         A = torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)
@@ -96,9 +106,10 @@ def w2_squared(X: torch.Tensor, Y: torch.Tensor) -> float:
     return float(ot.emd2(np.full(len(Xn), 1 / len(Xn)), np.full(len(Yn), 1 / len(Yn)), M))
 
 
-def flow(fn, kw, Y, *, iters, lr, seed, checkpoints, dtype):
+def flow(fn, kw, Y, *, iters, lr, seed, checkpoints, dtype, source_std=1.0):
     g = torch.Generator().manual_seed(seed)
-    X = torch.randn(Y.shape, generator=g, dtype=torch.float64).to(dtype).requires_grad_(True)
+    X = source_std * torch.randn(Y.shape, generator=g, dtype=torch.float64)
+    X = X.to(dtype).requires_grad_(True)
     Yt = Y.to(dtype)
     opt = torch.optim.Adam([X], lr=lr)
     gen = torch.Generator().manual_seed(1_000 + seed)
@@ -124,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=100, help="points per cloud")
     ap.add_argument("--iters", type=int, default=2500)
     ap.add_argument("--lr", type=float, default=5e-3)
+    ap.add_argument("--source-std", type=float, default=1.0, help="source N(0, std^2 I)")
     ap.add_argument("--lines", type=int, default=100, help="total lines per iteration")
     ap.add_argument("--n-lines", type=int, default=4, help="lines per tree")
     ap.add_argument("--seeds", type=int, default=3)
@@ -155,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=seed,
             checkpoints=checkpoints,
             dtype=dtype,
+            source_std=args.source_std,
         )
         raw[name].append({"seed": seed, "errors": errs, "s_per_iter": spi})
     rows = []
