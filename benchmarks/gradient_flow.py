@@ -10,7 +10,8 @@ Datasets (built in, synthetic, centred to zero mean):
 
 * ``25gaussians``: 25 small Gaussians on a grid, as in the Db-TSW experiments;
 * ``swissroll``: the 2-D Swiss roll of the same experiments;
-* ``gaussian<d>d``: a Gaussian in dimension ``d`` with a random covariance.
+* ``gaussian<d>d``: ``N(mu, I_d)`` with ``mu ~ U([0, 1)^d)`` (the high-dimensional
+  Gaussians of the TSW-SL paper's Table 2).
 
 Methods compare tree-sliced distances with sliced baselines at **equal total line
 counts**, including SW_1 and SW_2: with a point-independent split, TSW-SL is exactly
@@ -65,38 +66,98 @@ def make_target(name: str, n: int, seed: int) -> torch.Tensor:
         Y = torch.stack([t * torch.cos(t), t * torch.sin(t)], dim=1)
         Y = Y / Y.abs().max()
     elif name.startswith("gaussian") and name.endswith("d"):
-        d = int(name[len("gaussian") : -1])
-        A = torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)
-        Y = torch.randn(n, d, generator=g, dtype=torch.float64) @ A.T + 1.0
+        d = int(name[len("gaussian") : -1])  # N(mu, I) with mu ~ U([0, 1)^d)
+        mu = torch.rand(d, generator=g, dtype=torch.float64)
+        Y = mu + torch.randn(n, d, generator=g, dtype=torch.float64)
     else:
         raise ValueError(f"unknown dataset {name!r}")
     return Y - Y.mean(0)
 
 
-def methods(lines: int, n_lines: int, dim: int) -> dict[str, dict]:
-    """Name -> (function, keyword arguments) at ``lines`` total lines.
+def methods(lines: int, n_lines: int, dim: int, args: argparse.Namespace) -> dict[str, dict]:
+    """Every method at ``lines`` total lines: key -> {"name", "fn", "kw", "lr"}.
 
-    Db-TSW-orth needs ``k <= d``: it uses ``min(n_lines, dim)`` lines per tree.
+    Tree methods use ``lines // n_lines`` trees (Db-TSW⊥ needs ``k <= d`` and uses
+    ``min(n_lines, dim)`` lines per tree); sliced methods use ``lines`` directions.
     """
     T = max(lines // n_lines, 1)
     ko = min(n_lines, dim)
     To = max(lines // ko, 1)
-    return {
-        f"SW_2 (L={lines})": {"fn": tsw.sw, "kw": {"n_projections": lines, "p": 2}},
-        f"SW_1 (L={lines})": {"fn": tsw.sw, "kw": {"n_projections": lines, "p": 1}},
-        f"TSW-SL chain ({T}x{n_lines})": {
-            "fn": tsw.tsw_sl,
-            "kw": {"n_trees": T, "n_lines": n_lines, "tree": "chain"},
-        },
-        f"Db-TSW ({T}x{n_lines}, delta=1)": {
-            "fn": tsw.db_tsw,
-            "kw": {"n_trees": T, "n_lines": n_lines, "delta": 1.0},
-        },
-        f"Db-TSW-orth ({To}x{ko}, delta=1)": {
-            "fn": tsw.db_tsw,
-            "kw": {"n_trees": To, "n_lines": ko, "delta": 1.0, "orthogonal": True},
-        },
+    tree = {"p": args.p, "root_std": args.root_std}
+    lr_tree = args.lr_tree if args.lr_tree is not None else args.lr
+    table = {
+        "sw2": (f"SW_2 (L={lines})", tsw.sw, {"n_projections": lines, "p": 2}, args.lr),
+        "sw1": (f"SW_1 (L={lines})", tsw.sw, {"n_projections": lines, "p": 1}, args.lr),
+        "orthsw": (
+            f"Orthogonal SW_2 (L={lines})",
+            tsw.sw,
+            {"n_projections": lines, "p": 2, "orthogonal": True},
+            args.lr,
+        ),
+        "maxsw": (
+            "Max-SW_2 (100 inner steps)",
+            tsw.max_sw,
+            {"p": 2, "n_iter": 100},
+            args.lr,
+        ),
+        "tswsl": (
+            f"TSW-SL chain ({T}x{n_lines})",
+            tsw.tsw_sl,
+            {"n_trees": T, "n_lines": n_lines, "tree": "chain", **tree},
+            lr_tree,
+        ),
+        "tswsl-conc": (
+            f"TSW-SL concurrent ({T}x{n_lines})",
+            tsw.tsw_sl,
+            {"n_trees": T, "n_lines": n_lines, "tree": "concurrent", **tree},
+            lr_tree,
+        ),
+        "dbtsw": (
+            f"Db-TSW ({T}x{n_lines}, delta={args.delta:g})",
+            tsw.db_tsw,
+            {"n_trees": T, "n_lines": n_lines, "delta": args.delta, **tree},
+            lr_tree,
+        ),
+        "dbtsw-orth": (
+            f"Db-TSW⊥ ({To}x{ko}, delta={args.delta:g})",
+            tsw.db_tsw,
+            {"n_trees": To, "n_lines": ko, "delta": args.delta, "orthogonal": True, **tree},
+            lr_tree,
+        ),
     }
+    return {k: {"name": v[0], "fn": v[1], "kw": v[2], "lr": v[3]} for k, v in table.items()}
+
+
+#: Published W2^2 at iterations 500/1000/1500/2000/2500 and s/iter (spec section 9).
+#: TSW-SL paper (ICML 2025) Table 1: source N(0, I), 100 points, SW L=100, TSW-SL 25x4,
+#: lr 5e-3, 10 runs, A100, float32 metric. The Db-TSW rows are the FW-TSW paper's rerun
+#: (5 runs, iterations 1000/2000/2500 only).
+PUBLISHED = {
+    ("swissroll", "sw2"): ([5.73e-3, 2.04e-3, 1.23e-3, 1.11e-3, 1.05e-3], 0.009),
+    ("swissroll", "maxsw"): ([2.47e-2, 1.03e-2, 6.10e-3, 4.47e-3, 3.45e-3], 2.46),
+    ("swissroll", "tswsl"): ([9.41e-3, 2.03e-7, 9.63e-8, 4.44e-8, 3.65e-8], 0.014),
+    ("25gaussians", "sw2"): ([1.61e-1, 9.52e-2, 3.44e-2, 2.56e-2, 2.20e-2], 0.006),
+    ("25gaussians", "maxsw"): ([5.09e-1, 2.36e-1, 1.33e-1, 9.70e-2, 8.48e-2], 2.38),
+    ("25gaussians", "tswsl"): ([3.49e-1, 9.06e-2, 2.96e-2, 1.20e-2, 3.03e-7], 0.010),
+    ("25gaussians", "tswsl-conc"): ([None, 1.37e-6, None, 9.13e-7, 8.76e-7], None),
+    ("25gaussians", "dbtsw"): ([None, 1.55e-6, None, 9.50e-7, 8.55e-7], None),
+    ("25gaussians", "dbtsw-orth"): ([None, 1.79e-6, None, 1.14e-6, 1.03e-6], None),
+}
+#: TSW-SL paper Table 2 (SW / TSW-SL, lr 5e-2 for TSW-SL), same checkpoints.
+for _d, _sw, _tsw in [
+    (
+        10,
+        [4.32e-3, 2.94e-3, 2.81e-3, 2.23e-3, 2.28e-3],
+        [2.81e-3, 2.00e-3, 1.55e-3, 1.59e-3, 1.75e-3],
+    ),
+    (50, [50.41, 45.69, 42.56, 38.81, 35.75], [39.26, 21.91, 11.91, 4.08, 1.72]),
+    (75, [92.39, 90.79, 90.07, 86.58, 90.31], [79.71, 67.99, 53.92, 44.91, 31.61]),
+    (100, [130.12, 128.13, 128.58, 129.80, 128.29], [117.66, 103.23, 93.41, 80.46, 75.28]),
+    (150, [214.09, 213.71, 215.05, 212.90, 216.32], [203.30, 190.62, 186.77, 183.52, 182.63]),
+    (200, [302.84, 301.35, 303.07, 302.70, 301.51], [289.83, 283.34, 276.94, 279.24, 279.08]),
+]:
+    PUBLISHED[(f"gaussian{_d}d", "sw2")] = (_sw, None)
+    PUBLISHED[(f"gaussian{_d}d", "tswsl")] = (_tsw, None)
 
 
 def w2_squared(X: torch.Tensor, Y: torch.Tensor) -> float:
@@ -106,15 +167,22 @@ def w2_squared(X: torch.Tensor, Y: torch.Tensor) -> float:
     return float(ot.emd2(np.full(len(Xn), 1 / len(Xn)), np.full(len(Yn), 1 / len(Yn)), M))
 
 
-def flow(fn, kw, Y, *, iters, lr, seed, checkpoints, dtype, source_std=1.0):
+def flow(method, Y, *, iters, seed, checkpoints, dtype, source_std=1.0, budget=None):
+    """Run one flow; return errors at checkpoints, s/iter, final errors and iterations.
+
+    With ``budget`` (seconds of optimisation time, metric excluded) the flow stops at
+    the first iteration past the budget (or at ``iters``), for equal-time comparisons.
+    """
     g = torch.Generator().manual_seed(seed)
     X = source_std * torch.randn(Y.shape, generator=g, dtype=torch.float64)
     X = X.to(dtype).requires_grad_(True)
     Yt = Y.to(dtype)
-    opt = torch.optim.Adam([X], lr=lr)
+    opt = torch.optim.Adam([X], lr=method["lr"])
     gen = torch.Generator().manual_seed(1_000 + seed)
-    errors, elapsed = {}, 0.0
-    for it in range(1, iters + 1):
+    fn, kw = method["fn"], method["kw"]
+    errors, elapsed, it = {}, 0.0, 0
+    while it < iters and (budget is None or elapsed < budget):
+        it += 1
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         fn(X, Yt, generator=gen, validate=False, **kw).backward()
@@ -122,11 +190,36 @@ def flow(fn, kw, Y, *, iters, lr, seed, checkpoints, dtype, source_std=1.0):
         elapsed += time.perf_counter() - t0
         if it in checkpoints:
             errors[it] = w2_squared(X, Y)
-    return errors, elapsed / iters
+    final = {"w2sq_float64": w2_squared(X, Y), "w2sq_float32": w2_squared_float32(X, Y)}
+    return {"errors": errors, "s_per_iter": elapsed / it, "iterations": it, **final}
 
 
-def fmt(mean: float, std: float) -> str:
-    return f"{mean:.2e} ± {std:.1e}"
+def w2_squared_float32(X: torch.Tensor, Y: torch.Tensor) -> float:
+    """The papers' metric: ot.emd2 on float32 squared distances (noise floor ~1e-8)."""
+    Xn, Yn = X.detach().float().numpy(), Y.detach().float().numpy()
+    M = ot.dist(Xn, Yn)
+    n, m = len(Xn), len(Yn)
+    w_n, w_m = np.full(n, 1 / n, dtype=np.float32), np.full(m, 1 / m, dtype=np.float32)
+    return float(ot.emd2(w_n, w_m, M))
+
+
+def fmt(values: list[float]) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.2e}"
+    return f"{statistics.mean(values):.2e} ± {statistics.pstdev(values):.1e}"
+
+
+def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    line = " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
+    print(f"\n{title}\n{line}\n{'-' * len(line)}")
+    for r in rows:
+        print(" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+
+
+DEFAULT_METHODS = "sw2,sw1,tswsl,dbtsw,dbtsw-orth"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,11 +227,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dataset", default="25gaussians")
     ap.add_argument("--n", type=int, default=100, help="points per cloud")
     ap.add_argument("--iters", type=int, default=2500)
-    ap.add_argument("--lr", type=float, default=5e-3)
+    ap.add_argument("--lr", type=float, default=5e-3, help="Adam lr of the sliced methods")
+    ap.add_argument("--lr-tree", type=float, default=None, help="lr of tree methods (--lr)")
     ap.add_argument("--source-std", type=float, default=1.0, help="source N(0, std^2 I)")
     ap.add_argument("--lines", type=int, default=100, help="total lines per iteration")
     ap.add_argument("--n-lines", type=int, default=4, help="lines per tree")
+    ap.add_argument("--p", type=float, default=1.0, help="p of the tree distances")
+    ap.add_argument("--delta", type=float, default=1.0, help="Db-TSW split temperature")
+    ap.add_argument("--root-std", type=float, default=0.1, help="root spread of trees")
+    ap.add_argument("--methods", default=DEFAULT_METHODS, help="comma-separated keys")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--time-budget", type=float, default=None, help="equal-time mode [s]")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="benchmarks/out/gradient_flow")
@@ -152,71 +251,91 @@ def main(argv: list[str] | None = None) -> int:
     settings = vars(args) | {"checkpoints": checkpoints, "metric": "exact W2^2 (ot.emd2, float64)"}
     print(f"settings: {settings}")
     dim = make_target(args.dataset, 2, 0).shape[1]
-    table = methods(args.lines, args.n_lines, dim)
-    jobs = [(name, s) for name in table for s in range(args.seeds)]
+    table = methods(args.lines, args.n_lines, dim, args)
+    keys = [k.strip() for k in args.methods.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in table]
+    if unknown:
+        ap.error(f"unknown methods {unknown}; choose from {sorted(table)}")
+    jobs = [(k, s) for k in keys for s in range(args.seeds)]
     bar = tqdm(jobs, desc="gradient flows", file=sys.stderr) if tqdm else jobs
-    raw: dict[str, list] = {name: [] for name in table}
-    for name, seed in bar:
+    raw: dict[str, list] = {k: [] for k in keys}
+    for key, seed in bar:
         Y = make_target(args.dataset, args.n, seed)
-        errs, spi = flow(
-            table[name]["fn"],
-            table[name]["kw"],
+        run = flow(
+            table[key],
             Y,
             iters=args.iters,
-            lr=args.lr,
             seed=seed,
-            checkpoints=checkpoints,
+            checkpoints=[] if args.time_budget else checkpoints,
             dtype=dtype,
             source_std=args.source_std,
+            budget=args.time_budget,
         )
-        raw[name].append({"seed": seed, "errors": errs, "s_per_iter": spi})
-    rows = []
-    for name, runs in raw.items():
-        row = {"method": name}
-        for c in checkpoints:
-            vals = [r["errors"][c] for r in runs]
-            row[f"it {c}"] = fmt(statistics.mean(vals), statistics.pstdev(vals))
-        spis = [r["s_per_iter"] for r in runs]
-        row["s/iter"] = f"{statistics.median(spis):.4f}"
-        rows.append(row)
-    width = max(len(r["method"]) for r in rows)
-    header = " | ".join([f"{'method':{width}s}"] + [f"{k:>18s}" for k in rows[0] if k != "method"])
-    print(f"\n{args.dataset}: exact W2^2 (mean ± std over {args.seeds} seeds)")
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        print(
-            " | ".join(
-                [f"{r['method']:{width}s}"] + [f"{v:>18s}" for k, v in r.items() if k != "method"]
+        raw[key].append({"seed": seed, **run})
+
+    if args.time_budget:
+        header = ["method", "iterations", "final W2^2 (float64)", "s/iter"]
+        rows = [
+            [
+                table[k]["name"],
+                f"{statistics.mean(r['iterations'] for r in raw[k]):.0f}",
+                fmt([r["w2sq_float64"] for r in raw[k]]),
+                f"{statistics.median(r['s_per_iter'] for r in raw[k]):.4f}",
+            ]
+            for k in keys
+        ]
+        title = f"{args.dataset}: equal time, {args.time_budget:g} s per run ({args.seeds} seeds)"
+    else:
+        header = ["method", *[f"it {c}" for c in checkpoints], "final W2^2 f32", "s/iter"]
+        rows = []
+        for k in keys:
+            runs = raw[k]
+            rows.append(
+                [
+                    table[k]["name"],
+                    *[fmt([r["errors"][c] for r in runs]) for c in checkpoints],
+                    fmt([r["w2sq_float32"] for r in runs]),
+                    f"{statistics.median(r['s_per_iter'] for r in runs):.4f}",
+                ]
             )
-        )
+            pub = PUBLISHED.get((args.dataset, k))
+            if pub is not None:
+                vals, spi = pub
+                label = "  published (its 500..2500)"
+                cells = ["-" if v is None else f"{v:.2e}" for v in vals]
+                cells = (cells + ["-"] * len(checkpoints))[: len(checkpoints)]
+                rows.append([label, *cells, "-", "-" if spi is None else f"{spi:.3f}"])
+        title = f"{args.dataset}: exact W2^2, mean ± std over {args.seeds} seeds"
+    print_table(title, header, rows)
     with open(out / f"{args.dataset}.csv", "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-        wr.writeheader()
+        wr = csv.writer(f)
+        wr.writerow(header)
         wr.writerows(rows)
-    (out / f"{args.dataset}.json").write_text(
-        json.dumps({"settings": settings, "runs": raw}, indent=2)
-    )
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for name, runs in raw.items():
-            mean = [statistics.mean(r["errors"][c] for r in runs) for c in checkpoints]
-            ax.semilogy(checkpoints, mean, "o-", label=name)
-        ax.set_xlabel("iteration")
-        ax.set_ylabel("exact $W_2^2$")
-        ax.set_title(f"gradient flow, {args.dataset}")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / f"{args.dataset}.png", dpi=120)
-    except ImportError:  # pragma: no cover
-        pass
+    payload = {"settings": settings, "methods": {k: table[k]["name"] for k in keys}, "runs": raw}
+    (out / f"{args.dataset}.json").write_text(json.dumps(payload, indent=2))
+    if not args.time_budget:
+        plot_curves(raw, table, checkpoints, args.dataset, out / f"{args.dataset}.png")
     print(f"\nresults written to {out.resolve()}")
     return 0
+
+
+def plot_curves(raw, table, checkpoints, dataset, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for key, runs in raw.items():
+        mean = [statistics.mean(r["errors"][c] for r in runs) for c in checkpoints]
+        ax.semilogy(checkpoints, mean, "o-", label=table[key]["name"])
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("exact $W_2^2$")
+    ax.set_title(f"gradient flow, {dataset}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
