@@ -220,6 +220,72 @@ class TestCircularSeveralTrees:
         assert_close(value, expected)
 
 
+# --------------------------------------------------------------------------- circular: compat
+
+
+def published_tree_cost(X, Y, a, b, root, dirs, *, radius, delta, p):
+    """Spec 4.3's description of the published closed form, for one tree (numpy).
+
+    Edge [c_(j-1), c_(j)] (c_(0) = 0) is paired with the prefix mass P_j (defect 1);
+    for r = 0 only line 0's masses enter (defect 2). Image split.
+    """
+    cx, sx = circular_geometry(X, root, dirs, radius, "image", delta)
+    cy, sy = circular_geometry(Y, root, dirs, radius, "image", delta)
+    coords = np.concatenate([cx, cy], 1)
+    signed = np.concatenate([a * sx, -(b * sy)], 1)
+    lines = [0] if radius == 0 else range(len(dirs))
+    total = 0.0
+    for line in lines:
+        order = np.argsort(coords[line], kind="stable")
+        c, m = coords[line][order], signed[line][order]
+        total += np.sum(np.diff(np.concatenate([[0.0], c])) * np.abs(np.cumsum(m)) ** p)
+    return total
+
+
+class TestCompat:
+    def test_spec_example_and_two_diracs(self):
+        """The published value of two Diracs on one ray is min(t_x, t_y), not |t_x - t_y|."""
+        ray = ConcurrentLines(torch.zeros(1, 1, dtype=F64), torch.ones(1, 1, 1, dtype=F64))
+        for tx, ty in ((1.0, 3.0), (3.0, 1.0), (0.5, 2.5)):
+            for radius in (0.0, 1.0):  # |y - 0 - r| = t for y = t + r on the ray
+                x = torch.tensor([[tx + radius]], dtype=F64)
+                y = torch.tensor([[ty + radius]], dtype=F64)
+                kw = {"radius": radius, "trees": ray}
+                assert_close(tsw.circular_tsw(x, y, compat=True, **kw), min(tx, ty))
+                assert_close(tsw.circular_tsw(x, y, **kw), abs(tx - ty))
+
+    @pytest.mark.parametrize("radius", [0.0, 0.6])
+    @pytest.mark.parametrize("p", [1, 2])
+    def test_equals_the_described_published_formula(self, radius, p):
+        rng = np.random.default_rng(int(10 * radius) + p)
+        d, T, k = 3, 3, 3
+        X, Y, a, b = problem(rng, d)
+        roots, dirs = rng.normal(size=(T, d)), np.stack([unit_rows(rng, k, d) for _ in range(T)])
+        for delta in (0.0, 2.0):
+            per_tree = [
+                published_tree_cost(X, Y, a, b, roots[i], dirs[i], radius=radius, delta=delta, p=p)
+                for i in range(T)
+            ]
+            trees = ConcurrentLines(t64(roots), t64(dirs))
+            kw = {"radius": radius, "delta": delta, "p": p, "trees": trees}
+            value = tsw.circular_tsw(t64(X), t64(Y), t64(a), t64(b), compat=True, **kw)
+            assert_close(value, np.mean(per_tree) ** (1 / p))
+            correct = tsw.circular_tsw(t64(X), t64(Y), t64(a), t64(b), **kw)
+            assert abs(float(value) - float(correct)) > 1e-3  # the defects matter
+
+    def test_batched_and_differentiable(self):
+        X, Y = torch.randn(2, 6, 3, dtype=F64), torch.randn(2, 5, 3, dtype=F64)
+        Xg = X.clone().requires_grad_()
+        v = tsw.circular_tsw(Xg, Y, radius=0.0, n_trees=4, seed=0, compat=True)
+        loop = [
+            tsw.circular_tsw(X[i], Y[i], radius=0.0, n_trees=4, seed=0, compat=True)
+            for i in range(2)
+        ]
+        assert_close(v, torch.stack(loop).numpy())
+        v.sum().backward()
+        assert bool(torch.isfinite(Xg.grad).all())
+
+
 # --------------------------------------------------------------------------- circular: numerics
 
 
@@ -523,7 +589,7 @@ def test_learnable_mapping_receives_gradients_and_trains():
         opt.zero_grad()
         (-loss(X, Y + 1)).backward()
         opt.step()
-    assert float(loss(X, Y + 1)) > before
+    assert float(loss(X, Y + 1).detach()) > before
     # the function with the same map and draw gives the same value
     same = tsw.spatial_tsw(X, Y + 1, mapping=h, n_trees=20, n_lines=3, seed=loss._fixed_seed)
     assert torch.equal(loss(X, Y + 1), same)

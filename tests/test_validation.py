@@ -905,6 +905,13 @@ def test_bad_circular_split(split):
         tsw.circular_tsw(X, Y, radius=0.0, split=split)
 
 
+@pytest.mark.parametrize("compat", [1, "yes", None])
+def test_circular_compat_must_be_bool(compat):
+    X, Y = data()
+    with pytest.raises(TypeError, match=lit("compat must be True or False; got")):
+        tsw.circular_tsw(X, Y, radius=0.0, compat=compat)
+
+
 def test_circular_delta_and_trees():
     X, Y = data()
     with pytest.raises(ValueError, match=lit("delta must be a finite real number >= 0; got -1")):

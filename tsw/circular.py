@@ -17,9 +17,17 @@ from tsw._engine import (
     offsets,
     point_distance,
     radial_distance,
+    safe_root,
     tree_value,
 )
-from tsw._validation import check_choice, check_measures, check_nonnegative_float, check_p
+from tsw._validation import (
+    Measures,
+    check_bool,
+    check_choice,
+    check_measures,
+    check_nonnegative_float,
+    check_p,
+)
 from tsw.splits import distance_split, uniform_split
 from tsw.trees import ConcurrentLines, sample_concurrent_lines
 
@@ -40,6 +48,7 @@ def circular_tsw(
     delta: float = 2.0,
     p: float = 1,
     split: str = "image",
+    compat: bool = False,
     trees: ConcurrentLines | None = None,
     center: Tensor | None = None,
     root_std: float = 0.1,
@@ -107,6 +116,13 @@ def circular_tsw(
         Exponent (see above).
     split : {"image", "line"}, default "image"
         Distance used by the split (see above).
+    compat : bool, default False
+        Reproduce the **published code's** value instead (its closed form with the
+        two defects described in the Notes; with ``split="image"``, the published
+        split, it matches ``TSW(ftype='circular' | 'circular_r0')`` for the same
+        trees). Only for comparison with reported numbers: it is **not** a metric
+        (one ray, Diracs at distances 1 and 3: it returns 1, not 2) and not a tree
+        Wasserstein distance.
     trees : ConcurrentLines, optional
         Explicit trees (roots and directions); overrides the sampling arguments.
     center : Tensor of shape (d,) or (B, d), optional
@@ -129,7 +145,8 @@ def circular_tsw(
     ------
     TypeError, ValueError
         For malformed inputs, ``radius < 0``, ``delta < 0``, ``p < 1``, an unknown
-        ``split``, counts < 1, or trees that do not fit the data.
+        ``split``, a non-bool ``compat``, counts < 1, or trees that do not fit the
+        data.
 
     Notes
     -----
@@ -143,7 +160,7 @@ def circular_tsw(
     cases; (2) for ``circular_r0`` it keeps the masses of line 0 only (a gather with
     a (T, 1, n) index), ignoring lines 1..k-1 and about :math:`1 - 1/k` of the mass.
     Both make the published value a non-metric; numbers reported with it are not
-    comparable with this function's.
+    comparable with this function's default (``compat=True`` reproduces them).
 
     Cost: one (n, d) x (d, Tk) matmul and O(Tkn) work for the coordinates and the
     split, then one sort of (T, k, n) coordinates, or of (T, n) when ``radius = 0``;
@@ -179,6 +196,7 @@ def circular_tsw(
     radius = check_nonnegative_float(radius, "radius")
     delta = check_nonnegative_float(delta, "delta")
     split = check_choice(split, "split", SPLITS)
+    compat = check_bool(compat, "compat")
     trees = resolve_trees(
         measures,
         trees,
@@ -201,4 +219,26 @@ def circular_tsw(
         alpha = distance_split(point_distance(off, t), delta)
     else:
         alpha = distance_split(line_distance(off), delta)
+    if compat:
+        return _published_value(measures, t, alpha, p, radius == 0)
     return tree_value(measures, t, alpha, p)
+
+
+def _published_value(measures: Measures, t: Tensor, alpha: Tensor, p: float, r0: bool) -> Tensor:
+    """Compute the published code's closed form, defects included; NOT a tree distance.
+
+    Defect 1: edge ``[c_(j-1), c_(j)]`` is paired with the prefix mass ``P_j`` (which
+    includes the far endpoint) instead of the suffix mass ``S_j``. Defect 2 (r = 0):
+    the masses are gathered with the (T, 1, n) order of the shared coordinates, which
+    keeps line 0's masses only.
+    """
+    w = torch.cat([measures.a, -measures.b], dim=-1)
+    masses = alpha * w[:, None, None, :]
+    if r0:
+        masses = masses[..., :1, :]
+    shape = torch.broadcast_shapes(masses.shape, t.shape)
+    c, idx = torch.sort(t.expand(shape), dim=-1)
+    prefix = torch.gather(masses.expand(shape), -1, idx).cumsum(-1)
+    edge = torch.diff(c, dim=-1, prepend=torch.zeros_like(c[..., :1]))
+    value = safe_root((prefix.abs().pow(p) * edge).sum((-1, -2)).mean(-1), p)
+    return value if measures.batched else value[0]
