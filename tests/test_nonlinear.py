@@ -493,6 +493,13 @@ def test_spatial_equals_db_tsw_on_mapped_points(mapping, degree, beta, batched):
         expected = tsw.db_tsw(t64(HX), t64(HY), t64(a), t64(b), delta=1.5, **rand)
         assert value.shape == lead
         assert_close(value, expected.numpy())
+    # sampled roots are centred on the weighted mean of the mapped points
+    w_mean = (a[..., None] * HX).sum(-2) + (b[..., None] * HY).sum(-2)
+    centred = tsw.spatial_tsw(
+        t64(X), t64(Y), t64(a), t64(b), delta=1.5, seed=8, center=t64(w_mean / 2), **opts
+    )
+    default = tsw.spatial_tsw(t64(X), t64(Y), t64(a), t64(b), delta=1.5, seed=8, **opts)
+    assert_close(centred, default.detach().numpy())
 
 
 def test_spatial_poly_order_does_not_matter_in_law():
