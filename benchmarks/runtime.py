@@ -12,9 +12,11 @@ and one cumulative sum, forward and backward.
 Examples
 --------
 ``python -m benchmarks.runtime``: the reference setting (Db-TSW 250 x 4, N = M = 2000,
-d = 64, float32, one thread). ``python -m benchmarks.runtime --sweep n``: times as a
-function of N with a log-log plot. ``--memory``: peak resident memory of each method,
-each in a fresh subprocess.
+d = 64, float32, one thread), with CircularTSW (r = 0 and r = 0.01) and SpatialTSW
+("pow") on the same trees and the side-by-side ratios circular r=0 / SW at equal total
+lines and circular / Db-TSW at equal trees and lines.
+``python -m benchmarks.runtime --sweep n``: times as a function of N with a log-log plot.
+``--memory``: peak resident memory of each method, each in a fresh subprocess.
 """
 
 from __future__ import annotations
@@ -74,7 +76,15 @@ def methods(X, Y, trees, chains, proj) -> dict[str, Callable[[], object]]:
         "db_tsw": run(lambda Xs: tsw.db_tsw(Xs, Y, trees=trees, validate=False)),
         "tsw_sl chain": run(lambda Xs: tsw.tsw_sl(Xs, Y, trees=chains, validate=False)),
         "tsw_sl concurrent": run(lambda Xs: tsw.tsw_sl(Xs, Y, trees=trees, validate=False)),
+        "circular r=0": run(
+            lambda Xs: tsw.circular_tsw(Xs, Y, radius=0.0, trees=trees, validate=False)
+        ),
+        "circular r=0.01": run(
+            lambda Xs: tsw.circular_tsw(Xs, Y, radius=0.01, trees=trees, validate=False)
+        ),
+        "spatial pow": run(lambda Xs: tsw.spatial_tsw(Xs, Y, trees=trees, validate=False)),
         "tsw.sw p=2": run(lambda Xs: tsw.sw(Xs, Y, projections=proj, validate=False)),
+        "tsw.sw p=1": run(lambda Xs: tsw.sw(Xs, Y, projections=proj, p=1, validate=False)),
     }
     if ot is not None:
         out["POT sw p=2"] = run(lambda Xs: ot.sliced_wasserstein_distance(Xs, Y, projections=proj))
@@ -113,6 +123,15 @@ def time_one(args, n: int, d: int, lines: int) -> dict[str, float | str]:
     row: dict[str, float | str] = {"N=M": n, "d": d, "trees": lines, "lines/tree": args.lines}
     for name, ts in times.items():
         row[f"{name} [s]"] = median(ts)
+    # side-by-side ratios of the nonlinear projections (same trees / equal total lines)
+    for num, den in (
+        ("circular r=0", "tsw.sw p=1"),
+        ("circular r=0", "tsw.sw p=2"),
+        ("circular r=0", "db_tsw"),
+        ("circular r=0.01", "db_tsw"),
+        ("spatial pow", "db_tsw"),
+    ):
+        row[f"{num} / {den}"] = ratio(times, num, den)
     for name in times:
         if name != "lower limit":
             row[f"{name} / lower"] = ratio(times, name, "lower limit")

@@ -81,6 +81,11 @@ class Entry:
     #: distances, whose p > 1 form is a Sobolev transport (sum of edge length x |mass|^p:
     #: lengths scale by c, masses do not, so the value scales by c^(1/p))
     degree: float = 1.0
+    #: dimension of the trees for data of dimension d (SpatialTSW: the mapped one)
+    tree_dim: Callable[[int], int] | None = None
+
+    def dim_of_trees(self, d: int) -> int:
+        return d if self.tree_dim is None else self.tree_dim(d)
 
     def __call__(self, X_s, X_t, a=None, b=None, **rand):
         return self.fn(X_s, X_t, a, b, **{**self.kwargs, **rand})
@@ -100,6 +105,11 @@ def _module_call(cls):
         return loss(X_s, X_t, a, b)
 
     return call
+
+
+def _graph_map(Z):
+    """A fixed injective map R^d -> R^(d+1): h(y) = (y, sum tanh(y))."""
+    return torch.cat([Z, torch.tanh(Z).sum(-1, keepdim=True)], dim=-1)
 
 
 T, K = 8, 3  # trees and lines per tree of the registry's tree distances
@@ -153,6 +163,65 @@ def _registry() -> list[Entry]:
                         degree=1 / p,
                     )
                 )
+    # CircularTSW: E(d)-invariant splits (rigid motions with the trees, translations in
+    # law), homogeneous once radius -> c radius and delta -> delta / c; with r = 0 no
+    # radius to rescale (and with delta = 0 too, plainly homogeneous)
+    for radius, split, delta, p in (
+        (0.0, "image", 2.0, 1),
+        (0.0, "line", 2.0, 1),
+        (0.0, "image", 0.0, 2),
+        (0.5, "image", 2.0, 1),
+        (0.5, "line", 2.0, 2),
+        (0.5, "image", 0.0, 1),
+    ):
+        props = COMMON | EXPLICIT | {DELTA_HOMOGENEOUS, TREE_DEGENERATE}
+        if radius == 0 and delta == 0:
+            props |= {HOMOGENEOUS}
+        out.append(
+            Entry(
+                f"circular_tsw[r={radius:g},{split},delta={delta:g},p={p}]",
+                tsw.circular_tsw,
+                {
+                    "n_trees": T,
+                    "n_lines": K,
+                    "radius": radius,
+                    "split": split,
+                    "delta": delta,
+                    "p": p,
+                },
+                props,
+                "concurrent",
+                True,
+                p=float(p),
+                degree=1 / p,
+            )
+        )
+    # SpatialTSW: Db-TSW after a map h that commutes with neither rotations nor
+    # translations nor scalings (no RIGID / TRANSLATION_LAW / homogeneity: signed
+    # permutations are tested in test_nonlinear.py). Trees live in d_theta. "pow" maps
+    # 0 to 0 and the coordinate axes into themselves, so points at roots / on the axis
+    # lines of the hand-made degenerate trees stay there (TREE_DEGENERATE).
+    spatial_props = COMMON | {TRIANGLE, GENERATOR, BATCH_SLICES, GRADCHECK}
+    for label, kw, tree_dim, extra in (
+        ("pow", {"mapping": "pow"}, None, {TREE_DEGENERATE}),
+        ("pow,deg=5,p=2", {"mapping": "pow", "degree": 5, "beta": 0.5, "p": 2}, None, set()),
+        ("poly", {"mapping": "poly"}, lambda d: math.comb(d + 2, 3), set()),
+        ("graph", {"mapping": _graph_map}, lambda d: d + 1, set()),
+    ):
+        p = float(kw.get("p", 1))
+        out.append(
+            Entry(
+                f"spatial_tsw[{label}]",
+                tsw.spatial_tsw,
+                {"n_trees": T, "n_lines": K, **kw},
+                spatial_props | extra,
+                "concurrent",
+                True,
+                p=p,
+                degree=1 / p,
+                tree_dim=tree_dim,
+            )
+        )
     sw_props = COMMON | EXPLICIT | {HOMOGENEOUS, TRANSLATION_FORM}
     for p, orthogonal in ((1, False), (2, False), (2, True)):
         out.append(
@@ -188,6 +257,13 @@ def _registry() -> list[Entry]:
         (tsw.nn.TSWSLLoss, tsw.tsw_sl, {"n_trees": T, "n_lines": K}, True, 1.0),
         (tsw.nn.DbTSWLoss, tsw.db_tsw, {"n_trees": T, "n_lines": K, "delta": 2.0}, True, 1.0),
         (tsw.nn.SWLoss, tsw.sw, {"n_projections": 12, "p": 2}, False, 2.0),
+        (
+            tsw.nn.CircularTSWLoss,
+            tsw.circular_tsw,
+            {"n_trees": T, "n_lines": K, "radius": 0.5},
+            True,
+            1.0,
+        ),
     ):
         out.append(
             Entry(
@@ -202,6 +278,20 @@ def _registry() -> list[Entry]:
                 p=p,
             )
         )
+    # SpatialTSWLoss: "pow" keeps d_theta = d (the shared centre lives there); no
+    # translation invariance
+    out.append(
+        Entry(
+            "SpatialTSWLoss",
+            _module_call(tsw.nn.SpatialTSWLoss),
+            {"n_trees": T, "n_lines": K, "mapping": "pow"},
+            COMMON | {TRIANGLE, GRADCHECK},
+            None,
+            True,
+            module=tsw.nn.SpatialTSWLoss,
+            function=tsw.spatial_tsw,
+        )
+    )
     out.append(
         Entry(
             "MaxSWLoss",
@@ -226,7 +316,14 @@ def having(*props):
 
 def test_registry_covers_every_public_distance():
     fns = {e.function or (tsw.tsw_sl if e.fn is _tsw_sl else e.fn) for e in REGISTRY}
-    assert {tsw.tsw_sl, tsw.db_tsw, tsw.sw, tsw.max_sw} <= fns
+    assert {
+        tsw.tsw_sl,
+        tsw.db_tsw,
+        tsw.circular_tsw,
+        tsw.spatial_tsw,
+        tsw.sw,
+        tsw.max_sw,
+    } <= fns
     modules = {e.module for e in REGISTRY if e.module is not None}
     assert modules == {getattr(tsw.nn, n) for n in tsw.nn.__all__}
 
@@ -250,6 +347,8 @@ def make_data(N=7, M=5, d=3, *, batch=None, dtype=F64, device="cpu", seed=0, shi
 
 def frozen(entry, d, *, dtype=F64, device="cpu", seed=11):
     """Randomness that does not depend on the data: explicit slices, else seed + centre."""
+    if entry.slices in ("chain", "concurrent") or entry.center:
+        d = entry.dim_of_trees(d)
     center = torch.full((d,), 0.3, dtype=dtype, device=device)
     kw = {"seed": seed, "dtype": dtype, "device": device}
     if entry.slices == "chain":
@@ -272,6 +371,7 @@ def frozen(entry, d, *, dtype=F64, device="cpu", seed=11):
 def shared(entry, d, *, dtype=F64, device="cpu", seed=11):
     """Same seed and an explicit centre: sampled trees shared by every pair of measures."""
     if entry.center:
+        d = entry.dim_of_trees(d)
         return {"seed": seed, "center": torch.full((d,), 0.3, dtype=dtype, device=device)}
     return {"seed": seed}
 
@@ -459,11 +559,13 @@ def test_db_tsw_homogeneous_only_with_rescaled_delta(entry, c, device):
     X, Y, a, b = make_data(device=device, seed=4)
     rand = frozen(entry, 3, device=device)
     delta = entry.kwargs["delta"]
+    # CircularTSW: the radius is a length, scaled with the data
+    lengths = {"radius": c * entry.kwargs["radius"]} if "radius" in entry.kwargs else {}
     base = entry(X, Y, a, b, **rand)
-    scaled = entry(c * X, c * Y, a, b, delta=delta / c, **moved(rand, c=c))
+    scaled = entry(c * X, c * Y, a, b, delta=delta / c, **lengths, **moved(rand, c=c))
     close(entry, scaled, c**entry.degree * base, scale=10)
     if delta > 0:  # documented: not homogeneous with the same delta
-        same_delta = entry(c * X, c * Y, a, b, **moved(rand, c=c))
+        same_delta = entry(c * X, c * Y, a, b, **lengths, **moved(rand, c=c))
         assert not torch.allclose(same_delta, c**entry.degree * base, rtol=1e-6)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import partial
 
 import pytest
 import torch
@@ -36,14 +37,22 @@ def uniform(n, batch=None, dtype=F64):
 DISTANCES = {
     "tsw_sl": lambda *args, **kw: tsw.tsw_sl(*args, **{"n_trees": 3, "n_lines": 2, **kw}),
     "db_tsw": lambda *args, **kw: tsw.db_tsw(*args, **{"n_trees": 3, "n_lines": 2, **kw}),
+    "circular_tsw": lambda *args, **kw: tsw.circular_tsw(
+        *args, **{"n_trees": 3, "n_lines": 2, "radius": 0.5, **kw}
+    ),
+    "spatial_tsw": lambda *args, **kw: tsw.spatial_tsw(*args, **{"n_trees": 3, "n_lines": 2, **kw}),
     "sw": lambda *args, **kw: tsw.sw(*args, **{"n_projections": 4, **kw}),
     "max_sw": lambda *args, **kw: tsw.max_sw(*args, **{"n_iter": 1, "n_init": 2, **kw}),
     "TSWSLLoss": lambda *args, **kw: tsw.nn.TSWSLLoss(n_trees=3, n_lines=2, **kw)(*args),
     "DbTSWLoss": lambda *args, **kw: tsw.nn.DbTSWLoss(n_trees=3, n_lines=2, **kw)(*args),
+    "CircularTSWLoss": lambda *args, **kw: tsw.nn.CircularTSWLoss(
+        n_trees=3, n_lines=2, **{"radius": 0.0, **kw}
+    )(*args),
+    "SpatialTSWLoss": lambda *args, **kw: tsw.nn.SpatialTSWLoss(n_trees=3, n_lines=2, **kw)(*args),
     "SWLoss": lambda *args, **kw: tsw.nn.SWLoss(n_projections=4, **kw)(*args),
     "MaxSWLoss": lambda *args, **kw: tsw.nn.MaxSWLoss(n_iter=1, n_init=2, **kw)(*args),
 }
-FUNCTIONS = ["tsw_sl", "db_tsw", "sw", "max_sw"]
+FUNCTIONS = ["tsw_sl", "db_tsw", "circular_tsw", "spatial_tsw", "sw", "max_sw"]
 
 
 @pytest.fixture(params=list(DISTANCES))
@@ -253,15 +262,29 @@ def test_p_not_a_number(dist, p):
         dist(X, Y, p=p)
 
 
-@pytest.mark.parametrize("name", ["tsw_sl", "db_tsw", "TSWSLLoss", "DbTSWLoss"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tsw_sl",
+        "db_tsw",
+        "circular_tsw",
+        "spatial_tsw",
+        "TSWSLLoss",
+        "DbTSWLoss",
+        "CircularTSWLoss",
+    ],
+)
 @pytest.mark.parametrize("count", ["n_trees", "n_lines"])
 def test_tree_counts(name, count):
     X, Y = data()
     make = {
         "tsw_sl": lambda **kw: tsw.tsw_sl(X, Y, **kw),
         "db_tsw": lambda **kw: tsw.db_tsw(X, Y, **kw),
+        "circular_tsw": lambda **kw: tsw.circular_tsw(X, Y, radius=0.0, **kw),
+        "spatial_tsw": lambda **kw: tsw.spatial_tsw(X, Y, **kw),
         "TSWSLLoss": lambda **kw: tsw.nn.TSWSLLoss(**kw)(X, Y),
         "DbTSWLoss": lambda **kw: tsw.nn.DbTSWLoss(**kw)(X, Y),
+        "CircularTSWLoss": lambda **kw: tsw.nn.CircularTSWLoss(radius=1.0, **kw)(X, Y),
     }[name]
     with pytest.raises(ValueError, match=lit(f"{count} must be an int >= 1; got 0")):
         make(**{count: 0})
@@ -566,7 +589,15 @@ def test_seed_of_wrong_type(fn, seed):
 
 
 @pytest.mark.parametrize(
-    "cls", [tsw.nn.TSWSLLoss, tsw.nn.DbTSWLoss, tsw.nn.SWLoss, tsw.nn.MaxSWLoss]
+    "cls",
+    [
+        tsw.nn.TSWSLLoss,
+        tsw.nn.DbTSWLoss,
+        partial(tsw.nn.CircularTSWLoss, radius=0.0),
+        tsw.nn.SpatialTSWLoss,
+        tsw.nn.SWLoss,
+        tsw.nn.MaxSWLoss,
+    ],
 )
 def test_module_seed_of_wrong_type(cls):
     with pytest.raises(TypeError, match=lit("seed must be an int or None; got float")):
@@ -608,7 +639,15 @@ def test_cuda_generator_with_cpu_data():
 
 
 @pytest.mark.parametrize(
-    "cls", [tsw.nn.TSWSLLoss, tsw.nn.DbTSWLoss, tsw.nn.SWLoss, tsw.nn.MaxSWLoss]
+    "cls",
+    [
+        tsw.nn.TSWSLLoss,
+        tsw.nn.DbTSWLoss,
+        partial(tsw.nn.CircularTSWLoss, radius=0.0),
+        tsw.nn.SpatialTSWLoss,
+        tsw.nn.SWLoss,
+        tsw.nn.MaxSWLoss,
+    ],
 )
 @pytest.mark.parametrize("reduction", ["avg", "MEAN", None, "batchmean"])
 def test_bad_reduction(cls, reduction):
@@ -791,7 +830,14 @@ def test_validate_false_skips_value_checks(fn):
 def test_validate_false_skips_value_checks_in_modules():
     X, Y = data()
     neg = torch.tensor([0.5, -0.1, 0.2, 0.2, 0.2], dtype=F64)
-    for cls in (tsw.nn.TSWSLLoss, tsw.nn.DbTSWLoss, tsw.nn.SWLoss, tsw.nn.MaxSWLoss):
+    for cls in (
+        tsw.nn.TSWSLLoss,
+        tsw.nn.DbTSWLoss,
+        partial(tsw.nn.CircularTSWLoss, radius=0.5),
+        tsw.nn.SpatialTSWLoss,
+        tsw.nn.SWLoss,
+        tsw.nn.MaxSWLoss,
+    ):
         with pytest.raises(ValueError, match="a must be non-negative"):
             cls(seed=0)(X, Y, neg, uniform(4))
         assert cls(seed=0, validate=False)(X, Y, neg, uniform(4)).shape == ()
@@ -820,3 +866,200 @@ def test_validate_false_skips_tree_wasserstein_value_checks():
     # structure checks stay on
     with pytest.raises(ValueError, match="exactly one root"):
         tsw.tree_wasserstein([0, 0, 0], lengths, ms, mt, validate=False)
+
+
+# --------------------------------------------------------------------------- nonlinear projections
+
+
+@pytest.mark.parametrize("radius", [-1.0, -1e-12, math.inf, math.nan])
+def test_radius_out_of_range(radius):
+    X, Y = data()
+    msg = lit("radius must be a finite real number >= 0; got")
+    with pytest.raises(ValueError, match=msg):
+        tsw.circular_tsw(X, Y, radius=radius)
+    with pytest.raises(ValueError, match=msg):
+        tsw.nn.CircularTSWLoss(radius=radius)(X, Y)
+
+
+@pytest.mark.parametrize("radius", ["1", None, True, torch.tensor(1.0)])
+def test_radius_not_a_number(radius):
+    X, Y = data()
+    with pytest.raises(TypeError, match=lit("radius must be a real number >= 0; got")):
+        tsw.circular_tsw(X, Y, radius=radius)
+
+
+def test_radius_is_required():
+    X, Y = data()
+    with pytest.raises(TypeError, match="radius"):
+        tsw.circular_tsw(X, Y)
+    with pytest.raises(TypeError, match="radius"):
+        tsw.nn.CircularTSWLoss()
+
+
+@pytest.mark.parametrize("split", ["distance", "Image", None, ""])
+def test_bad_circular_split(split):
+    X, Y = data()
+    with pytest.raises(
+        ValueError, match=lit(f"split must be one of 'image', 'line'; got {split!r}")
+    ):
+        tsw.circular_tsw(X, Y, radius=0.0, split=split)
+
+
+@pytest.mark.parametrize("compat", [1, "yes", None])
+def test_circular_compat_must_be_bool(compat):
+    X, Y = data()
+    with pytest.raises(TypeError, match=lit("compat must be True or False; got")):
+        tsw.circular_tsw(X, Y, radius=0.0, compat=compat)
+
+
+def test_circular_delta_and_trees():
+    X, Y = data()
+    with pytest.raises(ValueError, match=lit("delta must be a finite real number >= 0; got -1")):
+        tsw.circular_tsw(X, Y, radius=0.0, delta=-1.0)
+    with pytest.raises(TypeError, match=lit("trees must be ConcurrentLines; got ChainLines")):
+        tsw.circular_tsw(X, Y, radius=0.0, trees=chain())
+    with pytest.raises(ValueError, match=lit("trees must live in the dimension of the data, d=3")):
+        tsw.circular_tsw(X, Y, radius=0.0, trees=concurrent(d=2))
+
+
+@pytest.mark.parametrize("mapping", ["cubic", "POW", "", "linear"])
+def test_bad_mapping_name(mapping):
+    X, Y = data()
+    msg = lit(
+        f"mapping must be 'pow', 'poly' or a callable (e.g. a torch.nn.Module); got {mapping!r}"
+    )
+    with pytest.raises(ValueError, match=msg):
+        tsw.spatial_tsw(X, Y, mapping=mapping)
+    with pytest.raises(ValueError, match=msg):
+        tsw.nn.SpatialTSWLoss(mapping=mapping)  # at construction
+
+
+@pytest.mark.parametrize("mapping", [3, None, torch.zeros(3)])
+def test_mapping_not_callable(mapping):
+    X, Y = data()
+    with pytest.raises(
+        TypeError, match=lit("mapping must be 'pow', 'poly' or a callable (e.g. a torch.nn.Module)")
+    ):
+        tsw.spatial_tsw(X, Y, mapping=mapping)
+
+
+@pytest.mark.parametrize("mapping", ["pow", "poly"])
+@pytest.mark.parametrize("degree", [2, 4, 0, -1])
+def test_mapping_degree_must_be_odd(mapping, degree):
+    X, Y = data()
+    msg = lit(f"degree must be an odd int >= 1 (an even degree is not injective: h(-y) = h(y)); "
+              f"got {degree}")  # fmt: skip
+    with pytest.raises(ValueError, match=msg):
+        tsw.spatial_tsw(X, Y, mapping=mapping, degree=degree)
+    with pytest.raises(ValueError, match=msg):
+        tsw.nn.SpatialTSWLoss(mapping=mapping, degree=degree)
+    with pytest.raises(ValueError, match=msg):
+        (tsw.mappings.pow_map if mapping == "pow" else tsw.mappings.poly_map)(X, degree)
+
+
+@pytest.mark.parametrize("degree", [3.0, "3", True])
+def test_mapping_degree_not_an_int(degree):
+    X, Y = data()
+    with pytest.raises(TypeError, match=lit("degree must be an odd int >= 1; got")):
+        tsw.spatial_tsw(X, Y, mapping="pow", degree=degree)
+
+
+@pytest.mark.parametrize("beta", [-0.5, math.inf, math.nan])
+def test_pow_beta_out_of_range(beta):
+    X, Y = data()
+    with pytest.raises(ValueError, match=lit("beta must be a finite real number >= 0; got")):
+        tsw.spatial_tsw(X, Y, mapping="pow", beta=beta)
+
+
+def test_mapping_options_that_do_not_apply():
+    X, Y = data()
+    with pytest.raises(ValueError, match=lit("beta applies to mapping='pow' only; got beta=1.0")):
+        tsw.spatial_tsw(X, Y, mapping="poly", beta=1.0)
+    for name in ("degree", "beta"):
+        with pytest.raises(
+            ValueError,
+            match=lit(
+                f"{name} applies to the built-in mappings only; got {name}=3 with a callable"
+            ),
+        ):
+            tsw.spatial_tsw(X, Y, mapping=lambda Z: Z, **{name: 3})
+
+
+def test_mapping_output_type_dtype_device():
+    X, Y = data()
+    with pytest.raises(
+        TypeError, match=lit("mapping(X_s) must return a torch.Tensor; got ndarray")
+    ):
+        tsw.spatial_tsw(X, Y, mapping=lambda Z: Z.numpy())
+    with pytest.raises(
+        TypeError,
+        match=lit("mapping(X_s) must keep the dtype of X_s (torch.float64); got torch.float32"),
+    ):
+        tsw.spatial_tsw(X, Y, mapping=lambda Z: Z.float())
+    with pytest.raises(
+        ValueError, match=lit("mapping(X_s) must stay on the device of X_s (cpu); got meta")
+    ):
+        tsw.spatial_tsw(X, Y, mapping=lambda Z: Z.to("meta"))
+
+
+def test_mapping_output_shape():
+    X, Y = data()
+    with pytest.raises(
+        ValueError,
+        match=lit(
+            "mapping(X_s) must have shape (N, d_theta) with leading dimensions (5,) and "
+            "d_theta >= 1; got shape (15,)"
+        ),
+    ):
+        tsw.spatial_tsw(X, Y, mapping=lambda Z: Z.reshape(-1))
+    with pytest.raises(
+        ValueError, match=lit("leading dimensions (5,) and d_theta >= 1; got shape (3, 5)")
+    ):
+        tsw.spatial_tsw(X, Y, mapping=lambda Z: Z.T)
+    with pytest.raises(ValueError, match=lit("got shape (5, 0)")):
+        tsw.spatial_tsw(X, Y, mapping=lambda Z: Z[:, :0])
+    Xb, Yb = data(batch=2)
+    with pytest.raises(
+        ValueError,
+        match=lit("mapping(X_t) must have shape (B, N, d_theta) with leading dimensions (2, 4)"),
+    ):
+        tsw.spatial_tsw(Xb, Yb, mapping=lambda Z: Z if Z.shape[1] == 5 else Z[0])
+    with pytest.raises(
+        ValueError,
+        match=lit(
+            "mapping(X_s) and mapping(X_t) must have the same last dimension d_theta; got 3 and 2"
+        ),
+    ):
+        tsw.spatial_tsw(X, Y, mapping=lambda Z: Z if Z.shape[0] == 5 else Z[:, :2])
+
+
+def test_mapping_output_nonfinite():
+    X, Y = data()
+    Y = Y.abs()
+    with pytest.raises(ValueError, match=lit("mapping(X_s) contains NaN or Inf values")):
+        tsw.spatial_tsw(X, Y, mapping=torch.log)  # log of negative coordinates of X
+    with pytest.raises(ValueError, match=lit("mapping(X_t) contains NaN or Inf values")):
+        tsw.spatial_tsw(Y, X, mapping=torch.log)
+    # validate=False skips the value check; the NaN propagates
+    assert torch.isnan(tsw.spatial_tsw(X, Y, mapping=torch.log, validate=False))
+
+
+def test_spatial_trees_and_center_in_the_mapped_dimension():
+    X, Y = data()
+    with pytest.raises(
+        ValueError,
+        match=lit(
+            "trees must live in the mapped dimension d_theta=10 (the data have d=3); got trees "
+            "of dimension 3"
+        ),
+    ):
+        tsw.spatial_tsw(X, Y, mapping="poly", trees=concurrent(d=3))
+    assert tsw.spatial_tsw(X, Y, mapping="poly", trees=concurrent(d=10)).shape == ()
+    with pytest.raises(ValueError, match=lit("center must have shape (d,) = (10,)")):
+        tsw.spatial_tsw(X, Y, mapping="poly", center=torch.zeros(3, dtype=F64))
+    with pytest.raises(TypeError, match=lit("trees must be ConcurrentLines; got ChainLines")):
+        tsw.spatial_tsw(X, Y, trees=chain())
+    msg = lit("orthogonal directions need n_lines <= dim; got n_lines=4 and dim=3")
+    with pytest.raises(ValueError, match=msg):
+        tsw.spatial_tsw(X, Y, n_lines=4, orthogonal=True)
+    assert tsw.spatial_tsw(X, Y, mapping="poly", n_lines=4, orthogonal=True).shape == ()

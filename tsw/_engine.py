@@ -8,6 +8,7 @@ from a splitting map, and the closed form of :mod:`tsw.tree_wasserstein`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -99,6 +100,114 @@ def _batched(t: Tensor, unbatched_ndim: int) -> Tensor:
     return t if t.ndim > unbatched_ndim else t.unsqueeze(0)
 
 
+class Offsets(NamedTuple):
+    """Where the points sit relative to the roots of concurrent lines.
+
+    Attributes
+    ----------
+    coords : Tensor of shape (B, T, k, n)
+        ``s = <z - x_tau, theta_l>``, the linear coordinate on each line.
+    dirs : Tensor of shape (B|1, T, k, d)
+        The line directions.
+    rel : Tensor of shape (B, T, n, d) or None
+        ``z - x_tau`` formed explicitly (``d <= EXPLICIT_RESIDUAL_MAX_DIM``).
+    sq : Tensor of shape (B, T, 1, n) or None
+        ``|z - x_tau|^2`` from centred data (above that dimension).
+    """
+
+    coords: Tensor
+    dirs: Tensor
+    rel: Tensor | None
+    sq: Tensor | None
+
+
+class _SafeSqrt(torch.autograd.Function):
+    """``sqrt(max(q, 0))`` with a zero (sub)gradient where the result is 0."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor) -> Tensor:
+        out = q.clamp_min(0).sqrt_()
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (out,) = ctx.saved_tensors
+        tiny = torch.full((), torch.finfo(out.dtype).tiny, dtype=out.dtype, device=out.device)
+        r = torch.addcmul(tiny, out, out)
+        return torch.div(out, r, out=r).mul_(grad).mul_(0.5)
+
+
+def offsets(Z: Tensor, trees: ConcurrentLines) -> Offsets:
+    """Linear coordinates of points on concurrent lines and what distances need.
+
+    Parameters
+    ----------
+    Z : Tensor of shape (B, n, d)
+        Points.
+    trees : ConcurrentLines
+        ``T`` trees of ``k`` lines, shared or with batch size ``B``.
+
+    Returns
+    -------
+    Offsets
+        No (T, k, n, d) tensor is formed above ``d = EXPLICIT_RESIDUAL_MAX_DIM``.
+    """
+    dirs = _batched(trees.directions, 3)  # (B|1, T, k, d)
+    roots = _batched(trees.roots, 2)  # (B|1, T, d)
+    # Centre on the mean root: translation-invariant, and it keeps the expanded
+    # squares below well conditioned when the data sit far from the origin.
+    c0 = roots.detach().mean(dim=-2, keepdim=True)  # (B|1, 1, d)
+    Zc = Z - c0
+    Rc = roots - c0  # (B|1, T, d)
+    B, n, d = Z.shape
+    T, k = dirs.shape[-3], dirs.shape[-2]
+    proj = torch.matmul(dirs.reshape(dirs.shape[0], T * k, d), Zc.transpose(-1, -2))
+    coords = proj.reshape(B, T, k, n) - (dirs * Rc.unsqueeze(-2)).sum(-1).unsqueeze(-1)
+    if d <= EXPLICIT_RESIDUAL_MAX_DIM:
+        return Offsets(coords, dirs, Zc.unsqueeze(1) - Rc.unsqueeze(-2), None)
+    sq = (
+        (Zc * Zc).sum(-1).unsqueeze(1)
+        - 2 * torch.matmul(Rc, Zc.transpose(-1, -2))
+        + (Rc * Rc).sum(-1).unsqueeze(-1)
+    )  # (B, T, n) = |z - x_tau|^2
+    return Offsets(coords, dirs, None, sq.unsqueeze(2))
+
+
+def line_distance(off: Offsets) -> Tensor:
+    """Distance of every point to every line, shape (B, T, k, n)."""
+    if off.rel is not None:
+        return point_distance(off, off.coords)
+    return _LineDistance.apply(off.sq, off.coords)
+
+
+def point_distance(off: Offsets, u: Tensor | float) -> Tensor:
+    """``|(z - x_tau) - u theta_l|``: distance to the point at coordinate ``u`` of line l.
+
+    ``u`` is a number or a tensor broadcastable to (B, T, k, n); the result has shape
+    (B, T, k, n). Above ``d = EXPLICIT_RESIDUAL_MAX_DIM`` it is
+    ``sqrt(|z - x|^2 - 2 u s + u^2)``, resolved to about ``sqrt(eps) |z - x|`` near 0,
+    with a zero subgradient at 0.
+    """
+    if off.rel is not None:
+        u = torch.as_tensor(u, dtype=off.rel.dtype, device=off.rel.device)
+        u = u.unsqueeze(-1) if u.ndim else u
+        resid = off.rel.unsqueeze(2) - u * off.dirs.unsqueeze(-2)  # (B, T, k, n, d)
+        return torch.linalg.vector_norm(resid, dim=-1)
+    if isinstance(u, Tensor):
+        q = torch.addcmul(off.sq, off.coords, u, value=-2).addcmul_(u, u)
+    else:
+        q = off.sq - (2 * u) * off.coords + u * u
+    return _SafeSqrt.apply(q)
+
+
+def radial_distance(off: Offsets) -> Tensor:
+    """``|z - x_tau|``, the same on every line of a tree: shape (B, T, 1, n)."""
+    if off.rel is not None:
+        return torch.linalg.vector_norm(off.rel, dim=-1).unsqueeze(2)
+    return _SafeSqrt.apply(off.sq)
+
+
 def project(Z: Tensor, trees: TreeSystem, *, distances: bool) -> tuple[Tensor, Tensor | None]:
     """Coordinates of points on every line, and optionally distances to the lines.
 
@@ -118,39 +227,58 @@ def project(Z: Tensor, trees: TreeSystem, *, distances: bool) -> tuple[Tensor, T
         ``<z - source_l, theta_l>``.
     dist : Tensor of shape (B, T, k, n) or None
     """
+    if distances:
+        if not isinstance(trees, ConcurrentLines):
+            raise TypeError("point-to-line distances are implemented for ConcurrentLines only")
+        off = offsets(Z, trees)
+        return off.coords, line_distance(off)
     dirs = _batched(trees.directions, 3)  # (B|1, T, k, d)
     if isinstance(trees, ConcurrentLines):
-        roots = _batched(trees.roots, 2)  # (B|1, T, d)
-        sources = roots.unsqueeze(-2)  # (B|1, T, 1, d)
+        sources = _batched(trees.roots, 2).unsqueeze(-2)  # (B|1, T, 1, d)
     else:
         sources = _batched(trees.sources, 3)  # (B|1, T, k, d)
-        roots = sources[..., 0, :]
-    # Centre on the mean root: translation-invariant, and it keeps the expanded
-    # squares below well conditioned when the data sit far from the origin.
-    c0 = roots.detach().mean(dim=-2, keepdim=True)  # (B|1, 1, d)
+    c0 = sources[..., 0, :].detach().mean(dim=-2, keepdim=True)  # (B|1, 1, d)
     Zc = Z - c0
     Sc = sources - c0.unsqueeze(-2)
     B, n, d = Z.shape
     T, k = dirs.shape[-3], dirs.shape[-2]
     proj = torch.matmul(dirs.reshape(dirs.shape[0], T * k, d), Zc.transpose(-1, -2))
     coords = proj.reshape(B, T, k, n) - (dirs * Sc).sum(-1).unsqueeze(-1)
-    if not distances:
-        return coords, None
-    if not isinstance(trees, ConcurrentLines):
-        raise TypeError("point-to-line distances are implemented for ConcurrentLines only")
-    Rc = roots - c0  # (B|1, T, d)
-    if d <= EXPLICIT_RESIDUAL_MAX_DIM:
-        rel = Zc.unsqueeze(1) - Rc.unsqueeze(-2)  # (B, T, n, d)
-        resid = rel.unsqueeze(2) - coords.unsqueeze(-1) * dirs.unsqueeze(-2)  # (B,T,k,n,d)
-        dist = torch.linalg.vector_norm(resid, dim=-1)
-    else:
-        sq = (
-            (Zc * Zc).sum(-1).unsqueeze(1)
-            - 2 * torch.matmul(Rc, Zc.transpose(-1, -2))
-            + (Rc * Rc).sum(-1).unsqueeze(-1)
-        )  # (B, T, n) = |z - x_tau|^2
-        dist = _LineDistance.apply(sq.unsqueeze(2), coords)
-    return coords, dist
+    return coords, None
+
+
+def tree_value(
+    measures: Measures,
+    coords: Tensor,
+    alpha: Tensor,
+    p: float,
+    attachments: Tensor | None = None,
+) -> Tensor:
+    r"""Mean over trees of the closed form, with the ``1/p`` root.
+
+    Parameters
+    ----------
+    measures : Measures
+        Validated, batched measures (their ``n = N + M`` atoms, source first).
+    coords : Tensor of shape (B, T, k, n) or (B, T, 1, n)
+        Coordinates of the atoms on the lines (the same on every line when the line
+        axis has size 1: one sort per tree).
+    alpha : Tensor broadcastable to (B, T, k, n)
+        Split weights.
+    p : float
+        Exponent.
+    attachments : Tensor of shape (B|1, T, k), optional
+        For chains (see :func:`tsw.line_system_cost`).
+
+    Returns
+    -------
+    Tensor of shape (B,) or () when the measures were unbatched.
+    """
+    w = torch.cat([measures.a, -measures.b], dim=-1)  # (B, n) signed
+    masses = alpha * w[:, None, None, :]
+    per_tree = line_system_cost(coords, masses, attachments, p)  # (B, T)
+    value = safe_root(per_tree.mean(-1), p)
+    return value if measures.batched else value[0]
 
 
 def tree_sliced(
@@ -182,11 +310,6 @@ def tree_sliced(
     Tensor of shape (B,) or () when the measures were unbatched.
     """
     Z = torch.cat([measures.X_s, measures.X_t], dim=-2)  # (B, n, d)
-    w = torch.cat([measures.a, -measures.b], dim=-1)  # (B, n) signed
     coords, dist = project(Z, trees, distances=distances)
-    alpha = split(dist)
-    masses = alpha * w[:, None, None, :]
     attachments = _batched(trees.attachments, 2) if isinstance(trees, ChainLines) else None
-    per_tree = line_system_cost(coords, masses, attachments, p)  # (B, T)
-    value = safe_root(per_tree.mean(-1), p)
-    return value if measures.batched else value[0]
+    return tree_value(measures, coords, split(dist), p, attachments)

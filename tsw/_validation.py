@@ -18,6 +18,7 @@ from torch import Tensor
 
 __all__ = [
     "Measures",
+    "check_bool",
     "check_choice",
     "check_measures",
     "check_p",
@@ -87,6 +88,13 @@ def check_nonnegative_float(value: object, name: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be a finite real number >= 0; got {value}")
     return float(value)
+
+
+def check_bool(value: object, name: str) -> bool:
+    """Return ``value`` if it is a bool, else raise ``TypeError``."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False; got {type(value).__name__}")
+    return value
 
 
 def check_choice(value: object, name: str, allowed: Sequence[str]) -> str:

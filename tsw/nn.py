@@ -21,11 +21,21 @@ import torch
 from torch import Tensor, nn
 
 from tsw._validation import check_choice
+from tsw.circular import circular_tsw
 from tsw.db_tsw import db_tsw
+from tsw.mappings import resolve_mapping
 from tsw.sliced import max_sw, sw
+from tsw.spatial import spatial_tsw
 from tsw.tsw_sl import tsw_sl
 
-__all__ = ["DbTSWLoss", "MaxSWLoss", "SWLoss", "TSWSLLoss"]
+__all__ = [
+    "CircularTSWLoss",
+    "DbTSWLoss",
+    "MaxSWLoss",
+    "SWLoss",
+    "SpatialTSWLoss",
+    "TSWSLLoss",
+]
 
 
 class _RandomizedLoss(nn.Module):
@@ -80,7 +90,9 @@ class _RandomizedLoss(nn.Module):
         return out.mean() if self.reduction == "mean" else out.sum()
 
     def extra_repr(self) -> str:
-        items = [f"{k}={v!r}" for k, v in self.kwargs.items() if not isinstance(v, Tensor)]
+        items = [
+            f"{k}={v!r}" for k, v in self.kwargs.items() if not isinstance(v, Tensor | nn.Module)
+        ]
         items += [f"reduction={self.reduction!r}", f"resample={self.resample}"]
         if self.seed is not None:
             items.append(f"seed={self.seed}")
@@ -175,6 +187,121 @@ class DbTSWLoss(_RandomizedLoss):
             seed=seed,
             resample=resample,
         )
+
+
+class CircularTSWLoss(_RandomizedLoss):
+    """Loss module for :func:`tsw.circular_tsw` (keyword arguments as there).
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> loss = tsw.nn.CircularTSWLoss(radius=0.0, n_trees=50, n_lines=4, seed=0)
+    >>> X = torch.randn(10, 3, requires_grad=True)
+    >>> loss(X, torch.randn(12, 3)).backward()
+    >>> X.grad.shape
+    torch.Size([10, 3])
+    """
+
+    _fn = staticmethod(circular_tsw)
+
+    def __init__(
+        self,
+        *,
+        radius: float,
+        n_trees: int | None = None,
+        n_lines: int | None = None,
+        delta: float = 2.0,
+        p: float = 1,
+        split: str = "image",
+        compat: bool = False,
+        center: Tensor | None = None,
+        root_std: float = 0.1,
+        validate: bool = True,
+        reduction: str = "mean",
+        seed: int | None = None,
+        resample: bool = True,
+    ):
+        super().__init__(
+            radius=radius,
+            n_trees=n_trees,
+            n_lines=n_lines,
+            delta=delta,
+            p=p,
+            split=split,
+            compat=compat,
+            center=center,
+            root_std=root_std,
+            validate=validate,
+            reduction=reduction,
+            seed=seed,
+            resample=resample,
+        )
+
+
+class SpatialTSWLoss(_RandomizedLoss):
+    """Loss module for :func:`tsw.spatial_tsw` (keyword arguments as there).
+
+    A ``torch.nn.Module`` mapping is registered as the submodule ``mapping``: its
+    parameters appear in ``loss.parameters()`` and are trained through the loss
+    (for instance maximised adversarially, or learned jointly with a model).
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> phi = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    >>> class Graph(torch.nn.Module):  # h(y) = (y, phi(y)): injective for any phi
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.phi = phi
+    ...     def forward(self, Z):
+    ...         return torch.cat([Z, self.phi(Z)], dim=-1)
+    >>> loss = tsw.nn.SpatialTSWLoss(mapping=Graph(), n_trees=50, seed=0)
+    >>> len(list(loss.parameters()))
+    4
+    >>> loss(torch.randn(10, 2), torch.randn(12, 2)).backward()
+    >>> phi[0].weight.grad is not None
+    True
+    """
+
+    _fn = staticmethod(spatial_tsw)
+
+    def __init__(
+        self,
+        *,
+        mapping: str | Callable[[Tensor], Tensor] = "pow",
+        degree: int | None = None,
+        beta: float | None = None,
+        n_trees: int | None = None,
+        n_lines: int | None = None,
+        delta: float = 2.0,
+        p: float = 1,
+        orthogonal: bool = False,
+        center: Tensor | None = None,
+        root_std: float = 0.1,
+        validate: bool = True,
+        reduction: str = "mean",
+        seed: int | None = None,
+        resample: bool = True,
+    ):
+        super().__init__(
+            mapping=mapping,
+            degree=degree,
+            beta=beta,
+            n_trees=n_trees,
+            n_lines=n_lines,
+            delta=delta,
+            p=p,
+            orthogonal=orthogonal,
+            center=center,
+            root_std=root_std,
+            validate=validate,
+            reduction=reduction,
+            seed=seed,
+            resample=resample,
+        )
+        resolve_mapping(mapping, degree, beta)  # bad options raise here, not at the first call
+        if isinstance(mapping, nn.Module):
+            self.mapping = mapping  # registered: trained through the loss, moved by .to()
 
 
 class SWLoss(_RandomizedLoss):

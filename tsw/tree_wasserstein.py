@@ -84,17 +84,23 @@ class _LineCost(torch.autograd.Function):
     Forward and backward are written out (in place where possible: on CPU, large
     fresh allocations cost as much as the arithmetic) and keep only the sorted
     coordinates, the permutation and the prefix sums for the backward pass.
+
+    ``coords`` may be smaller than ``masses`` along broadcast axes (same ndim, size 1
+    where ``masses`` is larger): every row of masses sharing a row of coordinates is
+    then ordered by one sort of that row.
     """
 
     @staticmethod
     def forward(ctx, coords: Tensor, masses: Tensor, p: float) -> Tensor:
         c, idx = torch.sort(coords, dim=-1)
-        prefix = torch.gather(masses, -1, idx).cumsum_(-1)  # P_j: mass at coords <= c_j
+        shared = c.shape != masses.shape
+        gidx = idx.expand(masses.shape) if shared else idx
+        prefix = torch.gather(masses, -1, gidx).cumsum_(-1)  # P_j: mass at coords <= c_j
         dn, dp = _edge_lengths(c)
-        work = _abs_pow_(_suffix(prefix, torch.empty_like(c)), p)  # |S_j|^p
+        work = _abs_pow_(_suffix(prefix, torch.empty_like(prefix)), p)  # |S_j|^p
         cost = work.mul_(dp).sum(-1)
-        torch.abs(prefix, out=dp)
-        cost += (dp if p == 1.0 else dp.pow_(p)).mul_(dn).sum(-1)
+        torch.abs(prefix, out=work)
+        cost += (work if p == 1.0 else work.pow_(p)).mul_(dn).sum(-1)
         ctx.save_for_backward(c, idx, prefix)
         ctx.p = p
         return cost
@@ -103,6 +109,7 @@ class _LineCost(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         c, idx, prefix = ctx.saved_tensors
         p = ctx.p
+        shared = c.shape != prefix.shape
         g = grad.unsqueeze(-1)
         grad_c = grad_m = None
         if ctx.needs_input_grad[1]:
@@ -113,11 +120,13 @@ class _LineCost(torch.autograd.Function):
             if p != 1.0:
                 ga.mul_(torch.abs(prefix).pow_(p - 1)).mul_(p)
             ga.mul_(dn).cumsum_(-1)
-            gs = _dabs_pow_(_suffix(prefix, dn), p).mul_(dp).cumsum_(-1)
+            gs = _suffix(prefix, torch.empty_like(prefix) if shared else dn)
+            gs = _dabs_pow_(gs, p).mul_(dp).cumsum_(-1)
             del dp
             gs[..., 1:] -= ga[..., :-1]
             gs += ga[..., -1:]
-            grad_m = ga.scatter_(-1, idx, gs.mul_(g))  # idx is a permutation: all written
+            gidx = idx.expand(prefix.shape) if shared else idx
+            grad_m = ga.scatter_(-1, gidx, gs.mul_(g))  # gidx permutes each row: all written
             del gs
         if ctx.needs_input_grad[0]:
             # dC/dc_j = [c_j < 0] (|P_{j-1}|^p - |P_j|^p) + [c_j > 0] (|S_j|^p - |S_{j+1}|^p)
@@ -128,12 +137,16 @@ class _LineCost(torch.autograd.Function):
             db = torch.empty_like(bb)
             torch.sub(bb[..., :-1], bb[..., 1:], out=db[..., :-1])
             db[..., -1:] = bb[..., -1:]
-            neg = torch.clamp(c, max=0, out=bb).sign_()  # -1 where c < 0, else 0
+            neg = c.clamp(max=0) if shared else torch.clamp(c, max=0, out=bb)
+            neg.sign_()  # -1 where c < 0, else 0
             gc = da.mul_(neg).neg_()
             pos = torch.clamp(c, min=0, out=neg).sign_()  # 1 where c > 0, else 0
             gc += db.mul_(pos)
             del db, pos
-            grad_c = torch.empty_like(gc).scatter_(-1, idx, gc.mul_(g))
+            gc.mul_(g)
+            if shared:  # rows ordered by one sort: add up their sorted-order gradients
+                gc = gc.sum_to_size(c.shape)
+            grad_c = torch.empty_like(gc).scatter_(-1, idx, gc)
         return grad_c, grad_m, None
 
 
@@ -158,23 +171,30 @@ def line_cost(coords: Tensor, masses: Tensor, p: float = 1.0) -> Tensor:
     Parameters
     ----------
     coords : Tensor of shape (..., n)
-        Coordinates along each line.
+        Coordinates along each line. It may have size 1 on axes where ``masses`` is
+        larger (broadcasting): rows of ``masses`` that share one row of coordinates
+        (for instance atoms at the same coordinate on every line of a tree, shape
+        (..., 1, n) against masses (..., k, n)) are then ordered by **one** sort.
     masses : Tensor of shape (..., n)
-        Signed masses, same shape as ``coords``.
+        Signed masses, broadcastable with ``coords``.
     p : float, default 1
         Exponent; ``p = 1`` is the tree :math:`W_1`, ``p > 1`` Sobolev-type.
 
     Returns
     -------
-    Tensor of shape (...)
-        The sum over the edges of each line (no ``1/p`` root).
+    Tensor
+        The sum over the edges of each line (no ``1/p`` root), of the broadcast
+        shape of ``coords`` and ``masses`` without the last axis.
 
     Notes
     -----
-    One sort, one gather, one cumulative sum, O(n log n) per line; the backward pass
-    is analytic (two cumulative sums and two scatters) and keeps only the sorted
-    coordinates, the permutation and the prefix/suffix sums. At ties the gradient is
-    a valid subgradient.
+    One sort (of ``coords``, in its own shape), one gather, one cumulative sum,
+    O(n log n) per line; the backward pass is analytic (two cumulative sums and two
+    scatters) and keeps only the sorted coordinates, the permutation and the
+    prefix/suffix sums. At ties the gradient is a valid subgradient. When every
+    coordinate is ``>= 0`` (atoms on rays, as for the circular transform) only the
+    positive-side rule applies: edge ``[c_(j-1), c_(j)]`` (with ``c_(0) = 0``)
+    carries the suffix mass ``S_j``.
 
     Examples
     --------
@@ -182,8 +202,17 @@ def line_cost(coords: Tensor, masses: Tensor, p: float = 1.0) -> Tensor:
     >>> from tsw.tree_wasserstein import line_cost
     >>> line_cost(torch.tensor([1.0, 3.0]), torch.tensor([1.0, -1.0]))  # W1 = 2
     tensor(2.)
+    >>> # two rays sharing the coordinates of their atoms: one sort for both rows
+    >>> line_cost(torch.tensor([[1.0, 3.0]]), torch.tensor([[1.0, -1.0], [0.5, 0.0]]))
+    tensor([2.0000, 0.5000])
     """
-    return _LineCost.apply(coords, masses.expand_as(coords), float(p))
+    shape = torch.broadcast_shapes(coords.shape, masses.shape)
+    masses = masses.expand(shape)
+    if coords.ndim < len(shape):
+        coords = coords.reshape((1,) * (len(shape) - coords.ndim) + tuple(coords.shape))
+    if coords.shape[-1] != shape[-1]:
+        coords = coords.expand(shape)  # one atom coordinate for every atom: not shared
+    return _LineCost.apply(coords, masses, float(p))
 
 
 def line_system_cost(
@@ -195,7 +224,8 @@ def line_system_cost(
     ----------
     coords : Tensor of shape (..., k, n)
         Coordinate of each of ``n`` atoms on each line, measured from the line's
-        source.
+        source. For concurrent lines it may be (..., 1, n), the same coordinates on
+        every line, which are then sorted once per tree (see :func:`line_cost`).
     masses : Tensor of shape (..., k, n)
         Signed masses (source minus target) put on each line; lines need not be
         balanced, only the whole tree (a point-dependent split moves mass between
@@ -227,8 +257,9 @@ def line_system_cost(
     >>> line_system_cost(torch.tensor([[1.0], [2.0]]), torch.tensor([[1.0], [-1.0]]))
     tensor(3.)
     """
-    masses = masses.expand(coords.shape)
     if attachments is not None:
+        shape = torch.broadcast_shapes(coords.shape, masses.shape)
+        coords, masses = coords.expand(shape), masses.expand(shape)
         totals = masses.sum(-1)  # (..., k)
         below = totals.flip(-1).cumsum(-1).flip(-1) - totals  # sum over lines > i
         vc = torch.cat([attachments[..., 1:], torch.zeros_like(attachments[..., :1])], dim=-1)
