@@ -153,6 +153,35 @@ def _registry() -> list[Entry]:
                         degree=1 / p,
                     )
                 )
+    # PartialTSW. Equal masses: everything Db-TSW claims. Unequal masses: d(mu, mu) > 0
+    # (the gap costs its transport to the root), so no identity (nor the zero value of
+    # DEGENERATE); symmetric and a triangle inequality only with the masses moved along
+    # with the measures, which the shared tests cannot express (tests/test_partial.py
+    # checks both). A price adds price * |gap|^p, which does not scale with the data.
+    partial_unequal = (COMMON - {IDENTITY, SYMMETRIC, DEGENERATE}) | (EXPLICIT - {TRIANGLE})
+    for masses, p, price in (((1.0, 1.0), 1, 0.0), ((1.0, 0.6), 1, 0.0), ((0.7, 1.3), 2, 0.5)):
+        props = (COMMON | EXPLICIT) if masses[0] == masses[1] else partial_unequal
+        props = props | {TREE_DEGENERATE} | ({DELTA_HOMOGENEOUS} if price == 0 else set())
+        out.append(
+            Entry(
+                f"partial_tsw[mass={masses[0]:g}/{masses[1]:g},p={p},price={price:g}]",
+                tsw.partial_tsw,
+                {
+                    "n_trees": T,
+                    "n_lines": K,
+                    "delta": 2.0,
+                    "p": p,
+                    "mass_s": masses[0],
+                    "mass_t": masses[1],
+                    "price": price,
+                },
+                props,
+                "concurrent",
+                True,
+                p=float(p),
+                degree=1 / p,
+            )
+        )
     sw_props = COMMON | EXPLICIT | {HOMOGENEOUS, TRANSLATION_FORM}
     for p, orthogonal in ((1, False), (2, False), (2, True)):
         out.append(
@@ -204,6 +233,18 @@ def _registry() -> list[Entry]:
         )
     out.append(
         Entry(
+            "PartialTSWLoss",
+            _module_call(tsw.nn.PartialTSWLoss),
+            {"n_trees": T, "n_lines": K, "mass_t": 0.8},
+            (COMMON - {IDENTITY, SYMMETRIC, DEGENERATE}) | {TRANSLATION_LAW, GRADCHECK},
+            None,
+            True,
+            module=tsw.nn.PartialTSWLoss,
+            function=tsw.partial_tsw,
+        )
+    )
+    out.append(
+        Entry(
             "MaxSWLoss",
             _module_call(tsw.nn.MaxSWLoss),
             {"n_iter": 5, "n_init": 4},
@@ -226,7 +267,7 @@ def having(*props):
 
 def test_registry_covers_every_public_distance():
     fns = {e.function or (tsw.tsw_sl if e.fn is _tsw_sl else e.fn) for e in REGISTRY}
-    assert {tsw.tsw_sl, tsw.db_tsw, tsw.sw, tsw.max_sw} <= fns
+    assert {tsw.tsw_sl, tsw.db_tsw, tsw.partial_tsw, tsw.sw, tsw.max_sw} <= fns
     modules = {e.module for e in REGISTRY if e.module is not None}
     assert modules == {getattr(tsw.nn, n) for n in tsw.nn.__all__}
 

@@ -153,7 +153,7 @@ def project(Z: Tensor, trees: TreeSystem, *, distances: bool) -> tuple[Tensor, T
     return coords, dist
 
 
-def tree_sliced(
+def tree_sliced_cost(
     measures: Measures,
     trees: TreeSystem,
     p: float,
@@ -161,12 +161,14 @@ def tree_sliced(
     *,
     distances: bool,
 ) -> Tensor:
-    r"""Tree-sliced value :math:`(\frac1T \sum_\tau \sum_{e} w_e |\Delta_e|^p)^{1/p}`.
+    r"""Mean over the trees of the per-tree cost :math:`\sum_{e} w_e |\Delta_e|^p` (no root).
 
     Parameters
     ----------
     measures : Measures
-        Validated, batched measures.
+        Validated, batched measures. Their totals need not agree: on concurrent lines
+        the imbalance of a whole tree is absorbed at the root (see
+        :func:`tsw.tree_wasserstein.line_system_cost`).
     trees : ConcurrentLines or ChainLines
         The tree systems.
     p : float
@@ -179,7 +181,7 @@ def tree_sliced(
 
     Returns
     -------
-    Tensor of shape (B,) or () when the measures were unbatched.
+    Tensor of shape (B,)
     """
     Z = torch.cat([measures.X_s, measures.X_t], dim=-2)  # (B, n, d)
     w = torch.cat([measures.a, -measures.b], dim=-1)  # (B, n) signed
@@ -188,5 +190,29 @@ def tree_sliced(
     masses = alpha * w[:, None, None, :]
     attachments = _batched(trees.attachments, 2) if isinstance(trees, ChainLines) else None
     per_tree = line_system_cost(coords, masses, attachments, p)  # (B, T)
-    value = safe_root(per_tree.mean(-1), p)
+    return per_tree.mean(-1)
+
+
+def finish(cost: Tensor, p: float, measures: Measures) -> Tensor:
+    """``cost ** (1/p)`` (zero subgradient at 0), unbatched when the input was."""
+    value = safe_root(cost, p)
     return value if measures.batched else value[0]
+
+
+def tree_sliced(
+    measures: Measures,
+    trees: TreeSystem,
+    p: float,
+    split: Callable[[Tensor | None], Tensor],
+    *,
+    distances: bool,
+) -> Tensor:
+    r"""Tree-sliced value :math:`(\frac1T \sum_\tau \sum_{e} w_e |\Delta_e|^p)^{1/p}`.
+
+    :func:`tree_sliced_cost` followed by :func:`finish`.
+
+    Returns
+    -------
+    Tensor of shape (B,) or () when the measures were unbatched.
+    """
+    return finish(tree_sliced_cost(measures, trees, p, split, distances=distances), p, measures)
