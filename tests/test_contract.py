@@ -194,6 +194,30 @@ def _registry() -> list[Entry]:
                 p=float(p),
             )
         )
+    # SUOT baseline: POT's Frank-Wolfe stops after n_iter = 10 steps, far from converged,
+    # at an iterate that depends on tie-breaking in the 1-D dual (weights 1/6 vs
+    # 1/6 * (1 + 1e-15) change the value by 5%) and on the order of the arguments. So no
+    # symmetry, weight semantics or finite-difference gradients are claimed; SUOT is not
+    # a metric (no triangle inequality).
+    suot = COMMON - {SYMMETRIC, WEIGHTS} | (EXPLICIT - {TRIANGLE, GRADCHECK})
+    unequal = suot - {IDENTITY, DEGENERATE}
+    for masses, props in (((1.0, 1.0), suot), ((1.0, 1.3), unequal)):
+        out.append(
+            Entry(
+                f"unbalanced_sw[mass={masses[0]:g}/{masses[1]:g}]",
+                tsw.unbalanced_sw,
+                {
+                    "n_projections": 12,
+                    "reg_m": 0.5,
+                    "mass_s": masses[0],
+                    "mass_t": masses[1],
+                    "orthogonal": False,
+                },
+                props,
+                "projections",
+                p=2.0,
+            )
+        )
     # max-SW: an optimisation per pair, so no shared slices (no triangle, no rigid
     # motion with explicit slices). With n_iter=0 the direction is an argmax among
     # random directions, locally constant in the data: gradcheck applies.
