@@ -323,3 +323,23 @@ def test_module_masses_schedule_and_parameter():
     assert mass.grad is not None
     assert float(mass.grad) != 0
     assert "mass_s=1.5" in repr(learn)
+
+
+def test_gkr_with_a_price_everywhere_is_not_a_sum_over_edges():
+    """Why the docstring's 'price at every point' form is not offered as a closed form.
+
+    On a segment [0, L] subdivided at L/2, delta_0 against delta_L with creation and
+    destruction at price lam anywhere costs min(L, 2 lam) (LP). A sum over edges of a
+    function of (edge length, flux 1) would give f(L/2) + f(L/2) = f(L) for every L, i.e.
+    a linear f, which min(L, 2 lam) is not.
+    """
+    lam = 0.3
+    for L in (0.4, 1.0, 2.0):
+        D = np.array([[0.0, L / 2, L], [L / 2, 0.0, L / 2], [L, L / 2, 0.0]])
+        mu, nu = np.array([1.0, 0.0, 0.0]), np.array([0.0, 0.0, 1.0])
+        gkr = ref.gkr_lp(D, mu, nu, np.full(3, lam), np.full(3, lam))
+        assert gkr == pytest.approx(min(L, 2 * lam), abs=1e-9)
+    # the root form (creation at the root only, root = node 1) stays a sum over edges
+    to_root = D[1]
+    root_form = ref.gkr_lp(D, mu, nu, to_root, to_root)
+    assert root_form == pytest.approx(L, abs=1e-9)  # = W1: the masses are equal
