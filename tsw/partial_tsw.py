@@ -82,13 +82,15 @@ def partial_tsw(
     > 0` the tree is extended by one point :math:`\hat s` hanging from the root by an
     edge of length :math:`\lambda`, which receives the difference (the construction of
     Caffarelli-McCann used by Le & Nguyen 2021 and by the paper's App. B); the extra
-    edge contributes :math:`\lambda |m_s - m_t|`. Only the excess :math:`|m_s - m_t|`
-    is created or destroyed: every unit of the lighter measure is transported.
+    edge contributes :math:`\lambda |m_s - m_t|`. Some optimal plan creates or destroys
+    only the excess :math:`|m_s - m_t|` and transports all of the lighter measure
+    (tests/test_partial.py checks the value against an LP that may create and destroy
+    anywhere at these prices).
 
     **Relation to the entropy partial transport of the paper.** The paper defines
     PartialTSW as the mean over trees of the closed form :math:`d_a` of the
-    a-regularised entropy partial transport (EPT) on each tree, which (as the spec
-    reconstructs it) is the tree sum above plus
+    a-regularised entropy partial transport (EPT) on each tree, which (as reconstructed
+    from the proofs of its App. B and D) is the tree sum above plus
     :math:`(b\lambda_{EPT}/2 + w(r) - a)\,|\mu(T) - \nu(T)|`: ``price`` is that
     constant. Because that term has no gradient with respect to the supports, the paper
     (its §3.3) drops it and keeps the total masses as the only parameters of
@@ -102,8 +104,8 @@ def partial_tsw(
     solve it with a dynamic program, not a closed form; it is not implemented.
 
     **p > 1** gives the tree-sliced Sobolev transport :math:`ST_p` (Le et al. 2022) of
-    the measures completed at the root (or at :math:`\hat s`), a metric but **not** an
-    unbalanced Wasserstein-:math:`p` distance; the official code's default is ``p=2``.
+    the measures completed at the root (or at :math:`\hat s`), **not** an unbalanced
+    Wasserstein-:math:`p` distance; the official code's default is ``p=2``.
 
     Parameters
     ----------
@@ -163,10 +165,13 @@ def partial_tsw(
     weighted :math:`\ell_p` norm of a linear image of :math:`\mu - \nu`); zero for
     identical inputs with equal masses; 1-homogeneous in the masses (scaling both by
     :math:`s` scales the value by :math:`s`); E(d)-invariant for trees moved with the
-    data. With ``price=0`` a mass sitting exactly on a root is invisible to that tree
-    (a pseudo-metric per tree; sampled roots avoid the atoms almost surely). Equal
-    masses and ``price=0`` reduce to :func:`tsw.db_tsw` times the common mass. The
-    cost is that of :func:`tsw.db_tsw`.
+    data. Hence a pseudo-metric on measures of any masses, for every ``p``; the paper
+    states that it is a metric (its Thm 3.3), which is not checked here. With
+    ``price=0`` a mass sitting exactly on a root is invisible to that tree (so with
+    ``root_std=0`` two measures differing by a Dirac at the centre are at distance 0).
+    Equal masses and ``price=0`` reduce to :func:`tsw.db_tsw` times the common mass.
+    The cost is that of :func:`tsw.db_tsw` (measured ratio 0.99, forward + backward,
+    N = M = 2000, d = 64, 250 x 4 trees, float32, one CPU thread).
 
     References
     ----------
