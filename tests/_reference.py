@@ -229,3 +229,72 @@ def emd_on_rays(coords_s, coords_t, mass_s, mass_t):
     b = np.asarray(mass_t, dtype=np.float64).reshape(-1)
     b = b * a.sum() / b.sum()  # guard rounding
     return float(ot.emd2(a, b, D[np.ix_(sel_s, sel_t)], numItermax=10**7))
+
+
+# --------------------------------------------------------------------------- unequal masses
+
+
+def star_metric_with_root(coords, price=0.0):
+    """Path lengths on concurrent lines between the atoms and one extra node.
+
+    The extra node is the root (``price == 0``) or a point hanging from the root by an
+    edge of length ``price``. It is the last row/column of the returned matrix, after the
+    atoms flattened line-major as in :func:`line_system_metric`.
+    """
+    coords = np.asarray(coords, dtype=np.float64)
+    k, n = coords.shape
+    with_root = np.concatenate([coords, np.zeros((k, 1))], axis=1)  # root: coordinate 0
+    D = line_system_metric(with_root, None)
+    nodes = np.array([line * (n + 1) + j for line in range(k) for j in range(n)])
+    root = n  # node (0, n): coordinate 0 on line 0
+    out = np.zeros((k * n + 1, k * n + 1))
+    out[:-1, :-1] = D[np.ix_(nodes, nodes)]
+    out[:-1, -1] = out[-1, :-1] = D[nodes, root] + price
+    return out
+
+
+def emd_with_deficit_at_root(coords_s, coords_t, mass_s, mass_t, price=0.0):
+    """Balanced EMD after the lighter side receives the mass difference at the root.
+
+    coords_s (k, N), coords_t (k, M): coordinates on concurrent lines; mass_s (k, N),
+    mass_t (k, M): non-negative masses whose totals may differ. ``price`` moves the
+    deficit to a point at that distance from the root.
+    """
+    coords_s = np.asarray(coords_s, dtype=np.float64)
+    coords_t = np.asarray(coords_t, dtype=np.float64)
+    k, N = coords_s.shape
+    D = star_metric_with_root(np.concatenate([coords_s, coords_t], axis=1), price)
+    n = N + coords_t.shape[1]
+    sel_s = [line * n + j for line in range(k) for j in range(N)] + [k * n]
+    sel_t = [line * n + N + j for line in range(k) for j in range(n - N)] + [k * n]
+    a = np.asarray(mass_s, dtype=np.float64).reshape(-1)
+    b = np.asarray(mass_t, dtype=np.float64).reshape(-1)
+    gap = a.sum() - b.sum()
+    a = np.append(a, max(-gap, 0.0))
+    b = np.append(b, max(gap, 0.0))
+    b = b * a.sum() / b.sum()  # guard rounding
+    return float(ot.emd2(a, b, D[np.ix_(sel_s, sel_t)], numItermax=10**7))
+
+
+def gkr_lp(D, mu, nu, price_mu, price_nu):
+    """Generalised Kantorovich-Rubinstein distance by linear programming (scipy HiGHS).
+
+    min_{pi >= 0, pi 1 <= mu, pi^T 1 <= nu} <D, pi> + <price_mu, mu - pi 1>
+    + <price_nu, nu - pi^T 1>: mass of mu left untransported is destroyed at a price per
+    unit, mass of nu not covered is created at a price per unit (Sato et al. 2020).
+    """
+    from scipy.optimize import linprog
+
+    D = np.asarray(D, dtype=np.float64)
+    mu, nu = np.asarray(mu, float), np.asarray(nu, float)
+    pm, pn = np.asarray(price_mu, float), np.asarray(price_nu, float)
+    n, m = D.shape
+    cost = (D - pm[:, None] - pn[None, :]).reshape(-1)
+    rows = np.zeros((n + m, n * m))
+    for i in range(n):
+        rows[i, i * m : (i + 1) * m] = 1.0
+    for j in range(m):
+        rows[n + j, j::m] = 1.0
+    res = linprog(cost, A_ub=rows, b_ub=np.concatenate([mu, nu]), bounds=(0, None), method="highs")
+    assert res.status == 0, res.message
+    return float(res.fun + pm @ mu + pn @ nu)

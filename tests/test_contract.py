@@ -222,6 +222,35 @@ def _registry() -> list[Entry]:
                 tree_dim=tree_dim,
             )
         )
+    # PartialTSW. Equal masses: everything Db-TSW claims. Unequal masses: d(mu, mu) > 0
+    # (the gap costs its transport to the root), so no identity (nor the zero value of
+    # DEGENERATE); symmetric and a triangle inequality only with the masses moved along
+    # with the measures, which the shared tests cannot express (tests/test_partial.py
+    # checks both). A price adds price * |gap|^p, which does not scale with the data.
+    partial_unequal = (COMMON - {IDENTITY, SYMMETRIC, DEGENERATE}) | (EXPLICIT - {TRIANGLE})
+    for masses, p, price in (((1.0, 1.0), 1, 0.0), ((1.0, 0.6), 1, 0.0), ((0.7, 1.3), 2, 0.5)):
+        props = (COMMON | EXPLICIT) if masses[0] == masses[1] else partial_unequal
+        props = props | {TREE_DEGENERATE} | ({DELTA_HOMOGENEOUS} if price == 0 else set())
+        out.append(
+            Entry(
+                f"partial_tsw[mass={masses[0]:g}/{masses[1]:g},p={p},price={price:g}]",
+                tsw.partial_tsw,
+                {
+                    "n_trees": T,
+                    "n_lines": K,
+                    "delta": 2.0,
+                    "p": p,
+                    "mass_s": masses[0],
+                    "mass_t": masses[1],
+                    "price": price,
+                },
+                props,
+                "concurrent",
+                True,
+                p=float(p),
+                degree=1 / p,
+            )
+        )
     sw_props = COMMON | EXPLICIT | {HOMOGENEOUS, TRANSLATION_FORM}
     for p, orthogonal in ((1, False), (2, False), (2, True)):
         out.append(
@@ -232,6 +261,30 @@ def _registry() -> list[Entry]:
                 sw_props,
                 "projections",
                 p=float(p),
+            )
+        )
+    # SUOT baseline: POT's Frank-Wolfe stops after n_iter = 10 steps, far from converged,
+    # at an iterate that depends on tie-breaking in the 1-D dual (weights 1/6 vs
+    # 1/6 * (1 + 1e-15) change the value by 5%) and on the order of the arguments. So no
+    # symmetry, weight semantics or finite-difference gradients are claimed; SUOT is not
+    # a metric (no triangle inequality).
+    suot = COMMON - {SYMMETRIC, WEIGHTS} | (EXPLICIT - {TRIANGLE, GRADCHECK})
+    unequal = suot - {IDENTITY, DEGENERATE}
+    for masses, props in (((1.0, 1.0), suot), ((1.0, 1.3), unequal)):
+        out.append(
+            Entry(
+                f"unbalanced_sw[mass={masses[0]:g}/{masses[1]:g}]",
+                tsw.unbalanced_sw,
+                {
+                    "n_projections": 12,
+                    "reg_m": 0.5,
+                    "mass_s": masses[0],
+                    "mass_t": masses[1],
+                    "orthogonal": False,
+                },
+                props,
+                "projections",
+                p=2.0,
             )
         )
     # max-SW: an optimisation per pair, so no shared slices (no triangle, no rigid
@@ -294,6 +347,18 @@ def _registry() -> list[Entry]:
     )
     out.append(
         Entry(
+            "PartialTSWLoss",
+            _module_call(tsw.nn.PartialTSWLoss),
+            {"n_trees": T, "n_lines": K, "mass_t": 0.8},
+            (COMMON - {IDENTITY, SYMMETRIC, DEGENERATE}) | {TRANSLATION_LAW, GRADCHECK},
+            None,
+            True,
+            module=tsw.nn.PartialTSWLoss,
+            function=tsw.partial_tsw,
+        )
+    )
+    out.append(
+        Entry(
             "MaxSWLoss",
             _module_call(tsw.nn.MaxSWLoss),
             {"n_iter": 5, "n_init": 4},
@@ -321,6 +386,7 @@ def test_registry_covers_every_public_distance():
         tsw.db_tsw,
         tsw.circular_tsw,
         tsw.spatial_tsw,
+        tsw.partial_tsw,
         tsw.sw,
         tsw.max_sw,
     } <= fns

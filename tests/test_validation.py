@@ -1063,3 +1063,70 @@ def test_spatial_trees_and_center_in_the_mapped_dimension():
     with pytest.raises(ValueError, match=msg):
         tsw.spatial_tsw(X, Y, n_lines=4, orthogonal=True)
     assert tsw.spatial_tsw(X, Y, mapping="poly", n_lines=4, orthogonal=True).shape == ()
+
+
+# --------------------------------------------------------------------------- PartialTSW masses
+
+
+def _partial(*args, **kw):
+    return tsw.partial_tsw(*args, **{"n_trees": 3, "n_lines": 2, "seed": 0, **kw})
+
+
+@pytest.mark.parametrize("name", ["mass_s", "mass_t"])
+def test_partial_mass_negative_or_nonfinite(name):
+    X, Y = data()
+    for bad in (-0.1, math.nan, math.inf):
+        with pytest.raises(ValueError, match=lit(f"{name} must be a finite real number >= 0; got")):
+            _partial(X, Y, **{name: bad})
+    with pytest.raises(ValueError, match=lit(f"{name} must be non-negative; got a minimum of -2")):
+        _partial(X, Y, **{name: torch.tensor(-2.0, dtype=F64)})
+    with pytest.raises(ValueError, match=lit(f"{name} contains NaN or Inf")):
+        _partial(X, Y, **{name: torch.tensor(math.nan, dtype=F64)})
+    # a value check: skipped with validate=False (and then never a finite number)
+    value = _partial(X, Y, validate=False, **{name: torch.tensor(math.nan, dtype=F64)})
+    assert bool(torch.isnan(value))
+
+
+@pytest.mark.parametrize("name", ["mass_s", "mass_t"])
+def test_partial_mass_types(name):
+    X, Y = data()
+    for bad, got in ((True, "bool"), ("1", "str"), (None, "NoneType"), ([1.0], "list")):
+        with pytest.raises(
+            TypeError, match=lit(f"{name} must be a real number >= 0 or a tensor; got {got}")
+        ):
+            _partial(X, Y, **{name: bad})
+    with pytest.raises(TypeError, match=lit(f"{name} must be a real number or a floating tensor")):
+        _partial(X, Y, **{name: torch.tensor(1)})
+    with pytest.raises(TypeError, match=lit(f"{name} must have the same dtype as X_s")):
+        _partial(X, Y, **{name: torch.tensor(1.0, dtype=torch.float32)})
+
+
+@pytest.mark.parametrize("name", ["mass_s", "mass_t"])
+def test_partial_mass_shapes(name):
+    X, Y = data()
+    with pytest.raises(
+        ValueError, match=lit(f"{name} must be a real number or a tensor of shape (); got")
+    ):
+        _partial(X, Y, **{name: torch.ones(1, dtype=F64)})
+    Xb, Yb = data(batch=3)
+    with pytest.raises(ValueError, match=lit("tensor of shape () or (B,) = (3,); got")):
+        _partial(Xb, Yb, **{name: torch.ones(2, dtype=F64)})
+    assert _partial(Xb, Yb, **{name: torch.ones(3, dtype=F64)}).shape == (3,)
+
+
+def test_partial_price_and_measure_checks():
+    X, Y = data()
+    with pytest.raises(ValueError, match=lit("price must be a finite real number >= 0; got -1")):
+        _partial(X, Y, price=-1.0)
+    with pytest.raises(TypeError, match=lit("price must be a real number >= 0; got str")):
+        _partial(X, Y, price="0")
+    with pytest.raises(ValueError, match=lit("delta must be a finite real number >= 0")):
+        _partial(X, Y, delta=-1.0)
+    with pytest.raises(ValueError, match=lit("a must be non-negative")):
+        _partial(X, Y, -uniform(5))
+    with pytest.raises(ValueError, match=lit("b must have a positive total mass")):
+        _partial(X, Y, None, 0 * uniform(4))
+    with pytest.raises(TypeError, match=lit("trees must be ConcurrentLines; got ChainLines")):
+        _partial(X, Y, trees=tsw.sample_chain_lines(3, 2, 3, seed=0, dtype=F64))
+    # shapes with different totals are accepted: they are normalised
+    assert torch.equal(_partial(X, Y, uniform(5), 3 * uniform(4)), _partial(X, Y))

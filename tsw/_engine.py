@@ -247,19 +247,21 @@ def project(Z: Tensor, trees: TreeSystem, *, distances: bool) -> tuple[Tensor, T
     return coords, None
 
 
-def tree_value(
+def tree_cost(
     measures: Measures,
     coords: Tensor,
     alpha: Tensor,
     p: float,
     attachments: Tensor | None = None,
 ) -> Tensor:
-    r"""Mean over trees of the closed form, with the ``1/p`` root.
+    r"""Mean over the trees of the per-tree cost :math:`\sum_e w_e |\Delta_e|^p` (no root).
 
     Parameters
     ----------
     measures : Measures
-        Validated, batched measures (their ``n = N + M`` atoms, source first).
+        Validated, batched measures (their ``n = N + M`` atoms, source first). Their
+        totals need not agree: on concurrent lines the imbalance of a whole tree is
+        absorbed at the root (see :func:`tsw.tree_wasserstein.line_system_cost`).
     coords : Tensor of shape (B, T, k, n) or (B, T, 1, n)
         Coordinates of the atoms on the lines (the same on every line when the line
         axis has size 1: one sort per tree).
@@ -272,16 +274,31 @@ def tree_value(
 
     Returns
     -------
-    Tensor of shape (B,) or () when the measures were unbatched.
+    Tensor of shape (B,)
     """
     w = torch.cat([measures.a, -measures.b], dim=-1)  # (B, n) signed
     masses = alpha * w[:, None, None, :]
-    per_tree = line_system_cost(coords, masses, attachments, p)  # (B, T)
-    value = safe_root(per_tree.mean(-1), p)
+    return line_system_cost(coords, masses, attachments, p).mean(-1)  # (B,)
+
+
+def finish(cost: Tensor, p: float, measures: Measures) -> Tensor:
+    """``cost ** (1/p)`` (zero subgradient at 0), unbatched when the input was."""
+    value = safe_root(cost, p)
     return value if measures.batched else value[0]
 
 
-def tree_sliced(
+def tree_value(
+    measures: Measures,
+    coords: Tensor,
+    alpha: Tensor,
+    p: float,
+    attachments: Tensor | None = None,
+) -> Tensor:
+    """:func:`tree_cost` followed by :func:`finish`: shape (B,), or () if unbatched."""
+    return finish(tree_cost(measures, coords, alpha, p, attachments), p, measures)
+
+
+def tree_sliced_cost(
     measures: Measures,
     trees: TreeSystem,
     p: float,
@@ -289,7 +306,7 @@ def tree_sliced(
     *,
     distances: bool,
 ) -> Tensor:
-    r"""Tree-sliced value :math:`(\frac1T \sum_\tau \sum_{e} w_e |\Delta_e|^p)^{1/p}`.
+    r"""Mean per-tree cost (no root) of the points projected on ``trees``, shape (B,).
 
     Parameters
     ----------
@@ -304,12 +321,24 @@ def tree_sliced(
         to (B, T, k, n).
     distances : bool
         Whether ``split`` needs point-to-line distances.
-
-    Returns
-    -------
-    Tensor of shape (B,) or () when the measures were unbatched.
     """
     Z = torch.cat([measures.X_s, measures.X_t], dim=-2)  # (B, n, d)
     coords, dist = project(Z, trees, distances=distances)
     attachments = _batched(trees.attachments, 2) if isinstance(trees, ChainLines) else None
-    return tree_value(measures, coords, split(dist), p, attachments)
+    return tree_cost(measures, coords, split(dist), p, attachments)
+
+
+def tree_sliced(
+    measures: Measures,
+    trees: TreeSystem,
+    p: float,
+    split: Callable[[Tensor | None], Tensor],
+    *,
+    distances: bool,
+) -> Tensor:
+    r"""Tree-sliced value :math:`(\frac1T \sum_\tau \sum_{e} w_e |\Delta_e|^p)^{1/p}`.
+
+    :func:`tree_sliced_cost` followed by :func:`finish`; shape (B,) or () when the
+    measures were unbatched.
+    """
+    return finish(tree_sliced_cost(measures, trees, p, split, distances=distances), p, measures)

@@ -20,6 +20,7 @@ __all__ = [
     "Measures",
     "check_bool",
     "check_choice",
+    "check_mass",
     "check_measures",
     "check_p",
     "check_positive_int",
@@ -95,6 +96,43 @@ def check_bool(value: object, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False; got {type(value).__name__}")
     return value
+
+
+def check_mass(value: object, name: str, X: Tensor, batched: bool, validate: bool) -> Tensor:
+    """Check a total mass: a real number or a tensor of shape () (or (B,) for batched data).
+
+    Returned as a tensor of ``X``'s dtype and device, shape () or (B,) (a tensor input is
+    returned as is, so that gradients reach it). Negative, NaN and Inf masses raise (a
+    value check for tensors, skipped with ``validate=False``).
+    """
+    if isinstance(value, Tensor):
+        if not value.dtype.is_floating_point:
+            raise TypeError(
+                f"{name} must be a real number or a floating tensor; got a tensor of "
+                f"dtype {value.dtype}"
+            )
+        check_same_device_dtype(X, "X_s", value, name)
+        B = X.shape[0]
+        if value.shape not in (((), (B,)) if batched else ((),)):
+            form = f"() or (B,) = ({B},)" if batched else "()"
+            raise ValueError(
+                f"{name} must be a real number or a tensor of shape {form}; got "
+                f"{name}.shape={tuple(value.shape)}"
+            )
+        if validate:
+            check_finite(value, name)
+            if bool((value < 0).any()):
+                raise ValueError(
+                    f"{name} must be non-negative; got a minimum of {float(value.min()):.6g}"
+                )
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"{name} must be a real number >= 0 or a tensor; got {type(value).__name__}"
+        )
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite real number >= 0; got {value}")
+    return torch.tensor(float(value), dtype=X.dtype, device=X.device)
 
 
 def check_choice(value: object, name: str, allowed: Sequence[str]) -> str:

@@ -8,8 +8,8 @@ import torch
 from torch import Tensor
 
 from tsw._common import resolve_trees
-from tsw._engine import tree_sliced
-from tsw._validation import check_measures, check_nonnegative_float, check_p
+from tsw._engine import finish, tree_sliced_cost
+from tsw._validation import Measures, check_measures, check_nonnegative_float, check_p
 from tsw.splits import distance_split, uniform_split
 from tsw.trees import ConcurrentLines, sample_concurrent_lines
 
@@ -134,7 +134,37 @@ def db_tsw(
     measures = check_measures(X_s, X_t, a, b, validate=validate)
     p = check_p(p)
     delta = check_nonnegative_float(delta, "delta")
-    trees = resolve_trees(
+    trees = resolve_db_trees(
+        measures,
+        trees,
+        n_trees=n_trees,
+        n_lines=n_lines,
+        orthogonal=orthogonal,
+        center=center,
+        root_std=root_std,
+        seed=seed,
+        generator=generator,
+    )
+    return finish(db_cost(measures, trees, delta, p), p, measures)
+
+
+def resolve_db_trees(
+    measures: Measures,
+    trees: object,
+    *,
+    n_trees: int | None,
+    n_lines: int | None,
+    orthogonal: bool,
+    center: Tensor | None,
+    root_std: float,
+    seed: int | None,
+    generator: torch.Generator | None,
+) -> ConcurrentLines:
+    """Explicit concurrent-line trees checked against the data, or Db-TSW's sampled ones.
+
+    Shared by :func:`db_tsw` and :func:`tsw.partial_tsw` (same trees for the same seed).
+    """
+    return resolve_trees(
         measures,
         trees,
         (ConcurrentLines,),
@@ -146,9 +176,19 @@ def db_tsw(
         seed=seed,
         generator=generator,
     )
-    k = trees.n_lines
+
+
+def db_cost(measures: Measures, trees: ConcurrentLines, delta: float, p: float) -> Tensor:
+    """Mean over the trees of the Db-TSW per-tree cost (no ``1/p`` root), shape (B,).
+
+    The distance-based split (uniform for ``delta = 0``); the measures' totals need not
+    agree (an imbalance is absorbed at each tree's root, as :func:`tsw.partial_tsw` uses).
+    """
     if delta == 0:
-        return tree_sliced(
+        k = trees.n_lines
+        return tree_sliced_cost(
             measures, trees, p, lambda _: uniform_split(k, measures.X_s), distances=False
         )
-    return tree_sliced(measures, trees, p, lambda dist: distance_split(dist, delta), distances=True)
+    return tree_sliced_cost(
+        measures, trees, p, lambda dist: distance_split(dist, delta), distances=True
+    )

@@ -24,6 +24,7 @@ from tsw._validation import check_choice
 from tsw.circular import circular_tsw
 from tsw.db_tsw import db_tsw
 from tsw.mappings import resolve_mapping
+from tsw.partial_tsw import partial_tsw
 from tsw.sliced import max_sw, sw
 from tsw.spatial import spatial_tsw
 from tsw.tsw_sl import tsw_sl
@@ -32,6 +33,7 @@ __all__ = [
     "CircularTSWLoss",
     "DbTSWLoss",
     "MaxSWLoss",
+    "PartialTSWLoss",
     "SWLoss",
     "SpatialTSWLoss",
     "TSWSLLoss",
@@ -84,10 +86,14 @@ class _RandomizedLoss(nn.Module):
             (B,) tensor (``reduction="none"``).
         """
         rand = {"generator": self._generator} if self.resample else {"seed": self._fixed_seed}
-        out = type(self)._fn(X_s, X_t, a, b, **self.kwargs, **rand)
+        out = type(self)._fn(X_s, X_t, a, b, **self._call_kwargs(), **rand)
         if out.ndim == 0 or self.reduction == "none":
             return out
         return out.mean() if self.reduction == "mean" else out.sum()
+
+    def _call_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the wrapped function (hyper-parameters)."""
+        return self.kwargs
 
     def extra_repr(self) -> str:
         items = [
@@ -302,6 +308,72 @@ class SpatialTSWLoss(_RandomizedLoss):
         resolve_mapping(mapping, degree, beta)  # bad options raise here, not at the first call
         if isinstance(mapping, nn.Module):
             self.mapping = mapping  # registered: trained through the loss, moved by .to()
+
+
+class PartialTSWLoss(_RandomizedLoss):
+    """Loss module for :func:`tsw.partial_tsw` (keyword arguments as there).
+
+    ``mass_s`` and ``mass_t`` are attributes read at every call: assign a new float to
+    follow a schedule (``loss.mass_t = 1.02``), or pass an ``nn.Parameter`` to learn a
+    mass (it is then registered as a parameter of the module).
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> mass = torch.nn.Parameter(torch.tensor(0.8))
+    >>> loss = tsw.nn.PartialTSWLoss(mass_t=mass, n_trees=20, n_lines=3, seed=0)
+    >>> loss(torch.randn(10, 3), torch.randn(12, 3)).backward()
+    >>> mass.grad is not None, [n for n, _ in loss.named_parameters()]
+    (True, ['mass_t'])
+    """
+
+    _fn = staticmethod(partial_tsw)
+
+    def __init__(
+        self,
+        *,
+        mass_s: float | Tensor = 1.0,
+        mass_t: float | Tensor = 1.0,
+        n_trees: int | None = None,
+        n_lines: int | None = None,
+        delta: float = 2.0,
+        p: float = 1,
+        price: float = 0.0,
+        orthogonal: bool = False,
+        center: Tensor | None = None,
+        root_std: float = 0.1,
+        validate: bool = True,
+        reduction: str = "mean",
+        seed: int | None = None,
+        resample: bool = True,
+    ):
+        super().__init__(
+            n_trees=n_trees,
+            n_lines=n_lines,
+            delta=delta,
+            p=p,
+            price=price,
+            orthogonal=orthogonal,
+            center=center,
+            root_std=root_std,
+            validate=validate,
+            reduction=reduction,
+            seed=seed,
+            resample=resample,
+        )
+        self.mass_s = mass_s
+        self.mass_t = mass_t
+
+    def _call_kwargs(self) -> dict[str, Any]:
+        return {**self.kwargs, "mass_s": self.mass_s, "mass_t": self.mass_t}
+
+    def extra_repr(self) -> str:
+        """Show the masses (tensors by their values), then the other hyper-parameters."""
+        masses = [
+            f"{name}={v.tolist() if isinstance(v, Tensor) else v!r}"
+            for name, v in (("mass_s", self.mass_s), ("mass_t", self.mass_t))
+        ]
+        return ", ".join([*masses, super().extra_repr()])
 
 
 class SWLoss(_RandomizedLoss):

@@ -1,0 +1,182 @@
+"""Sliced baselines for unequal masses: partial_sw and unbalanced_sw against POT.
+
+partial_sw is checked against POT's exact partial LP (``ot.partial.partial_wasserstein2``
+on the one-dimensional cost matrix of each slice), which is independent of the 1-D
+solver the function wraps. unbalanced_sw is checked against POT's own
+``ot.unbalanced.sliced_unbalanced_ot`` (same projections) and, with hard marginals,
+against :func:`tsw.sw`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import ot
+import pytest
+import torch
+
+import tsw
+
+F64 = torch.float64
+
+
+def cloud(seed, N=7, M=5, d=3, batch=None):
+    g = torch.Generator().manual_seed(seed)
+    lead = () if batch is None else (batch,)
+    X = torch.randn(*lead, N, d, generator=g, dtype=F64)
+    Y = 0.8 * torch.randn(*lead, M, d, generator=g, dtype=F64) + 0.5
+    return X, Y
+
+
+# --------------------------------------------------------------------------- partial_sw
+
+
+def partial_lp(X, Y, P, k, p):
+    """(mean over slices of the exact partial LP with atoms of mass 1/k) ** (1/p)."""
+    costs = []
+    for theta in P.T.numpy():
+        u, v = X.numpy() @ theta, Y.numpy() @ theta
+        C = np.abs(u[:, None] - v[None, :]) ** p
+        n, m = len(u), len(v)
+        # integer masses (exact totals), then atoms of mass 1/k
+        costs.append(ot.partial.partial_wasserstein2(np.ones(n), np.ones(m), C, m=k) / k)
+    return np.mean(costs) ** (1 / p)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+@pytest.mark.parametrize("seed", range(4))
+def test_partial_sw_equals_partial_lp(seed, p):
+    N, M = [(7, 5), (4, 9), (6, 6), (3, 8)][seed]
+    X, Y = cloud(seed, N, M)
+    P = tsw.sample_projections(3, 6, seed=seed, dtype=F64)
+    for k in range(1, min(N, M) + 1):
+        got = tsw.partial_sw(X, Y, n_transported=k, projections=P, p=p)
+        np.testing.assert_allclose(float(got), partial_lp(X, Y, P, k, p), rtol=1e-10)
+
+
+def test_partial_sw_full_transport_equals_sw_and_batches():
+    X, Y = cloud(10, 6, 6, batch=3)
+    P = tsw.sample_projections(3, 8, seed=1, dtype=F64)
+    torch.testing.assert_close(tsw.partial_sw(X, Y, projections=P), tsw.sw(X, Y, projections=P))
+    # batched = loop, with per-item projections too
+    Pb = torch.stack([tsw.sample_projections(3, 8, seed=s, dtype=F64) for s in range(3)])
+    got = tsw.partial_sw(X, Y[:, :4], n_transported=3, projections=Pb)
+    loop = [tsw.partial_sw(X[i], Y[i, :4], n_transported=3, projections=Pb[i]) for i in range(3)]
+    torch.testing.assert_close(got, torch.stack(loop))
+    # seeds: same seed, same value; float32 follows
+    v = tsw.partial_sw(X[0], Y[0], n_transported=4, seed=3)
+    assert torch.equal(v, tsw.partial_sw(X[0], Y[0], n_transported=4, seed=3))
+    v32 = tsw.partial_sw(X[0].float(), Y[0].float(), n_transported=4, seed=3)
+    assert v32.dtype == torch.float32
+    torch.testing.assert_close(v32.double(), v, rtol=1e-5, atol=1e-6)
+
+
+def test_partial_sw_ignores_an_outlier_and_gradcheck():
+    X, Y = cloud(11, 6, 5)
+    X_out = torch.cat([X, torch.full((1, 3), 50.0, dtype=F64)])
+    P = tsw.sample_projections(3, 5, seed=2, dtype=F64)
+    # transporting 5 atoms: the far outlier is never selected
+    torch.testing.assert_close(
+        tsw.partial_sw(X_out, Y, n_transported=5, projections=P),
+        tsw.partial_sw(X, Y, n_transported=5, projections=P),
+    )
+    Xg, Yg = X.clone().requires_grad_(), Y.clone().requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda x, y: tsw.partial_sw(x, y, n_transported=4, projections=P), (Xg, Yg)
+    )
+
+
+def test_partial_sw_validation():
+    X, Y = cloud(12)
+    w = torch.full((7,), 1 / 7, dtype=F64)
+    with pytest.raises(ValueError, match=re.escape("partial_sw supports atoms of equal unit mass")):
+        tsw.partial_sw(X, Y, w)
+    with pytest.raises(ValueError, match=re.escape("pass b=None; got a Tensor")):
+        tsw.partial_sw(X, Y, None, torch.ones(5, dtype=F64))
+    with pytest.raises(ValueError, match=re.escape("n_transported must be <= min(N, M) = 5")):
+        tsw.partial_sw(X, Y, n_transported=6)
+    with pytest.raises(ValueError, match=re.escape("n_transported must be an int >= 1; got 0")):
+        tsw.partial_sw(X, Y, n_transported=0)
+    with pytest.raises(ValueError, match=re.escape("p must be a finite real number >= 1")):
+        tsw.partial_sw(X, Y, p=0.5)
+    # POT truncates a non-integer p (its selection is then not optimal): refused here
+    with pytest.raises(ValueError, match=re.escape("partial_sw needs an integer p")):
+        tsw.partial_sw(X, Y, p=1.5)
+    with pytest.raises(ValueError, match=re.escape("projections must have shape (d, L) with d=3")):
+        tsw.partial_sw(X, Y, projections=torch.ones(2, 4, dtype=F64))
+
+
+# --------------------------------------------------------------------------- unbalanced_sw
+
+
+@pytest.mark.parametrize("reg_m", [0.5, (0.3, 2.0), 5.0])
+@pytest.mark.parametrize("masses", [(1.0, 1.0), (1.0, 1.4), (0.6, 0.2)])
+@pytest.mark.parametrize("p", [1, 2])
+def test_unbalanced_sw_equals_pot(masses, reg_m, p):
+    """Value ** p equals POT's SUOT with weights a_hat * mass_s and b_hat * mass_t."""
+    X, Y = cloud(20)
+    g = torch.Generator().manual_seed(21)
+    a, b = torch.rand(7, generator=g, dtype=F64) + 0.1, torch.rand(5, generator=g, dtype=F64)
+    P = tsw.sample_projections(3, 9, seed=4, dtype=F64)
+    got = tsw.unbalanced_sw(
+        X, Y, 3 * a, b, mass_s=masses[0], mass_t=masses[1], reg_m=reg_m, projections=P, p=p
+    )
+    expected = ot.unbalanced.sliced_unbalanced_ot(
+        X, Y, reg_m, masses[0] * a / a.sum(), masses[1] * b / b.sum(), projections=P, p=p
+    )
+    torch.testing.assert_close(got**p, expected, rtol=1e-12, atol=1e-14)
+
+
+def test_unbalanced_sw_semi_relaxed_per_slice():
+    """One hard marginal: each slice gets its own KL (POT 0.9.7 adds the sum over slices)."""
+    X, Y = cloud(22)
+    P = tsw.sample_projections(3, 6, seed=5, dtype=F64)
+    a, b = torch.full((7,), 1 / 7, dtype=F64), torch.full((5,), 1.3 / 5, dtype=F64)
+    _, pb, _, log = ot.unbalanced.uot_1d(X @ P, Y @ P, (math.inf, 0.4), a, b, 2, log=True)
+    kl = (pb * torch.log(pb / b[:, None]) - pb + b[:, None]).sum(0)  # per slice
+    expected = (log["linear_cost"] + 0.4 * kl).mean()
+    got = tsw.unbalanced_sw(X, Y, mass_t=1.3, reg_m=(math.inf, 0.4), projections=P)
+    torch.testing.assert_close(got**2, expected, rtol=1e-12, atol=1e-14)
+
+
+def test_unbalanced_sw_hard_marginals_equal_sw_and_gradients():
+    X, Y = cloud(23)
+    P = tsw.sample_projections(3, 7, seed=6, dtype=F64)
+    for p in (1, 2):
+        torch.testing.assert_close(
+            tsw.unbalanced_sw(X, Y, reg_m=math.inf, projections=P, p=p),
+            tsw.sw(X, Y, projections=P, p=p),
+        )
+    # hard marginals: the value is exact, so its gradient is too
+    Xg = X.clone().requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda x: tsw.unbalanced_sw(x, Y, reg_m=math.inf, projections=P), (Xg,)
+    )
+    # soft marginals: POT never writes into the caller's graph; masses get gradients
+    m_t = torch.tensor(1.3, dtype=F64, requires_grad=True)
+    v = tsw.unbalanced_sw(Xg, Y, mass_t=m_t, reg_m=0.5, projections=P)
+    assert Xg.grad is None  # nothing leaked during the forward pass
+    gx, gm = torch.autograd.grad(v, (Xg, m_t))
+    assert bool(torch.isfinite(gx).all())
+    assert float(gx.abs().max()) > 0
+    assert float(gm) != 0
+    with torch.no_grad():  # POT's solver needs autograd internally
+        torch.testing.assert_close(
+            tsw.unbalanced_sw(X, Y, mass_t=1.3, reg_m=0.5, projections=P), v.detach()
+        )
+
+
+def test_unbalanced_sw_batch_and_validation():
+    X, Y = cloud(24, batch=2)
+    got = tsw.unbalanced_sw(X, Y, mass_t=torch.tensor([1.0, 2.0], dtype=F64), seed=0)
+    loop = [tsw.unbalanced_sw(X[i], Y[i], mass_t=float(i + 1), seed=0) for i in range(2)]
+    torch.testing.assert_close(got, torch.stack(loop))
+    for bad in (0.0, -1.0, math.nan, (1.0,), "1", True):
+        with pytest.raises(ValueError, match=re.escape("reg_m must be a real number > 0")):
+            tsw.unbalanced_sw(X[0], Y[0], reg_m=bad)
+    with pytest.raises(ValueError, match=re.escape("mass_t must be a finite real number >= 0")):
+        tsw.unbalanced_sw(X[0], Y[0], mass_t=-1.0)
+    with pytest.raises(ValueError, match=re.escape("n_iter must be an int >= 1; got 0")):
+        tsw.unbalanced_sw(X[0], Y[0], n_iter=0)
