@@ -13,8 +13,10 @@ Datasets (built in, synthetic, centred to zero mean):
 * ``gaussian<d>d``: ``N(mu, I_d)`` with ``mu ~ U([0, 1)^d)`` (the high-dimensional
   Gaussians of the TSW-SL paper's Table 2).
 
-Methods compare tree-sliced distances with sliced baselines at **equal total line
-counts**, including SW_1 and SW_2: with a point-independent split, TSW-SL is exactly
+Methods (``--methods``, comma-separated keys): ``sw2``, ``sw1``, ``orthsw``, ``maxsw``,
+``tswsl``, ``tswsl-conc``, ``dbtsw``, ``dbtsw-orth``, ``circular``, ``circular-r0``,
+``spatial``. They compare tree-sliced distances with sliced baselines at **equal total
+line counts**, including SW_1 and SW_2: with a point-independent split, TSW-SL is exactly
 an SW_1 over its lines, so SW_1 isolates what the tree adds.
 
 Example: ``python -m benchmarks.gradient_flow --iters 500 --seeds 3`` (the README's
@@ -122,6 +124,24 @@ def methods(lines: int, n_lines: int, dim: int, args: argparse.Namespace) -> dic
             f"Db-TSW⊥ ({To}x{ko}, delta={args.delta:g})",
             tsw.db_tsw,
             {"n_trees": To, "n_lines": ko, "delta": args.delta, "orthogonal": True, **tree},
+            lr_tree,
+        ),
+        "circular": (
+            f"CircularTSW ({T}x{n_lines}, r={args.radius:g})",
+            tsw.circular_tsw,
+            {"n_trees": T, "n_lines": n_lines, "radius": args.radius, "delta": args.delta, **tree},
+            lr_tree,
+        ),
+        "circular-r0": (
+            f"CircularTSW r=0 ({T}x{n_lines})",
+            tsw.circular_tsw,
+            {"n_trees": T, "n_lines": n_lines, "radius": 0.0, "delta": args.delta, **tree},
+            lr_tree,
+        ),
+        "spatial": (
+            f"SpatialTSW pow ({T}x{n_lines})",
+            tsw.spatial_tsw,
+            {"n_trees": T, "n_lines": n_lines, "mapping": "pow", "delta": args.delta, **tree},
             lr_tree,
         ),
     }
@@ -235,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--p", type=float, default=1.0, help="p of the tree distances")
     ap.add_argument("--delta", type=float, default=1.0, help="Db-TSW split temperature")
     ap.add_argument("--root-std", type=float, default=0.1, help="root spread of trees")
+    ap.add_argument("--radius", type=float, default=0.01, help="CircularTSW radius")
     ap.add_argument("--methods", default=DEFAULT_METHODS, help="comma-separated keys")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--time-budget", type=float, default=None, help="equal-time mode [s]")
