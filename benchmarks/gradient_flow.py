@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--time-budget", type=float, default=None, help="equal-time mode [s]")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: fastest here)")
     ap.add_argument("--out", default="benchmarks/out/gradient_flow")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
