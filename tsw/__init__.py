@@ -10,12 +10,15 @@ from tsw import nn
 from tsw.db_tsw import db_tsw
 from tsw.one_d import wasserstein_1d
 from tsw.sliced import max_sw, sample_projections, sw
+from tsw.stsw import stsw
 from tsw.tree_wasserstein import line_system_cost, tree_wasserstein
 from tsw.trees import (
     ChainLines,
     ConcurrentLines,
+    SphericalTrees,
     sample_chain_lines,
     sample_concurrent_lines,
+    sample_spherical_trees,
 )
 from tsw.tsw_sl import tsw_sl
 
@@ -24,6 +27,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ChainLines",
     "ConcurrentLines",
+    "SphericalTrees",
     "__version__",
     "db_tsw",
     "line_system_cost",
@@ -32,6 +36,8 @@ __all__ = [
     "sample_chain_lines",
     "sample_concurrent_lines",
     "sample_projections",
+    "sample_spherical_trees",
+    "stsw",
     "sw",
     "tree_wasserstein",
     "tsw_sl",
