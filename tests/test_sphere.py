@@ -313,3 +313,166 @@ def test_batched_trees_and_batched_data():
     value = tsw.stsw(X, Y, trees=batched)
     loop = torch.stack([tsw.stsw(X[i], Y[i], trees=per_item[i]) for i in range(3)])
     torch.testing.assert_close(value, loop)
+
+
+# --------------------------------------------------------------------------- uniform measure
+
+
+def uniform_side_oracle(X, a, root, dirs, delta, n_t=4000, n_u=20000, seed=0):
+    """Per-tree STSW_1 to the uniform measure, by brute-force quadrature in numpy.
+
+    The uniform law is written in polar coordinates about the root: t with density
+    proportional to sin(t)^(D-2), u uniform on the tangent sphere (an angle grid on S^2,
+    Gaussian samples otherwise). On every ray, the suffix mass of each measure beyond t
+    is integrated on a fine grid and the transport cost is the integral of the absolute
+    difference of the two suffix masses (the closed form of W1 on a ray).
+    """
+    D = X.shape[1]
+    t = (np.arange(n_t) + 0.5) * np.pi / n_t
+    dens = np.sin(t) ** (D - 2)
+    dens /= dens.sum()
+    e1 = dirs[0] - (dirs[0] @ root) * root
+    e1 /= np.linalg.norm(e1)
+    if D == 3:
+        e2 = np.cross(root, e1)
+        th = (np.arange(3600) + 0.5) * 2 * np.pi / 3600
+        u = np.cos(th)[:, None] * e1 + np.sin(th)[:, None] * e2
+    else:
+        g = np.random.default_rng(seed).normal(size=(n_u, D))
+        g -= (g @ root)[:, None] * root
+        u = unit(np.concatenate([g, -g]))
+    phi = np.arccos(np.clip(u @ dirs.T, -1, 1))  # (n_u, k)
+    A = np.zeros((n_t, dirs.shape[0]))
+    for j in range(0, n_t, 200):
+        z = -delta * np.sin(t[j : j + 200])[:, None, None] * phi[None]
+        z = np.exp(z - z.max(-1, keepdims=True))
+        A[j : j + 200] = (z / z.sum(-1, keepdims=True)).mean(1)
+    nu = dens[:, None] * A  # (n_t, k): uniform mass per cell and ray
+    ts, As = reference_split(X, root, dirs, delta)
+    cost = 0.0
+    for i in range(dirs.shape[0]):
+        suffix_nu = np.cumsum(nu[::-1, i])[::-1]
+        suffix_mu = np.array([(a * As[:, i])[ts >= s].sum() for s in t])
+        cost += np.abs(suffix_mu - suffix_nu).sum() * np.pi / n_t
+    return cost
+
+
+@pytest.mark.parametrize("D", [3, 4])
+def test_stsw_unif_matches_a_brute_force_quadrature(D):
+    rng = np.random.default_rng(D)
+    X, _, a, _ = random_case(rng, D, 7, 2)
+    X = unit(X + np.eye(D)[0])  # not uniform
+    trees = tsw.sample_spherical_trees(2, 3, D, seed=5, dtype=F64)
+    n_u, n_t = (20000, 4000) if D == 3 else (8000, 2000)
+    expected = np.mean(
+        [
+            uniform_side_oracle(
+                X, a, trees.roots[i].numpy(), trees.directions[i].numpy(), 2.0, n_t, n_u
+            )
+            for i in range(2)
+        ]
+    )
+    value = tsw.stsw_unif(*as_torch(X, a), trees=trees, n_grid=1024, n_quad=4096, seed=0)
+    # S^2: quadrature errors ~1e-5; S^3: 4e4 random tangent directions in the oracle
+    assert value.item() == pytest.approx(expected, rel=3e-4 if D == 3 else 3e-3)
+
+
+def test_stsw_unif_grid_convergence_and_sample_agreement():
+    """n_grid: errors fall like 1/n_grid^2; a large uniform sample agrees within its noise."""
+    rng = np.random.default_rng(11)
+    X, _, a, _ = random_case(rng, 3, 40, 2)
+    X, a = as_torch(unit(X + np.array([0.0, 0.0, 1.5])), a)
+    trees = tsw.sample_spherical_trees(10, 4, 3, seed=2, dtype=F64)
+    vals = [tsw.stsw_unif(X, a, trees=trees, n_grid=G).item() for G in (64, 256, 1024, 4096)]
+    errors = [abs(v - vals[-1]) for v in vals[:-1]]
+    assert errors[0] > 4 * errors[1] > 16 * errors[2] * 0.5
+    assert errors[1] < 1e-4 * vals[-1]
+    g = torch.Generator().manual_seed(0)
+    samples = [
+        tsw.stsw(X, torch.nn.functional.normalize(torch.randn(40000, 3, generator=g, dtype=F64),
+                 dim=-1), a, trees=trees).item()
+        for _ in range(4)
+    ]  # fmt: skip
+    assert np.mean(samples) == pytest.approx(vals[-1], abs=4e-3)
+
+
+def test_stsw_unif_is_small_for_uniform_data():
+    """Nearly zero for a quasi-uniform point set (spherical Fibonacci), decreasing in N."""
+
+    def fibonacci(n):
+        i = np.arange(n) + 0.5
+        z = 1 - 2 * i / n
+        r = np.sqrt(1 - z * z)
+        phi = np.pi * (3 - np.sqrt(5)) * i
+        return torch.tensor(np.stack([r * np.cos(phi), r * np.sin(phi), z], 1), dtype=F64)
+
+    values = [tsw.stsw_unif(fibonacci(n), seed=0).item() for n in (100, 1000, 10000)]
+    assert values[0] > 4 * values[1] > 16 * values[2]
+    assert values[2] < 2e-3
+    # the default grid (n_grid = max(256, N)) resolves even this super-uniform set
+    fine = tsw.stsw_unif(fibonacci(1000), seed=0, n_grid=8192).item()
+    assert values[1] == pytest.approx(fine, rel=0.02)
+    clustered = torch.nn.functional.normalize(fibonacci(1000) + torch.tensor([0, 0, 2.0]), dim=-1)
+    assert tsw.stsw_unif(clustered, seed=0).item() > 100 * values[1]
+
+
+def test_stsw_unif_quadrature_converges_in_higher_dimension():
+    rng = np.random.default_rng(12)
+    X, _, a, _ = random_case(rng, 6, 50, 2)
+    X, a = as_torch(unit(X + np.eye(6)[0]), a)
+    trees = tsw.sample_spherical_trees(20, 5, 6, seed=0, dtype=F64)
+    ref = tsw.stsw_unif(X, a, trees=trees, n_quad=8192, seed=0).item()
+    v = [tsw.stsw_unif(X, a, trees=trees, n_quad=128, seed=s).item() for s in range(4)]
+    assert abs(np.mean(v) - ref) < 5e-3 * ref
+
+
+# --------------------------------------------------------------------------- SSW baselines
+
+
+@pytest.mark.parametrize("p", [1, 2, 1.5])
+def test_ssw_matches_pot(p, dtype):
+    rng = np.random.default_rng(int(2 * p))
+    X, Y, a, b = (torch.tensor(z, dtype=dtype) for z in random_case(rng, 4, 9, 6))
+    P = tsw.sample_sphere_projections(4, 20, seed=3, dtype=dtype)
+    expected = ot.sliced_wasserstein_sphere(
+        X.double(), Y.double(), a.double(), b.double(), projections=P.double(), n_projections=20,
+        p=p,
+    )  # fmt: skip
+    value = tsw.ssw(X, Y, a, b, projections=P, p=p)
+    assert value.dtype == dtype
+    tol = 1e-12 if dtype == F64 else 1e-5
+    assert value.item() == pytest.approx(expected.item(), rel=tol, abs=tol)
+    # seeded projections: POT's layout, Haar-random orthonormal 2-frames
+    P = tsw.sample_sphere_projections(4, 500, seed=0, dtype=F64)
+    torch.testing.assert_close(P.transpose(-1, -2) @ P, torch.eye(2, dtype=F64).expand(500, 2, 2))
+
+
+def test_ssw_unif_matches_pot_and_the_exact_lp():
+    rng = np.random.default_rng(4)
+    X, _, a, _ = random_case(rng, 3, 12, 2)
+    Xt = torch.tensor(X)
+    P = tsw.sample_sphere_projections(3, 25, seed=1, dtype=F64)
+    expected = ot.sliced_wasserstein_sphere_unif(Xt, projections=P, n_projections=25)
+    assert tsw.ssw_unif(Xt, projections=P).item() == pytest.approx(expected.item(), rel=1e-12)
+    # weighted: POT 0.9.7 sorts positions without their weights; compare, great circle
+    # by great circle, with POT's circle solver (binary search, weights sorted along)
+    # against a fine uniform grid
+    grid = (np.arange(20000) + 0.5) / 20000
+    costs = []
+    for frame in P.numpy():
+        xp = X @ frame
+        pos = (np.arctan2(-xp[:, 1], -xp[:, 0]) + np.pi) / (2 * np.pi)
+        costs.append(ot.binary_search_circle(pos, grid, a, None, p=2)[0])
+    value = tsw.ssw_unif(Xt, torch.tensor(a), projections=P).item()
+    assert value == pytest.approx(np.sqrt(np.mean(costs)), rel=1e-4)
+    wrong = ot.sliced_wasserstein_sphere_unif(Xt, torch.tensor(a), projections=P, n_projections=25)
+    assert abs(wrong.item() - value) > 1e-3  # the POT defect this function avoids
+
+
+def test_ssw_gradient_flow_direction():
+    """-grad SSW_2 points from the source towards the target (a sanity check of the wrap)."""
+    e = torch.eye(3, dtype=F64)
+    X = torch.nn.functional.normalize(e[0] + 0.1 * e[1], dim=-1)[None].requires_grad_()
+    value = tsw.ssw(X, e[1:2], n_projections=200, seed=0)
+    (g,) = torch.autograd.grad(value, X)
+    assert float(g[0] @ e[1]) < 0

@@ -2,15 +2,17 @@
 
 Distances (functions, POT argument order ``X_s, X_t, a, b``):
 :func:`tsw_sl`, :func:`db_tsw`, :func:`sw`, :func:`max_sw`, and the exact
-:func:`tree_wasserstein` on any rooted tree. Loss modules live in :mod:`tsw.nn`;
-tree systems and their samplers in :mod:`tsw.trees`.
+:func:`tree_wasserstein` on any rooted tree. On the sphere: :func:`stsw`,
+:func:`stsw_unif`, and the baselines :func:`ssw`, :func:`ssw_unif`. Loss modules live
+in :mod:`tsw.nn`; tree systems and their samplers in :mod:`tsw.trees`.
 """
 
 from tsw import nn
 from tsw.db_tsw import db_tsw
 from tsw.one_d import wasserstein_1d
 from tsw.sliced import max_sw, sample_projections, sw
-from tsw.stsw import stsw
+from tsw.ssw import sample_sphere_projections, ssw, ssw_unif
+from tsw.stsw import stsw, stsw_unif
 from tsw.tree_wasserstein import line_system_cost, tree_wasserstein
 from tsw.trees import (
     ChainLines,
@@ -36,8 +38,12 @@ __all__ = [
     "sample_chain_lines",
     "sample_concurrent_lines",
     "sample_projections",
+    "sample_sphere_projections",
     "sample_spherical_trees",
+    "ssw",
+    "ssw_unif",
     "stsw",
+    "stsw_unif",
     "sw",
     "tree_wasserstein",
     "tsw_sl",

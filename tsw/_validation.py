@@ -19,6 +19,7 @@ from torch import Tensor
 __all__ = [
     "Measures",
     "check_choice",
+    "check_measure",
     "check_measures",
     "check_on_sphere",
     "check_p",
@@ -157,6 +158,20 @@ def check_points(X: object, name: str, validate: bool) -> Tensor:
     if validate:
         check_finite(X, name)
     return X
+
+
+def check_measure(
+    X: object, a: Tensor | None = None, *, validate: bool = True
+) -> tuple[Tensor, Tensor, bool]:
+    """Validate one discrete measure ``(X_s, a)`` (distances to a fixed reference measure).
+
+    Returns ``X`` (B, N, d), ``a`` (B, N) with a leading batch dimension and whether the
+    input was batched; the checks are those of :func:`check_measures` for one side.
+    """
+    X = check_points(X, "X_s", validate)
+    batched = X.ndim == 3
+    a = _check_weights(a, "a", X, "X_s", batched, validate)
+    return (X, a, True) if batched else (X[None], a[None], False)
 
 
 def check_measures(
