@@ -476,3 +476,50 @@ def test_ssw_gradient_flow_direction():
     value = tsw.ssw(X, e[1:2], n_projections=200, seed=0)
     (g,) = torch.autograd.grad(value, X)
     assert float(g[0] @ e[1]) < 0
+
+
+# --------------------------------------------------------------------------- precision, memory
+
+
+@pytest.mark.parametrize("D", [3, 8])
+def test_float32_matches_float64(D):
+    """Relative error of value and gradient at most 1e-4 in float32 (2000 points)."""
+    g = torch.Generator().manual_seed(D)
+    X = torch.nn.functional.normalize(torch.randn(1000, D, generator=g, dtype=F64), dim=-1)
+    Y = torch.nn.functional.normalize(torch.randn(1000, D, generator=g, dtype=F64) + 1, dim=-1)
+    trees = tsw.sample_spherical_trees(50, 5, D, seed=0, dtype=F64)
+    out = {}
+    for dt in (torch.float32, F64):
+        Xs = X.to(dt).requires_grad_()
+        v = tsw.stsw(Xs, Y.to(dt), trees=trees.to(dt), p=2)
+        out[dt] = (v.item(), torch.autograd.grad(v, Xs)[0].double())
+    (v32, g32), (v64, g64) = out[torch.float32], out[F64]
+    assert abs(v32 - v64) / v64 < 1e-4
+    assert (g32 - g64).norm() / g64.norm() < 1e-4
+
+
+def _peak_child(D: int, queue) -> None:
+    import resource
+
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    X = torch.nn.functional.normalize(torch.randn(1000, D, generator=g), dim=-1)
+    Y = torch.nn.functional.normalize(torch.randn(1000, D, generator=g), dim=-1)
+    trees = tsw.sample_spherical_trees(50, 4, D, seed=0)
+    X.requires_grad_(True)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tsw.stsw(X, Y, trees=trees, validate=False).backward()
+    queue.put((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+
+
+def test_peak_memory_does_not_scale_with_tknd():
+    """At d+1 = 1024, a (T, k, n, d+1) float32 tensor would take 1.6 GB."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_peak_child, args=(1024, q))
+    proc.start()
+    growth_mib = q.get(timeout=120)
+    proc.join()
+    assert growth_mib < 150, f"peak RSS grew by {growth_mib:.0f} MiB"
