@@ -34,3 +34,14 @@ def test_gradient_flow_tiny(tmp_path, capsys):
     errors = [r["errors"]["10"] for runs in data["runs"].values() for r in runs]
     assert all(e > 0 for e in errors)
     assert (tmp_path / "25gaussians.png").exists()
+
+
+def test_runtime_sphere_quick(tmp_path, capsys):
+    from benchmarks import runtime_sphere
+
+    args = ["--quick", "--rounds", "1", "--ssw-projections", "4", "--out", str(tmp_path)]
+    assert runtime_sphere.main(args) == 0
+    data = json.loads((tmp_path / "runtime_sphere.json").read_text())
+    assert data["times"]["tsw.stsw p=1 / lower limit"] > 0
+    assert "POT SSW p=2 L=4 [s]" in data["times"]
+    assert "lower limit" in capsys.readouterr().out

@@ -1,10 +1,14 @@
 """The distance contract (conventions C9), parametrised over every public distance.
 
 ``REGISTRY`` lists each public distance once per configuration worth testing: the
-functions :func:`tsw.tsw_sl`, :func:`tsw.db_tsw`, :func:`tsw.sw`, :func:`tsw.max_sw` and
-every loss module of :mod:`tsw.nn`. An entry states the properties it claims; every
-property test below runs on the entries that claim it, so adding a distance to the
-registry subjects it to the whole contract.
+functions :func:`tsw.tsw_sl`, :func:`tsw.db_tsw`, :func:`tsw.sw`, :func:`tsw.max_sw`,
+:func:`tsw.stsw`, :func:`tsw.ssw` and every loss module of :mod:`tsw.nn`. The distances
+to the uniform measure on the sphere (:func:`tsw.stsw_unif`, :func:`tsw.ssw_unif`) take
+one measure; ``UNIF_REGISTRY`` subjects them to the one-measure part of the contract.
+Spherical entries run with ``renormalize=True``: the generic data are projected on the
+sphere by the distance itself (the value depends on ``x / |x|`` only). An entry states the
+properties it claims; every property test below runs on the entries that claim it, so
+adding a distance to the registry subjects it to the whole contract.
 
 Every comparison is against an exact property of the mathematics (identity, symmetry,
 triangle inequality, invariances, weight semantics, closed forms, finite differences),
@@ -26,7 +30,7 @@ from hypothesis import strategies as st
 from torch import Tensor
 
 import tsw
-from tsw import ChainLines, ConcurrentLines
+from tsw import ChainLines, ConcurrentLines, SphericalTrees
 
 # --------------------------------------------------------------------------- properties
 
@@ -47,9 +51,11 @@ BATCH = "batch"  # batched call equals a loop of unbatched calls (same seed)
 BATCH_SLICES = "batch_slices"  # same with per-item explicit trees / projections
 WEIGHTS = "weights"  # a=None, replication, duplicated atoms, zero-weight atoms
 GRADCHECK = "gradcheck"  # finite differences w.r.t. points and (zero-sum) weights
+GRADCHECK_POINTS = "gradcheck_points"  # the same w.r.t. points only
 DEGENERATE = "degenerate"  # finite gradients at ties, identical inputs, ...
 TREE_DEGENERATE = "tree_degenerate"  # finite gradients at roots / on lines of explicit trees
 NONFINITE = "nonfinite"  # NaN/Inf raise with validate=True, never a finite value without
+SPHERE_ROTATION = "sphere_rotation"  # O(d+1): rotating data and explicit slices together
 
 COMMON = frozenset(
     {IDENTITY, NONNEG, SYMMETRIC, SEED, DTYPE, BATCH, WEIGHTS, DEGENERATE, NONFINITE}
@@ -305,6 +311,52 @@ def _registry() -> list[Entry]:
             scale=1e3,
         )
     )
+    # on the sphere: no translations or scalings, rotations of data and slices instead
+    sphere = {"renormalize": True}
+    stsw_props = COMMON | {TRIANGLE, GENERATOR, BATCH_SLICES, GRADCHECK, SPHERE_ROTATION}
+    for delta, p in ((2.0, 1), (0.0, 1), (5.0, 2)):
+        out.append(
+            Entry(
+                f"stsw[delta={delta:g},p={p}]",
+                tsw.stsw,
+                {"n_trees": T, "n_lines": K, "delta": delta, "p": p, **sphere},
+                stsw_props | {TREE_DEGENERATE},
+                "spherical",
+                min_dim=2,
+                p=float(p),
+            )
+        )
+    # POT's circle OT gives wrong gradients w.r.t. the weights as soon as there is more
+    # than one great circle (values are right; see tsw.ssw): points only
+    ssw_props = (stsw_props - {GRADCHECK}) | {GRADCHECK_POINTS}
+    for p in (1, 2):
+        out.append(
+            Entry(
+                f"ssw[p={p}]",
+                tsw.ssw,
+                {"n_projections": 12, "p": p, **sphere},
+                ssw_props,
+                "sphere_projections",
+                min_dim=2,
+                p=float(p),
+            )
+        )
+    for cls, fn, kw, p, grad in (
+        (tsw.nn.STSWLoss, tsw.stsw, {"n_trees": T, "n_lines": K, **sphere}, 1.0, GRADCHECK),
+        (tsw.nn.SSWLoss, tsw.ssw, {"n_projections": 12, **sphere}, 2.0, GRADCHECK_POINTS),
+    ):
+        out.append(
+            Entry(
+                cls.__name__,
+                _module_call(cls),
+                kw,
+                COMMON | {TRIANGLE, grad},
+                min_dim=2,
+                module=cls,
+                function=fn,
+                p=p,
+            )
+        )
     mod_props = COMMON | {TRIANGLE, TRANSLATION_LAW, GRADCHECK}
     for cls, fn, kw, center, p in (
         (tsw.nn.TSWSLLoss, tsw.tsw_sl, {"n_trees": T, "n_lines": K}, True, 1.0),
@@ -389,8 +441,11 @@ def test_registry_covers_every_public_distance():
         tsw.partial_tsw,
         tsw.sw,
         tsw.max_sw,
+        tsw.stsw,
+        tsw.ssw,
     } <= fns
-    modules = {e.module for e in REGISTRY if e.module is not None}
+    assert {e.function or e.fn for e in UNIF_REGISTRY} == {tsw.stsw_unif, tsw.ssw_unif}
+    modules = {e.module for e in REGISTRY + UNIF_REGISTRY if e.module is not None}
     assert modules == {getattr(tsw.nn, n) for n in tsw.nn.__all__}
 
 
@@ -431,6 +486,13 @@ def frozen(entry, d, *, dtype=F64, device="cpu", seed=11):
     if entry.slices == "projections":
         L, orth = entry.kwargs["n_projections"], entry.kwargs["orthogonal"]
         return {"projections": tsw.sample_projections(d, L, orthogonal=orth, **kw)}
+    if entry.slices == "spherical":
+        n, k = entry.kwargs["n_trees"], entry.kwargs["n_lines"]
+        return {"trees": tsw.sample_spherical_trees(n, k, d, **kw)}
+    if entry.slices == "sphere_projections":
+        return {
+            "projections": tsw.sample_sphere_projections(d, entry.kwargs["n_projections"], **kw)
+        }
     return {"seed": seed, "center": center} if entry.center else {"seed": seed}
 
 
@@ -451,7 +513,11 @@ def moved(rand, Q=None, v=None, c=1.0):
         Q = eye if Q is None else Q
         v = torch.zeros_like(eye[0]) if v is None else v
         dirs = t.directions @ Q.T
-        if isinstance(t, ConcurrentLines):
+        if isinstance(t, SphericalTrees):
+            assert c == 1.0, "spherical trees only rotate"
+            assert not bool(v.any()), "spherical trees only rotate"
+            out["trees"] = SphericalTrees(t.roots @ Q.T, dirs)
+        elif isinstance(t, ConcurrentLines):
             out["trees"] = ConcurrentLines(c * (t.roots @ Q.T) + v, dirs)
         else:
             out["trees"] = ChainLines(c * (t.sources @ Q.T) + v, dirs)
@@ -602,6 +668,19 @@ def test_rigid_motion_with_explicit_slices(entry, motion_seed, dtype, device):
     assert not torch.allclose(other, base, rtol=1e-3)
 
 
+@pytest.mark.parametrize("entry", having(SPHERE_ROTATION))
+@pytest.mark.parametrize("motion_seed", [0, 1])
+def test_sphere_rotation_with_explicit_slices(entry, motion_seed, dtype, device):
+    """O(d+1) invariance on the sphere: data and slices rotated (or reflected) together."""
+    X, Y, a, b = make_data(dtype=dtype, device=device, seed=2)
+    Q = random_orthogonal(3, motion_seed, dtype).to(device)
+    rand = frozen(entry, 3, dtype=dtype, device=device)
+    base = entry(X, Y, a, b, **rand)
+    close(entry, entry(X @ Q.T, Y @ Q.T, a, b, **moved(rand, Q)), base, dtype, scale=10)
+    other = entry(X @ Q.T, Y @ Q.T, a, b, **rand)
+    assert not torch.allclose(other, base, rtol=1e-5 if dtype == F64 else 3e-4)
+
+
 @pytest.mark.parametrize("entry", having(TRANSLATION_LAW))
 def test_translation_with_same_seed_and_default_centre(entry, device):
     """Roots follow the weighted mean of the data, directions do not move: exact invariance."""
@@ -723,13 +802,13 @@ def test_batch_equals_loop(entry, weighted, dtype, device):
 
 def _per_item_slices(entry, d, B, device):
     items = [frozen(entry, d, device=device, seed=20 + i) for i in range(B)]
-    if entry.slices == "projections":
+    if "projections" in items[0]:
         batched = {"projections": torch.stack([r["projections"] for r in items])}
     else:
         ts = [r["trees"] for r in items]
-        if isinstance(ts[0], ConcurrentLines):
+        if isinstance(ts[0], ConcurrentLines | SphericalTrees):
             batched = {
-                "trees": ConcurrentLines(
+                "trees": type(ts[0])(
                     torch.stack([t.roots for t in ts]), torch.stack([t.directions for t in ts])
                 )
             }
@@ -817,7 +896,7 @@ def test_zero_weight_atom(entry, device):
 # --------------------------------------------------------------------------- 13. gradients
 
 
-@pytest.mark.parametrize("entry", having(GRADCHECK))
+@pytest.mark.parametrize("entry", having(GRADCHECK) + having(GRADCHECK_POINTS))
 def test_gradcheck_points(entry):
     X, Y, a, b = make_data(N=5, M=4, seed=14)  # generic: no ties among cumulative weights
     rand = frozen(entry, 3)
@@ -881,6 +960,16 @@ def _degenerate_trees(entry, device):
     eye = torch.eye(3, dtype=F64)
     frames = [eye, torch.stack([-eye[1], eye[2], eye[0]]), torch.stack([eye[2], -eye[0], eye[1]])]
     dirs = torch.stack([frames[i % 3][:k] for i in range(n)]).to(device)
+    if entry.slices == "spherical":
+        # root = third frame vector, rays along +-(first two); points at roots, antipodes,
+        # on rays, between rays, duplicated
+        fr = [frames[i % 3] for i in range(n)]
+        roots = torch.stack([f[2] for f in fr]).to(device)
+        dirs = torch.stack([torch.stack([f[0], f[1], -f[0]])[:k] for f in fr]).to(device)
+        trees = SphericalTrees(roots, dirs)
+        pts = [[0, 0, 1], [0, 0, -1], [1, 0, 0], [0, 1, 0], [-1, 0, 0], [0, -1, 0]]
+        pts += [[1, 1, 0], [0, 0, 1], [0.3, 0.2, 0.1]]
+        return trees, torch.tensor(pts, dtype=F64, device=device)
     if entry.slices == "concurrent":
         trees = ConcurrentLines(torch.zeros(n, 3, dtype=F64, device=device), dirs)
         pts = [[0, 0, 0], [2, 0, 0], [0, -1.5, 0], [0, 0, 0.5], [-1, 0, 0], [0.3, 0.2, 0.1]]
@@ -1050,3 +1139,208 @@ def test_nonfinite_input_never_gives_a_finite_value_without_validation(entry, de
             kind = "nan" if bool(bad.isnan().any()) else "inf"
             silent.append(f"{kind} in {name} -> {float(value)}")
     assert not silent, silent
+
+
+# ------------------------------------------------- distances to the uniform measure (sphere)
+
+
+@dataclass(frozen=True)
+class UnifEntry:
+    """A distance ``fn(X_s, a, **kwargs, **rand)`` to the uniform measure on the sphere."""
+
+    name: str
+    fn: Callable[..., Tensor]
+    kwargs: dict
+    slices: str | None  # "spherical", "sphere_projections" or None (modules: seed only)
+    p: float = 1.0
+    #: the value scales as (total mass) ** mass_degree: 1 for a tree sum of edge x |mass|^p
+    #: (its 1/p root), 1/p for a Wasserstein-p distance
+    mass_degree: float = 1.0
+    module: type | None = None
+    function: Callable | None = None
+
+    def __call__(self, X_s, a=None, **rand):
+        return self.fn(X_s, a, **{**self.kwargs, **rand})
+
+
+def _unif_module_call(cls):
+    def call(X_s, a, *, seed=None, validate=True, **kw):
+        return cls(**kw, seed=seed, resample=False, validate=validate, reduction="none")(X_s, a)
+
+    return call
+
+
+def _unif_registry() -> list[UnifEntry]:
+    sphere = {"renormalize": True}
+    out = [
+        UnifEntry(
+            f"stsw_unif[delta={delta:g},p={p}]",
+            tsw.stsw_unif,
+            {"n_trees": T, "n_lines": K, "delta": delta, "p": p, "n_grid": 64, **sphere},
+            "spherical",
+            p=float(p),
+        )
+        for delta, p in ((2.0, 1), (0.0, 1), (5.0, 2))
+    ]
+    out.append(
+        UnifEntry(
+            "ssw_unif",
+            tsw.ssw_unif,
+            {"n_projections": 12, **sphere},
+            "sphere_projections",
+            p=2.0,
+            mass_degree=0.5,
+        )
+    )
+    for cls, fn, kw, p in (
+        (tsw.nn.STSWUnifLoss, tsw.stsw_unif, {"n_trees": T, "n_lines": K, **sphere}, 1.0),
+        (tsw.nn.SSWUnifLoss, tsw.ssw_unif, {"n_projections": 12, **sphere}, 2.0),
+    ):
+        out.append(
+            UnifEntry(cls.__name__, _unif_module_call(cls), kw, None, p, module=cls, function=fn)
+        )
+    return out
+
+
+UNIF_REGISTRY = _unif_registry()
+UNIF = [pytest.param(e, id=e.name) for e in UNIF_REGISTRY]
+UNIF_SLICED = [pytest.param(e, id=e.name) for e in UNIF_REGISTRY if e.slices is not None]
+UNIF_MODULES = [pytest.param(e, id=e.name) for e in UNIF_REGISTRY if e.module is not None]
+
+
+def unif_frozen(entry, d, *, dtype=F64, device="cpu", seed=11):
+    probe = Entry(entry.name, entry.fn, entry.kwargs, frozenset(), entry.slices)
+    return frozen(probe, d, dtype=dtype, device=device, seed=seed)
+
+
+@pytest.mark.parametrize("entry", UNIF)
+@given(
+    n=st.integers(1, 10),
+    d=st.integers(2, 5),
+    batch=st.sampled_from([None, 2]),
+    data_seed=st.integers(0, 2**16),
+)
+def test_unif_nonnegative_and_finite(entry, n, d, batch, data_seed):
+    X, _, a, _ = make_data(n, 2, d, batch=batch, seed=data_seed)
+    v = entry(X, a, seed=data_seed)
+    assert v.shape == (() if batch is None else (batch,))
+    assert bool(torch.isfinite(v).all())
+    assert bool((v >= 0).all())
+
+
+@pytest.mark.parametrize("entry", UNIF)
+def test_unif_seed_generator_and_global_rng(entry, device):
+    X, _, a, _ = make_data(device=device, seed=6)
+    state = torch.get_rng_state()
+    v = entry(X, a, seed=5)
+    assert torch.equal(v, entry(X, a, seed=5))
+    assert not torch.equal(v, entry(X, a, seed=6))
+    assert not torch.equal(entry(X, a), entry(X, a))
+    assert torch.equal(torch.get_rng_state(), state)
+    if entry.module is None:
+        assert torch.equal(v, entry(X, a, generator=torch.Generator().manual_seed(5)))
+
+
+@pytest.mark.parametrize("entry", UNIF)
+def test_unif_dtype_device_and_float32_agreement(entry, device):
+    X, _, a, _ = make_data(device=device, seed=7)
+    values = {}
+    for dt in (torch.float32, torch.float64):
+        v = entry(X.to(dt), a.to(dt), seed=3)
+        assert (v.dtype, v.device, v.shape) == (dt, X.device, ())
+        values[dt] = v
+    torch.testing.assert_close(values[torch.float32].double(), values[F64], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("entry", UNIF)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_unif_batch_equals_loop(entry, weighted, device):
+    X, _, a, _ = make_data(N=6, batch=3, device=device, seed=8)
+    a = a if weighted else None
+    batched = entry(X, a, seed=2)
+    loop = torch.stack([entry(X[i], None if a is None else a[i], seed=2) for i in range(3)])
+    assert batched.shape == (3,)
+    assert_close(batched, loop, scale=10)
+
+
+@pytest.mark.parametrize("entry", UNIF_SLICED)
+def test_unif_batch_with_per_item_slices_equals_loop(entry, device):
+    X, _, a, _ = make_data(N=6, batch=3, device=device, seed=9)
+    probe = Entry(entry.name, entry.fn, entry.kwargs, frozenset(), entry.slices)
+    batched_rand, items = _per_item_slices(probe, 3, 3, device)
+    batched = entry(X, a, **batched_rand)
+    loop = torch.stack([entry(X[i], a[i], **items[i]) for i in range(3)])
+    assert_close(batched, loop, scale=10)
+
+
+@pytest.mark.parametrize("entry", UNIF_SLICED)
+def test_unif_weight_semantics(entry, device):
+    X, _, a, _ = make_data(N=5, device=device, seed=11)
+    rand = unif_frozen(entry, 3, device=device)
+    # a=None is uniform
+    assert_close(entry(X, **rand), entry(X, torch.full_like(a, 0.2), **rand))
+    # integer weights = replicated atoms
+    cs = torch.tensor([1, 2, 3, 1, 1], device=device)
+    assert_close(entry(X, cs.to(F64) / cs.sum(), **rand), entry(X.repeat_interleave(cs, 0), **rand))
+    # a zero-weight atom changes nothing and gets a zero gradient
+    X2 = torch.cat([X, torch.tensor([[0.4, -0.3, 0.9]], dtype=F64, device=device)])
+    X2.requires_grad_()
+    a2 = torch.cat([a, a.new_zeros(1)])
+    value = entry(X2, a2, **rand)
+    assert_close(value, entry(X, a, **rand), scale=10)
+    (g,) = torch.autograd.grad(value, X2)
+    assert float(g[-1].abs().max()) <= 1e-9
+    # the uniform side carries the total mass of a
+    assert_close(entry(X, 3 * a, **rand), 3**entry.mass_degree * entry(X, a, **rand), scale=10)
+
+
+@pytest.mark.parametrize("entry", UNIF_SLICED)
+def test_unif_gradcheck(entry):
+    X, _, a0, _ = make_data(N=5, seed=14)
+    rand = unif_frozen(entry, 3)
+    u = torch.zeros(5, dtype=F64, requires_grad=True)
+
+    def f(X_s, u):
+        return entry(X_s, a0 + (u - u.mean()), **rand)
+
+    assert torch.autograd.gradcheck(f, (X.requires_grad_(), u))
+
+
+@pytest.mark.parametrize("entry", UNIF)
+def test_unif_finite_gradients_at_duplicates(entry, device):
+    X, _, _, _ = make_data(device=device, seed=16)
+    Xd = torch.cat([X[:3], X[:3]]).requires_grad_()
+    (g,) = torch.autograd.grad(entry(Xd, seed=0), Xd)
+    assert bool(torch.isfinite(g).all())
+
+
+@pytest.mark.parametrize("entry", UNIF)
+def test_unif_nonfinite_input(entry, device):
+    X, _, a, _ = make_data(device=device, seed=23)
+    for bad in (math.nan, math.inf):
+        Xbad = X.clone()
+        Xbad[1, 2] = bad
+        with pytest.raises(ValueError, match="X_s contains NaN or Inf"):
+            entry(Xbad, a, seed=0)
+        assert not bool(torch.isfinite(entry(Xbad, a, seed=0, validate=False)))
+    abad = a.clone()
+    abad[0] = math.nan
+    with pytest.raises(ValueError, match="a contains NaN or Inf"):
+        entry(X, abad, seed=0)
+
+
+@pytest.mark.parametrize("entry", UNIF_MODULES)
+def test_unif_module_equals_function(entry, device):
+    X, _, a, _ = make_data(batch=3, device=device, seed=20)
+    fixed = entry.module(**entry.kwargs, seed=5, resample=False, reduction="none")
+    v = fixed(X, a)
+    assert torch.equal(v, fixed(X, a))
+    assert torch.equal(v, entry.function(X, a, **entry.kwargs, seed=fixed._fixed_seed))
+    mod = entry.module(**entry.kwargs, seed=5, resample=True, reduction="none")
+    g = torch.Generator().manual_seed(5)
+    first = mod(X, a)
+    assert torch.equal(first, entry.function(X, a, **entry.kwargs, generator=g))
+    assert not torch.equal(first, mod(X, a))
+    for reduction, want in (("mean", v.mean()), ("sum", v.sum())):
+        out = entry.module(**entry.kwargs, seed=5, resample=False, reduction=reduction)(X, a)
+        assert_close(out, want)

@@ -68,3 +68,75 @@ def test_gradient_flow_lowers_exact_w2(loss):
         opt.step()
     end = _w2sq(X.detach(), Y)
     assert end < 0.02 * start, (start, end)
+
+
+# --------------------------------------------------------------------------- the sphere
+
+
+def _vmf_mixture_s2(n_per, kappa, seed):
+    """Samples of 12 von Mises-Fisher components on S^2 centred on an icosahedron's vertices
+    (the STSW gradient-flow target), by the exact inverse CDF of <x, mu> on S^2."""
+    g = torch.Generator().manual_seed(seed)
+    phi = (1 + 5**0.5) / 2
+    verts = torch.tensor(
+        [[0, s1, s2 * phi] for s1 in (-1, 1) for s2 in (-1, 1)]
+        + [[s1, s2 * phi, 0] for s1 in (-1, 1) for s2 in (-1, 1)]
+        + [[s2 * phi, 0, s1] for s1 in (-1, 1) for s2 in (-1, 1)],
+        dtype=torch.float64,
+    )
+    mu = torch.nn.functional.normalize(verts, dim=-1).repeat_interleave(n_per, 0)
+    u = torch.rand(mu.shape[0], generator=g, dtype=torch.float64)
+    w = 1 + torch.log(u + (1 - u) * np.exp(-2 * kappa)) / kappa
+    v = torch.randn(mu.shape, generator=g, dtype=torch.float64)
+    v = torch.nn.functional.normalize(v - (v * mu).sum(-1, keepdim=True) * mu, dim=-1)
+    return w[:, None] * mu + (1 - w[:, None] ** 2).clamp_min(0).sqrt() * v
+
+
+def _geodesic_w2sq(X, Y):
+    cost = np.arccos(np.clip(X.numpy() @ Y.numpy().T, -1, 1)) ** 2
+    n, m = len(X), len(Y)
+    return ot.emd2(np.full(n, 1 / n), np.full(m, 1 / m), cost)
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [
+        tsw.nn.STSWLoss(n_trees=200, n_lines=5, seed=0),
+        tsw.nn.STSWLoss(n_trees=200, n_lines=5, p=2, seed=0),
+    ],
+    ids=["stsw", "stsw_p2"],
+)
+def test_spherical_gradient_flow_towards_a_vmf_mixture(loss):
+    """Adam on the points, renormalised after each step, lowers the exact geodesic W2."""
+    Y = _vmf_mixture_s2(25, 50.0, seed=0)  # 300 target points
+    g = torch.Generator().manual_seed(1)
+    X = torch.nn.functional.normalize(torch.randn(300, 3, generator=g, dtype=torch.float64), dim=-1)
+    X.requires_grad_(True)
+    start = _geodesic_w2sq(X.detach(), Y)
+    opt = torch.optim.Adam([X], lr=1e-2)
+    for _ in range(300):
+        opt.zero_grad()
+        loss(X, Y).backward()
+        opt.step()
+        with torch.no_grad():
+            X /= X.norm(dim=-1, keepdim=True)
+    end = _geodesic_w2sq(X.detach(), Y)
+    assert end < 0.1 * start, (start, end)
+
+
+def test_spherical_flow_to_uniform_lowers_stsw_unif():
+    """A clustered cloud spreads out under STSW to the uniform measure."""
+    g = torch.Generator().manual_seed(2)
+    X = torch.randn(300, 3, generator=g, dtype=torch.float64) * 0.3 + torch.tensor([0, 0, 1.0])
+    X = torch.nn.functional.normalize(X, dim=-1).requires_grad_(True)
+    loss = tsw.nn.STSWUnifLoss(n_trees=100, seed=0)
+    start = tsw.stsw_unif(X.detach(), seed=123).item()
+    opt = torch.optim.Adam([X], lr=1e-2)
+    for _ in range(300):
+        opt.zero_grad()
+        loss(X).backward()
+        opt.step()
+        with torch.no_grad():
+            X /= X.norm(dim=-1, keepdim=True)
+    end = tsw.stsw_unif(X.detach(), seed=123).item()
+    assert end < 0.2 * start, (start, end)

@@ -51,8 +51,17 @@ DISTANCES = {
     "SpatialTSWLoss": lambda *args, **kw: tsw.nn.SpatialTSWLoss(n_trees=3, n_lines=2, **kw)(*args),
     "SWLoss": lambda *args, **kw: tsw.nn.SWLoss(n_projections=4, **kw)(*args),
     "MaxSWLoss": lambda *args, **kw: tsw.nn.MaxSWLoss(n_iter=1, n_init=2, **kw)(*args),
+    # on the sphere: the generic data are renormalised, so the shared checks apply
+    "stsw": lambda *args, **kw: tsw.stsw(
+        *args, **{"n_trees": 3, "n_lines": 2, "renormalize": True, **kw}
+    ),
+    "ssw": lambda *args, **kw: tsw.ssw(*args, **{"n_projections": 4, "renormalize": True, **kw}),
+    "STSWLoss": lambda *args, **kw: tsw.nn.STSWLoss(n_trees=3, n_lines=2, renormalize=True, **kw)(
+        *args
+    ),
+    "SSWLoss": lambda *args, **kw: tsw.nn.SSWLoss(n_projections=4, renormalize=True, **kw)(*args),
 }
-FUNCTIONS = ["tsw_sl", "db_tsw", "circular_tsw", "spatial_tsw", "sw", "max_sw"]
+FUNCTIONS = ["tsw_sl", "db_tsw", "circular_tsw", "spatial_tsw", "sw", "max_sw", "stsw"]
 
 
 @pytest.fixture(params=list(DISTANCES))
@@ -1130,3 +1139,183 @@ def test_partial_price_and_measure_checks():
         _partial(X, Y, trees=tsw.sample_chain_lines(3, 2, 3, seed=0, dtype=F64))
     # shapes with different totals are accepted: they are normalised
     assert torch.equal(_partial(X, Y, uniform(5), 3 * uniform(4)), _partial(X, Y))
+
+
+# --------------------------------------------------------------------------- the sphere
+
+
+def on_sphere(*shape, dtype=F64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.nn.functional.normalize(torch.randn(*shape, generator=g, dtype=F64), dim=-1).to(
+        dtype
+    )
+
+
+SPHERE = {
+    "stsw": lambda X, Y=None, **kw: tsw.stsw(
+        X, on_sphere(4, X.shape[-1], dtype=X.dtype) if Y is None else Y, **{"n_trees": 3, **kw}
+    ),
+    "ssw": lambda X, Y=None, **kw: tsw.ssw(
+        X,
+        on_sphere(4, X.shape[-1], dtype=X.dtype) if Y is None else Y,
+        **{"n_projections": 4, **kw},
+    ),
+    "stsw_unif": lambda X, Y=None, **kw: tsw.stsw_unif(X, **{"n_trees": 3, **kw}),
+    "ssw_unif": lambda X, Y=None, **kw: tsw.ssw_unif(X, **{"n_projections": 4, **kw}),
+    "STSWUnifLoss": lambda X, Y=None, **kw: tsw.nn.STSWUnifLoss(n_trees=3, **kw)(X),
+}
+
+
+@pytest.mark.parametrize("name", list(SPHERE))
+def test_points_off_the_sphere(name):
+    f = SPHERE[name]
+    X = on_sphere(5, 3)
+    X[2] *= 1.01
+    with pytest.raises(
+        ValueError,
+        match=lit(
+            "X_s must lie on the unit sphere (rows of norm 1 up to 1.0e-06 in torch.float64); "
+            "got a row of norm 1.01. Pass renormalize=True to project the rows onto the sphere"
+        ),
+    ):
+        f(X)
+    assert f(X, renormalize=True).shape == ()
+    assert f(X, validate=False).shape == ()  # value checks off
+    if name in ("stsw", "ssw"):
+        with pytest.raises(ValueError, match=lit("X_t must lie on the unit sphere")):
+            f(on_sphere(5, 3), 2 * on_sphere(4, 3))
+
+
+@pytest.mark.parametrize("name", list(SPHERE))
+def test_sphere_tolerance_depends_on_dtype(name):
+    """float32 accepts | |x| - 1 | up to 1.2e-4, float64 up to 1e-6."""
+    f = SPHERE[name]
+    X = on_sphere(5, 3)
+    X[0] *= 1 + 5e-5
+    assert f(X.float()).shape == ()
+    with pytest.raises(ValueError, match=lit("rows of norm 1 up to 1.0e-06 in torch.float64")):
+        f(X)
+    X[0] *= 1 + 5e-4
+    with pytest.raises(ValueError, match=lit("rows of norm 1 up to 1.2e-04 in torch.float32")):
+        f(X.float())
+    assert tsw._validation.sphere_tol(torch.float32) == pytest.approx(1.19e-4, rel=1e-2)
+
+
+@pytest.mark.parametrize("name", list(SPHERE))
+def test_sphere_needs_two_coordinates_and_nonzero_rows(name):
+    f = SPHERE[name]
+    with pytest.raises(
+        ValueError, match=lit("X_s must have d+1 >= 2 coordinates to describe points of the sphere")
+    ):
+        f(torch.ones(4, 1, dtype=F64), torch.ones(3, 1, dtype=F64))
+    X = on_sphere(5, 3)
+    X[1] = 0
+    with pytest.raises(ValueError, match=lit("X_s has a zero row, which cannot be renormalised")):
+        f(X, renormalize=True)
+
+
+def test_spherical_tree_container():
+    e = torch.eye(3, dtype=F64)
+    roots, dirs = e[2:3], e[None, :2]
+    assert tsw.SphericalTrees(roots, dirs).n_lines == 2
+    with pytest.raises(ValueError, match=lit("roots must have unit-norm rows")):
+        tsw.SphericalTrees(2 * roots, dirs)
+    with pytest.raises(ValueError, match=lit("directions must have unit-norm rows")):
+        tsw.SphericalTrees(roots, 2 * dirs)
+    with pytest.raises(
+        ValueError, match=lit("directions must be tangent at their root (orthogonal to roots)")
+    ):
+        tsw.SphericalTrees(e[:1], dirs)
+    with pytest.raises(ValueError, match=lit("roots must have shape (T, d+1) or (B, T, d+1)")):
+        tsw.SphericalTrees(e[:2], dirs)
+    with pytest.raises(ValueError, match=lit("spherical trees need an ambient dimension d+1 >= 2")):
+        tsw.SphericalTrees(torch.ones(1, 1, dtype=F64), torch.ones(1, 1, 1, dtype=F64))
+    with pytest.raises(TypeError, match=lit("roots must be a torch.Tensor; got list")):
+        tsw.SphericalTrees([[0.0, 0.0, 1.0]], dirs)
+    with pytest.raises(ValueError, match=lit("roots contains NaN or Inf")):
+        tsw.SphericalTrees(roots * math.nan, dirs)
+    # validate=False skips the value checks only
+    tsw.SphericalTrees(e[:1], 2 * dirs, validate=False)
+    with pytest.raises(ValueError, match=lit("roots must have shape")):
+        tsw.SphericalTrees(e[:2], dirs, validate=False)
+
+
+def test_spherical_sampler_arguments():
+    with pytest.raises(ValueError, match=lit("spherical trees need dim = d+1 >= 2; got dim=1")):
+        tsw.sample_spherical_trees(2, 2, 1)
+    with pytest.raises(ValueError, match=lit("n_trees must be an int >= 1; got 0")):
+        tsw.sample_spherical_trees(0, 2, 3)
+    with pytest.raises(ValueError, match=lit("great circles need dim = d+1 >= 2; got dim=1")):
+        tsw.sample_sphere_projections(1, 4)
+    with pytest.raises(ValueError, match=lit("pass at most one of seed and generator")):
+        tsw.sample_spherical_trees(2, 2, 3, seed=0, generator=torch.Generator())
+
+
+def test_stsw_trees_type_dimension_and_counts():
+    X, Y = on_sphere(5, 3), on_sphere(4, 3, seed=1)
+    with pytest.raises(TypeError, match=lit("trees must be SphericalTrees; got ConcurrentLines")):
+        tsw.stsw(X, Y, trees=tsw.sample_concurrent_lines(2, 2, 3, dtype=F64))
+    with pytest.raises(ValueError, match=lit("trees must live in the dimension of the data, d=3")):
+        tsw.stsw(X, Y, trees=tsw.sample_spherical_trees(2, 2, 4, dtype=F64))
+    with pytest.raises(ValueError, match=lit("trees must have the dtype and device of X_s")):
+        tsw.stsw(X, Y, trees=tsw.sample_spherical_trees(2, 2, 3))
+    with pytest.raises(ValueError, match=lit("n_lines=3 disagrees with the explicit trees")):
+        tsw.stsw(X, Y, n_lines=3, trees=tsw.sample_spherical_trees(2, 2, 3, dtype=F64))
+    for name in ("n_trees", "n_lines"):
+        with pytest.raises(ValueError, match=lit(f"{name} must be an int >= 1; got 0")):
+            tsw.stsw(X, Y, **{name: 0})
+        with pytest.raises(ValueError, match=lit(f"{name} must be an int >= 1; got 0")):
+            tsw.stsw_unif(X, **{name: 0})
+    with pytest.raises(ValueError, match=lit("delta must be a finite real number >= 0; got -1")):
+        tsw.stsw(X, Y, delta=-1)
+    with pytest.raises(ValueError, match=lit("p must be a finite real number >= 1; got 0.5")):
+        tsw.stsw_unif(X, p=0.5)
+
+
+def test_stsw_unif_arguments():
+    X = on_sphere(5, 3)
+    for name in ("n_grid", "n_quad"):
+        with pytest.raises(ValueError, match=lit(f"{name} must be an int >= 1; got 0")):
+            tsw.stsw_unif(X, **{name: 0})
+        with pytest.raises(TypeError, match=lit(f"{name} must be an int >= 1; got float")):
+            tsw.stsw_unif(X, **{name: 8.0})
+    with pytest.raises(TypeError, match=lit("X_s must be a torch.Tensor; got list")):
+        tsw.stsw_unif(X.tolist())
+    with pytest.raises(ValueError, match=lit("a must have shape (N,) = (5,)")):
+        tsw.stsw_unif(X, uniform(4))
+    with pytest.raises(ValueError, match=lit("a must be non-negative")):
+        tsw.stsw_unif(X, torch.tensor([0.5, -0.1, 0.2, 0.2, 0.2], dtype=F64))
+    with pytest.raises(ValueError, match=lit("X_s must have shape (N, d) or (B, N, d)")):
+        tsw.ssw_unif(X[0])
+    with pytest.raises(TypeError, match=lit("seed must be an int or None; got str")):
+        tsw.stsw_unif(X, seed="0")
+
+
+def test_ssw_projections_and_options():
+    X, Y = on_sphere(5, 3), on_sphere(4, 3, seed=1)
+    with pytest.raises(
+        ValueError, match=lit("projections must have shape (L, d+1, 2) with d+1=3; got")
+    ):
+        tsw.ssw(X, Y, projections=torch.zeros(4, 3, 3, dtype=F64))
+    with pytest.raises(ValueError, match=lit("projections must have the dtype and device of X_s")):
+        tsw.ssw(X, Y, projections=tsw.sample_sphere_projections(3, 4))
+    with pytest.raises(TypeError, match=lit("projections must be a torch.Tensor; got list")):
+        tsw.ssw_unif(X, projections=[[0.0]])
+    with pytest.raises(ValueError, match=lit("n_projections must be an int >= 1; got 0")):
+        tsw.ssw(X, Y, n_projections=0)
+    with pytest.raises(ValueError, match=lit("p must be a finite real number >= 1; got 0.5")):
+        tsw.ssw(X, Y, p=0.5)
+    with pytest.raises(
+        TypeError, match=lit("generator must be a torch.Generator or None; got int")
+    ):
+        tsw.ssw(X, Y, generator=0)
+
+
+@pytest.mark.parametrize(
+    "cls", [tsw.nn.STSWLoss, tsw.nn.STSWUnifLoss, tsw.nn.SSWLoss, tsw.nn.SSWUnifLoss]
+)
+def test_spherical_module_options(cls):
+    with pytest.raises(TypeError, match=lit("seed must be an int or None; got float")):
+        cls(seed=1.5)
+    with pytest.raises(ValueError, match=lit("reduction must be one of 'mean', 'sum', 'none'")):
+        cls(reduction="max")

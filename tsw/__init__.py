@@ -3,9 +3,10 @@
 Distances (functions, POT argument order ``X_s, X_t, a, b``):
 :func:`tsw_sl`, :func:`db_tsw`, :func:`circular_tsw`, :func:`spatial_tsw`,
 :func:`partial_tsw` (unequal masses), :func:`sw`, :func:`max_sw`, and the exact
-:func:`tree_wasserstein` on any rooted tree. Loss modules live in :mod:`tsw.nn`; tree
-systems and their samplers in :mod:`tsw.trees`; the maps of SpatialTSW in
-:mod:`tsw.mappings`. Sliced baselines for unequal masses (POT's solvers):
+:func:`tree_wasserstein` on any rooted tree. On the sphere: :func:`stsw`,
+:func:`stsw_unif`, and the baselines :func:`ssw`, :func:`ssw_unif`. Loss modules live in
+:mod:`tsw.nn`; tree systems and their samplers in :mod:`tsw.trees`; the maps of
+SpatialTSW in :mod:`tsw.mappings`. Sliced baselines for unequal masses (POT's solvers):
 :func:`partial_sw`, :func:`unbalanced_sw`.
 """
 
@@ -16,12 +17,16 @@ from tsw.one_d import wasserstein_1d
 from tsw.partial_tsw import partial_tsw
 from tsw.sliced import max_sw, sample_projections, sw
 from tsw.spatial import spatial_tsw
+from tsw.ssw import sample_sphere_projections, ssw, ssw_unif
+from tsw.stsw import stsw, stsw_unif
 from tsw.tree_wasserstein import line_system_cost, tree_wasserstein
 from tsw.trees import (
     ChainLines,
     ConcurrentLines,
+    SphericalTrees,
     sample_chain_lines,
     sample_concurrent_lines,
+    sample_spherical_trees,
 )
 from tsw.tsw_sl import tsw_sl
 from tsw.unbalanced_sliced import partial_sw, unbalanced_sw
@@ -31,6 +36,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ChainLines",
     "ConcurrentLines",
+    "SphericalTrees",
     "__version__",
     "circular_tsw",
     "db_tsw",
@@ -43,7 +49,13 @@ __all__ = [
     "sample_chain_lines",
     "sample_concurrent_lines",
     "sample_projections",
+    "sample_sphere_projections",
+    "sample_spherical_trees",
     "spatial_tsw",
+    "ssw",
+    "ssw_unif",
+    "stsw",
+    "stsw_unif",
     "sw",
     "tree_wasserstein",
     "tsw_sl",

@@ -16,7 +16,10 @@ DEFAULT_N_LINES = 4
 
 
 def resolve_counts(
-    trees: TreeSystem | None, n_trees: int | None, n_lines: int | None
+    trees: TreeSystem | None,
+    n_trees: int | None,
+    n_lines: int | None,
+    defaults: tuple[int, int] = (DEFAULT_N_TREES, DEFAULT_N_LINES),
 ) -> tuple[int, int]:
     """Default or check ``n_trees`` / ``n_lines`` against explicit ``trees``."""
     if trees is not None:
@@ -30,8 +33,8 @@ def resolve_counts(
                     f"{name}={actual}; pass {name}=None with trees="
                 )
         return trees.n_trees, trees.n_lines
-    T = check_positive_int(DEFAULT_N_TREES if n_trees is None else n_trees, "n_trees")
-    k = check_positive_int(DEFAULT_N_LINES if n_lines is None else n_lines, "n_lines")
+    T = check_positive_int(defaults[0] if n_trees is None else n_trees, "n_trees")
+    k = check_positive_int(defaults[1] if n_lines is None else n_lines, "n_lines")
     return T, k
 
 

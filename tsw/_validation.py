@@ -21,11 +21,14 @@ __all__ = [
     "check_bool",
     "check_choice",
     "check_mass",
+    "check_measure",
     "check_measures",
+    "check_on_sphere",
     "check_p",
     "check_positive_int",
     "check_tensor",
     "mass_rtol",
+    "sphere_tol",
 ]
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
@@ -203,6 +206,20 @@ def check_points(X: object, name: str, validate: bool) -> Tensor:
     return X
 
 
+def check_measure(
+    X: object, a: Tensor | None = None, *, validate: bool = True
+) -> tuple[Tensor, Tensor, bool]:
+    """Validate one discrete measure ``(X_s, a)`` (distances to a fixed reference measure).
+
+    Returns ``X`` (B, N, d), ``a`` (B, N) with a leading batch dimension and whether the
+    input was batched; the checks are those of :func:`check_measures` for one side.
+    """
+    X = check_points(X, "X_s", validate)
+    batched = X.ndim == 3
+    a = _check_weights(a, "a", X, "X_s", batched, validate)
+    return (X, a, True) if batched else (X[None], a[None], False)
+
+
 def check_measures(
     X_s: object,
     X_t: object,
@@ -274,3 +291,43 @@ def check_measures(
     if not batched:
         X_s, X_t, a, b = X_s[None], X_t[None], a[None], b[None]
     return Measures(X_s, X_t, a, b, batched)
+
+
+def sphere_tol(dtype: torch.dtype) -> float:
+    """Largest accepted ``| ||x|| - 1 |`` for points on the unit sphere in ``dtype``.
+
+    ``max(1e3 * eps, 1e-6)``: 1.2e-4 in float32, 1e-6 in float64. Loose enough for
+    points normalised in float32 and then cast to float64, tight enough to catch data
+    that were never normalised.
+    """
+    return max(1e3 * torch.finfo(dtype).eps, 1e-6)
+
+
+def check_on_sphere(X: Tensor, name: str, *, renormalize: bool, validate: bool) -> Tensor:
+    r"""Check (or, with ``renormalize``, make) the rows of ``X`` unit vectors.
+
+    ``X`` has shape (..., d+1) and describes points of the sphere :math:`\mathbb S^d`;
+    ``d + 1 >= 2`` is always checked. With ``renormalize=True`` the rows are divided by
+    their norms (a zero row raises when ``validate``); otherwise, when ``validate``, a row
+    whose norm differs from 1 by more than :func:`sphere_tol` raises.
+    """
+    if X.shape[-1] < 2:
+        raise ValueError(
+            f"{name} must have d+1 >= 2 coordinates to describe points of the sphere S^d; "
+            f"got {name}.shape={tuple(X.shape)}"
+        )
+    norms = torch.linalg.vector_norm(X.detach(), dim=-1)
+    if renormalize:
+        if validate and bool((norms == 0).any()):
+            raise ValueError(f"{name} has a zero row, which cannot be renormalised onto the sphere")
+        return X / torch.linalg.vector_norm(X, dim=-1, keepdim=True)
+    if validate:
+        err = (norms - 1).abs()
+        tol = sphere_tol(X.dtype)
+        if bool((err > tol).any()):
+            raise ValueError(
+                f"{name} must lie on the unit sphere (rows of norm 1 up to {tol:.1e} in "
+                f"{X.dtype}); got a row of norm {norms.reshape(-1)[err.argmax()].item():.6g}. "
+                "Pass renormalize=True to project the rows onto the sphere"
+            )
+    return X

@@ -27,6 +27,8 @@ from tsw.mappings import resolve_mapping
 from tsw.partial_tsw import partial_tsw
 from tsw.sliced import max_sw, sw
 from tsw.spatial import spatial_tsw
+from tsw.ssw import ssw, ssw_unif
+from tsw.stsw import stsw, stsw_unif
 from tsw.tsw_sl import tsw_sl
 
 __all__ = [
@@ -34,6 +36,10 @@ __all__ = [
     "DbTSWLoss",
     "MaxSWLoss",
     "PartialTSWLoss",
+    "SSWLoss",
+    "SSWUnifLoss",
+    "STSWLoss",
+    "STSWUnifLoss",
     "SWLoss",
     "SpatialTSWLoss",
     "TSWSLLoss",
@@ -68,6 +74,14 @@ class _RandomizedLoss(nn.Module):
         if not self.resample:
             self._fixed_seed = seed if seed is not None else secrets.randbits(63)
 
+    def _randomness(self) -> dict[str, Any]:
+        return {"generator": self._generator} if self.resample else {"seed": self._fixed_seed}
+
+    def _reduce(self, out: Tensor) -> Tensor:
+        if out.ndim == 0 or self.reduction == "none":
+            return out
+        return out.mean() if self.reduction == "mean" else out.sum()
+
     def forward(
         self, X_s: Tensor, X_t: Tensor, a: Tensor | None = None, b: Tensor | None = None
     ) -> Tensor:
@@ -85,11 +99,9 @@ class _RandomizedLoss(nn.Module):
             A 0-d tensor (unbatched input, or ``reduction`` in {"mean", "sum"}) or a
             (B,) tensor (``reduction="none"``).
         """
-        rand = {"generator": self._generator} if self.resample else {"seed": self._fixed_seed}
-        out = type(self)._fn(X_s, X_t, a, b, **self._call_kwargs(), **rand)
-        if out.ndim == 0 or self.reduction == "none":
-            return out
-        return out.mean() if self.reduction == "mean" else out.sum()
+        return self._reduce(
+            type(self)._fn(X_s, X_t, a, b, **self._call_kwargs(), **self._randomness())
+        )
 
     def _call_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the wrapped function (hyper-parameters)."""
@@ -442,6 +454,180 @@ class MaxSWLoss(_RandomizedLoss):
             lr=lr,
             n_init=n_init,
             validate=validate,
+            reduction=reduction,
+            seed=seed,
+            resample=resample,
+        )
+
+
+class _RandomizedUnifLoss(_RandomizedLoss):
+    """A distance to the uniform measure on the sphere: ``forward(X_s, a=None)``."""
+
+    def forward(self, X_s: Tensor, a: Tensor | None = None) -> Tensor:  # type: ignore[override]
+        """Loss between ``(X_s, a)`` and the uniform measure, reduced over a batch.
+
+        Parameters
+        ----------
+        X_s : Tensor of shape (N, d+1) or (B, N, d+1)
+        a : Tensor of shape (N,) or (B, N), optional
+
+        Returns
+        -------
+        Tensor
+            A 0-d tensor (unbatched input, or ``reduction`` in {"mean", "sum"}) or a
+            (B,) tensor (``reduction="none"``).
+        """
+        return self._reduce(type(self)._fn(X_s, a, **self.kwargs, **self._randomness()))
+
+
+class STSWLoss(_RandomizedLoss):
+    """Loss module for :func:`tsw.stsw` (keyword arguments as there).
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> loss = tsw.nn.STSWLoss(n_trees=50, n_lines=5, seed=0)
+    >>> X = torch.nn.functional.normalize(torch.randn(10, 3), dim=-1).requires_grad_()
+    >>> Y = torch.nn.functional.normalize(torch.randn(12, 3), dim=-1)
+    >>> loss(X, Y).backward()
+    >>> X.grad.shape
+    torch.Size([10, 3])
+    """
+
+    _fn = staticmethod(stsw)
+
+    def __init__(
+        self,
+        *,
+        n_trees: int | None = None,
+        n_lines: int | None = None,
+        delta: float = 2.0,
+        p: float = 1,
+        validate: bool = True,
+        renormalize: bool = False,
+        reduction: str = "mean",
+        seed: int | None = None,
+        resample: bool = True,
+    ):
+        super().__init__(
+            n_trees=n_trees,
+            n_lines=n_lines,
+            delta=delta,
+            p=p,
+            validate=validate,
+            renormalize=renormalize,
+            reduction=reduction,
+            seed=seed,
+            resample=resample,
+        )
+
+
+class STSWUnifLoss(_RandomizedUnifLoss):
+    """Loss module for :func:`tsw.stsw_unif`: ``loss(X_s, a=None)``.
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> loss = tsw.nn.STSWUnifLoss(n_trees=50, seed=0, reduction="none")
+    >>> loss(torch.nn.functional.normalize(torch.randn(4, 10, 3), dim=-1)).shape
+    torch.Size([4])
+    """
+
+    _fn = staticmethod(stsw_unif)
+
+    def __init__(
+        self,
+        *,
+        n_trees: int | None = None,
+        n_lines: int | None = None,
+        delta: float = 2.0,
+        p: float = 1,
+        n_grid: int | None = None,
+        n_quad: int = 128,
+        validate: bool = True,
+        renormalize: bool = False,
+        reduction: str = "mean",
+        seed: int | None = None,
+        resample: bool = True,
+    ):
+        super().__init__(
+            n_trees=n_trees,
+            n_lines=n_lines,
+            delta=delta,
+            p=p,
+            n_grid=n_grid,
+            n_quad=n_quad,
+            validate=validate,
+            renormalize=renormalize,
+            reduction=reduction,
+            seed=seed,
+            resample=resample,
+        )
+
+
+class SSWLoss(_RandomizedLoss):
+    """Loss module for :func:`tsw.ssw` (keyword arguments as there).
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> loss = tsw.nn.SSWLoss(n_projections=20, seed=0)
+    >>> X = torch.nn.functional.normalize(torch.randn(10, 3), dim=-1)
+    >>> float(loss(X, X))
+    0.0
+    """
+
+    _fn = staticmethod(ssw)
+
+    def __init__(
+        self,
+        *,
+        n_projections: int = 50,
+        p: float = 2,
+        validate: bool = True,
+        renormalize: bool = False,
+        reduction: str = "mean",
+        seed: int | None = None,
+        resample: bool = True,
+    ):
+        super().__init__(
+            n_projections=n_projections,
+            p=p,
+            validate=validate,
+            renormalize=renormalize,
+            reduction=reduction,
+            seed=seed,
+            resample=resample,
+        )
+
+
+class SSWUnifLoss(_RandomizedUnifLoss):
+    """Loss module for :func:`tsw.ssw_unif`: ``loss(X_s, a=None)``.
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> loss = tsw.nn.SSWUnifLoss(n_projections=20, seed=0)
+    >>> loss(torch.nn.functional.normalize(torch.randn(10, 3), dim=-1)).shape
+    torch.Size([])
+    """
+
+    _fn = staticmethod(ssw_unif)
+
+    def __init__(
+        self,
+        *,
+        n_projections: int = 50,
+        validate: bool = True,
+        renormalize: bool = False,
+        reduction: str = "mean",
+        seed: int | None = None,
+        resample: bool = True,
+    ):
+        super().__init__(
+            n_projections=n_projections,
+            validate=validate,
+            renormalize=renormalize,
             reduction=reduction,
             seed=seed,
             resample=resample,

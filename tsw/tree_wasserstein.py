@@ -56,6 +56,14 @@ def _edge_lengths(c: Tensor) -> tuple[Tensor, Tensor]:
     return dn, dp
 
 
+def _ray_lengths(c: Tensor) -> Tensor:
+    """``dp`` of :func:`_edge_lengths` when every coordinate is >= 0 (``c[-1] := 0``)."""
+    dp = torch.empty_like(c)
+    dp[..., :1] = c[..., :1]
+    torch.sub(c[..., 1:], c[..., :-1], out=dp[..., 1:])
+    return dp
+
+
 def _suffix(prefix: Tensor, out: Tensor) -> Tensor:
     """Suffix sums ``S_j = total - P_{j-1}`` from prefix sums, written into ``out``."""
     total = prefix[..., -1:]
@@ -84,34 +92,39 @@ class _LineCost(torch.autograd.Function):
     Forward and backward are written out (in place where possible: on CPU, large
     fresh allocations cost as much as the arithmetic) and keep only the sorted
     coordinates, the permutation and the prefix sums for the backward pass.
-
-    ``coords`` may be smaller than ``masses`` along broadcast axes (same ndim, size 1
-    where ``masses`` is larger): every row of masses sharing a row of coordinates is
-    then ordered by one sort of that row.
     """
 
     @staticmethod
-    def forward(ctx, coords: Tensor, masses: Tensor, p: float) -> Tensor:
+    def forward(ctx, coords: Tensor, masses: Tensor, p: float, rays: bool) -> Tensor:
+        # ``coords`` has the number of dimensions of ``masses`` and, on some axes, size 1:
+        # the lines along such an axis share their coordinates, sorted once.
         c, idx = torch.sort(coords, dim=-1)
         shared = c.shape != masses.shape
-        gidx = idx.expand(masses.shape) if shared else idx
-        prefix = torch.gather(masses, -1, gidx).cumsum_(-1)  # P_j: mass at coords <= c_j
-        dn, dp = _edge_lengths(c)
+        idx_m = idx.expand(masses.shape) if shared else idx
+        prefix = torch.gather(masses, -1, idx_m).cumsum_(-1)  # P_j: mass at coords <= c_j
         work = _abs_pow_(_suffix(prefix, torch.empty_like(prefix)), p)  # |S_j|^p
-        cost = work.mul_(dp).sum(-1)
-        torch.abs(prefix, out=work)
-        cost += (work if p == 1.0 else work.pow_(p)).mul_(dn).sum(-1)
+        if rays:  # no negative side
+            cost = work.mul_(_ray_lengths(c)).sum(-1)
+        else:
+            dn, dp = _edge_lengths(c)
+            cost = work.mul_(dp).sum(-1)
+            torch.abs(prefix, out=work)
+            cost += (work if p == 1.0 else work.pow_(p)).mul_(dn).sum(-1)
         ctx.save_for_backward(c, idx, prefix)
         ctx.p = p
+        ctx.rays = rays
         return cost
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         c, idx, prefix = ctx.saved_tensors
         p = ctx.p
-        shared = c.shape != prefix.shape
         g = grad.unsqueeze(-1)
+        shared = c.shape != prefix.shape
+        idx_m = idx.expand(prefix.shape) if shared else idx
         grad_c = grad_m = None
+        if ctx.rays:
+            return (*_ray_cost_backward(ctx, c, idx, idx_m, prefix, g), None, None)
         if ctx.needs_input_grad[1]:
             dn, dp = _edge_lengths(c)
             # m_i enters P_j for j >= i and S_j for j <= i:
@@ -120,13 +133,12 @@ class _LineCost(torch.autograd.Function):
             if p != 1.0:
                 ga.mul_(torch.abs(prefix).pow_(p - 1)).mul_(p)
             ga.mul_(dn).cumsum_(-1)
-            gs = _suffix(prefix, torch.empty_like(prefix) if shared else dn)
+            gs = _suffix(prefix, dn if not shared else torch.empty_like(prefix))
             gs = _dabs_pow_(gs, p).mul_(dp).cumsum_(-1)
             del dp
             gs[..., 1:] -= ga[..., :-1]
             gs += ga[..., -1:]
-            gidx = idx.expand(prefix.shape) if shared else idx
-            grad_m = ga.scatter_(-1, gidx, gs.mul_(g))  # gidx permutes each row: all written
+            grad_m = ga.scatter_(-1, idx_m, gs.mul_(g))  # idx is a permutation: all written
             del gs
         if ctx.needs_input_grad[0]:
             # dC/dc_j = [c_j < 0] (|P_{j-1}|^p - |P_j|^p) + [c_j > 0] (|S_j|^p - |S_{j+1}|^p)
@@ -137,20 +149,47 @@ class _LineCost(torch.autograd.Function):
             db = torch.empty_like(bb)
             torch.sub(bb[..., :-1], bb[..., 1:], out=db[..., :-1])
             db[..., -1:] = bb[..., -1:]
-            neg = c.clamp(max=0) if shared else torch.clamp(c, max=0, out=bb)
-            neg.sign_()  # -1 where c < 0, else 0
+            neg = torch.clamp(c, max=0, out=None if shared else bb).sign_()  # -1 if c < 0, else 0
             gc = da.mul_(neg).neg_()
             pos = torch.clamp(c, min=0, out=neg).sign_()  # 1 where c > 0, else 0
             gc += db.mul_(pos)
             del db, pos
-            gc.mul_(g)
-            if shared:  # rows ordered by one sort: add up their sorted-order gradients
-                gc = gc.sum_to_size(c.shape)
+            gc = _sum_to(gc.mul_(g), c.shape)
             grad_c = torch.empty_like(gc).scatter_(-1, idx, gc)
-        return grad_c, grad_m, None
+        return grad_c, grad_m, None, None
 
 
-def line_cost(coords: Tensor, masses: Tensor, p: float = 1.0) -> Tensor:
+def _sum_to(x: Tensor, shape: torch.Size) -> Tensor:
+    """Sum the sorted-order gradient of lines that share coordinates (and permutation)."""
+    dims = [i for i, (s, t) in enumerate(zip(shape, x.shape, strict=True)) if s != t]
+    return x.sum(dims, keepdim=True) if dims else x
+
+
+def _ray_cost_backward(ctx, c, idx, idx_m, prefix, g):
+    """Backward of :class:`_LineCost` when every coordinate is >= 0 (rays).
+
+    Only suffix masses enter: ``dC/dm_i = sum_{j <= i} dC/dS_j`` and
+    ``dC/dc_j = |S_j|^p - |S_{j+1}|^p``.
+    """
+    p = ctx.p
+    grad_c = grad_m = None
+    suffix = _suffix(prefix, torch.empty_like(prefix))
+    if ctx.needs_input_grad[1]:
+        gs = _dabs_pow_(suffix.clone(), p).mul_(_ray_lengths(c)).cumsum_(-1).mul_(g)
+        grad_m = torch.empty_like(gs).scatter_(-1, idx_m, gs)
+        del gs
+    if ctx.needs_input_grad[0]:
+        bb = _abs_pow_(suffix, p)
+        gc = torch.empty_like(bb)
+        torch.sub(bb[..., :-1], bb[..., 1:], out=gc[..., :-1])
+        gc[..., -1:] = bb[..., -1:]
+        del bb, suffix
+        gc = _sum_to(gc.mul_(g), c.shape)
+        grad_c = torch.empty_like(gc).scatter_(-1, idx, gc)
+    return grad_c, grad_m
+
+
+def line_cost(coords: Tensor, masses: Tensor, p: float = 1.0, *, rays: bool = False) -> Tensor:
     r"""Tree-metric transport cost on lines rooted at coordinate 0 (batched kernel).
 
     Each row of ``coords`` holds the coordinates of ``n`` atoms on one line whose
@@ -171,30 +210,30 @@ def line_cost(coords: Tensor, masses: Tensor, p: float = 1.0) -> Tensor:
     Parameters
     ----------
     coords : Tensor of shape (..., n)
-        Coordinates along each line. It may have size 1 on axes where ``masses`` is
-        larger (broadcasting): rows of ``masses`` that share one row of coordinates
-        (for instance atoms at the same coordinate on every line of a tree, shape
-        (..., 1, n) against masses (..., k, n)) are then ordered by **one** sort.
+        Coordinates along each line. It may have size 1 on axes where ``masses`` has
+        more (lines that share their coordinates, as the rays of a spherical tree):
+        such coordinates are sorted once and the permutation is shared.
     masses : Tensor of shape (..., n)
         Signed masses, broadcastable with ``coords``.
     p : float, default 1
         Exponent; ``p = 1`` is the tree :math:`W_1`, ``p > 1`` Sobolev-type.
+    rays : bool, default False
+        The caller guarantees ``coords >= 0`` (rays leaving their root, as on a
+        spherical tree): the empty negative side is skipped. Negative coordinates
+        would then be treated as 0.
 
     Returns
     -------
-    Tensor
-        The sum over the edges of each line (no ``1/p`` root), of the broadcast
-        shape of ``coords`` and ``masses`` without the last axis.
+    Tensor of shape (...)
+        The sum over the edges of each line (no ``1/p`` root).
 
     Notes
     -----
-    One sort (of ``coords``, in its own shape), one gather, one cumulative sum,
-    O(n log n) per line; the backward pass is analytic (two cumulative sums and two
-    scatters) and keeps only the sorted coordinates, the permutation and the
-    prefix/suffix sums. At ties the gradient is a valid subgradient. When every
-    coordinate is ``>= 0`` (atoms on rays, as for the circular transform) only the
-    positive-side rule applies: edge ``[c_(j-1), c_(j)]`` (with ``c_(0) = 0``)
-    carries the suffix mass ``S_j``.
+    One sort, one gather, one cumulative sum, O(n log n) per line (per row of
+    ``coords``: one sort serves all lines sharing it); the backward pass
+    is analytic (two cumulative sums and two scatters) and keeps only the sorted
+    coordinates, the permutation and the prefix/suffix sums. At ties the gradient is
+    a valid subgradient.
 
     Examples
     --------
@@ -202,17 +241,10 @@ def line_cost(coords: Tensor, masses: Tensor, p: float = 1.0) -> Tensor:
     >>> from tsw.tree_wasserstein import line_cost
     >>> line_cost(torch.tensor([1.0, 3.0]), torch.tensor([1.0, -1.0]))  # W1 = 2
     tensor(2.)
-    >>> # two rays sharing the coordinates of their atoms: one sort for both rows
-    >>> line_cost(torch.tensor([[1.0, 3.0]]), torch.tensor([[1.0, -1.0], [0.5, 0.0]]))
-    tensor([2.0000, 0.5000])
     """
     shape = torch.broadcast_shapes(coords.shape, masses.shape)
-    masses = masses.expand(shape)
-    if coords.ndim < len(shape):
-        coords = coords.reshape((1,) * (len(shape) - coords.ndim) + tuple(coords.shape))
-    if coords.shape[-1] != shape[-1]:
-        coords = coords.expand(shape)  # one atom coordinate for every atom: not shared
-    return _LineCost.apply(coords, masses, float(p))
+    coords = coords.reshape((1,) * (len(shape) - coords.ndim) + tuple(coords.shape))
+    return _LineCost.apply(coords, masses.expand(shape), float(p), bool(rays))
 
 
 def line_system_cost(
@@ -222,10 +254,10 @@ def line_system_cost(
 
     Parameters
     ----------
-    coords : Tensor of shape (..., k, n)
+    coords : Tensor of shape (..., k, n) or (..., 1, n)
         Coordinate of each of ``n`` atoms on each line, measured from the line's
-        source. For concurrent lines it may be (..., 1, n), the same coordinates on
-        every line, which are then sorted once per tree (see :func:`line_cost`).
+        source. Shape (..., 1, n) (concurrent lines only): every line gives an atom the
+        same coordinate (the rays of a spherical tree), sorted once for all lines.
     masses : Tensor of shape (..., k, n)
         Signed masses (source minus target) put on each line; lines need not be
         balanced, only the whole tree (a point-dependent split moves mass between
@@ -257,15 +289,15 @@ def line_system_cost(
     >>> line_system_cost(torch.tensor([[1.0], [2.0]]), torch.tensor([[1.0], [-1.0]]))
     tensor(3.)
     """
-    if attachments is not None:
-        shape = torch.broadcast_shapes(coords.shape, masses.shape)
-        coords, masses = coords.expand(shape), masses.expand(shape)
-        totals = masses.sum(-1)  # (..., k)
-        below = totals.flip(-1).cumsum(-1).flip(-1) - totals  # sum over lines > i
-        vc = torch.cat([attachments[..., 1:], torch.zeros_like(attachments[..., :1])], dim=-1)
-        vc = vc.expand(below.shape)
-        coords = torch.cat([coords, vc.unsqueeze(-1)], dim=-1)
-        masses = torch.cat([masses, below.unsqueeze(-1)], dim=-1)
+    if attachments is None:
+        return line_cost(coords, masses, p).sum(-1)
+    masses = masses.expand(coords.shape)
+    totals = masses.sum(-1)  # (..., k)
+    below = totals.flip(-1).cumsum(-1).flip(-1) - totals  # sum over lines > i
+    vc = torch.cat([attachments[..., 1:], torch.zeros_like(attachments[..., :1])], dim=-1)
+    vc = vc.expand(below.shape)
+    coords = torch.cat([coords, vc.unsqueeze(-1)], dim=-1)
+    masses = torch.cat([masses, below.unsqueeze(-1)], dim=-1)
     return line_cost(coords, masses, p).sum(-1)
 
 

@@ -1,4 +1,4 @@
-"""Tree systems: small typed containers of lines, and their samplers.
+r"""Tree systems: small typed containers of lines, and their samplers.
 
 A *tree system* is a set of ``k`` lines in R^d glued into a tree (spec 1.1). Two
 structures are provided:
@@ -7,6 +7,8 @@ structures are provided:
   of ``2k`` rays). Used by Db-TSW, the concurrent TSW-SL baseline and later papers.
 * :class:`ChainLines`: line ``i`` starts on line ``i - 1`` (TSW-SL, Tran et al.
   2025, Algorithm 1). The root is the source of line 0.
+* :class:`SphericalTrees`: spherical trees on :math:`\mathbb S^d` (STSW): ``k`` great
+  semicircles of length pi leaving a root in tangent directions, glued at the root only.
 
 Both hold ``T`` trees at once and may carry a leading batch dimension ``B`` (one tree
 set per batch item). Without it the trees are shared by every item of a batch.
@@ -30,9 +32,11 @@ from tsw._validation import (
 __all__ = [
     "ChainLines",
     "ConcurrentLines",
+    "SphericalTrees",
     "TreeSystem",
     "sample_chain_lines",
     "sample_concurrent_lines",
+    "sample_spherical_trees",
 ]
 
 
@@ -408,3 +412,148 @@ def sample_chain_lines(
     if sources.ndim == 4:
         directions = directions.expand(sources.shape[0], -1, -1, -1)
     return ChainLines(sources, directions, validate=False)
+
+
+@dataclass(frozen=True, init=False)
+class SphericalTrees:
+    r"""``T`` spherical trees of ``k`` rays each, on the unit sphere of R^(d+1).
+
+    Tree ``tau`` has a root ``x = roots[tau]`` on :math:`\mathbb S^d` and ``k`` rays, the
+    great semicircles :math:`\cos(t)\, x + \sin(t)\, v_i`, :math:`t \in [0, \pi]`,
+    leaving ``x`` in the unit tangent directions ``v_i = directions[tau, i]`` (so
+    :math:`\langle v_i, x\rangle = 0`) and ending at :math:`-x`. The rays are glued at
+    the root only (the ``k`` copies of :math:`-x` stay distinct): the tree metric is the
+    star metric, :math:`|t_a - t_b|` on one ray and :math:`t_a + t_b` across rays
+    (Tran et al., ICLR 2025, spec 5.1).
+
+    Parameters
+    ----------
+    roots : Tensor of shape (T, d+1) or (B, T, d+1)
+        Unit roots.
+    directions : Tensor of shape (T, k, d+1) or (B, T, k, d+1)
+        Unit tangent directions of the rays, orthogonal to their tree's root.
+    validate : bool, default True
+        Check finiteness, unit norms and orthogonality (to ``1e3 * eps``).
+
+    Raises
+    ------
+    TypeError
+        If the tensors are not float32/float64 tensors.
+    ValueError
+        If the shapes disagree, ``d + 1 < 2``, or (``validate``) a root or direction is
+        not a unit vector, or a direction is not tangent at its root.
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> e = torch.eye(3)
+    >>> trees = tsw.SphericalTrees(e[2:3], e[None, :2])  # root e3, rays towards e1, e2
+    >>> trees.n_trees, trees.n_lines, trees.dim
+    (1, 2, 3)
+    """
+
+    roots: Tensor
+    directions: Tensor
+
+    def __init__(self, roots: Tensor, directions: Tensor, *, validate: bool = True):
+        _check_pair(roots, "roots", directions, "(T, d+1)")
+        if (
+            roots.ndim not in (2, 3)
+            or roots.shape[-2:] != (directions.shape[-3], directions.shape[-1])
+            or (roots.ndim == 3 and directions.ndim == 4 and roots.shape[0] != directions.shape[0])
+        ):
+            raise ValueError(
+                "roots must have shape (T, d+1) or (B, T, d+1) matching directions "
+                f"(T, k, d+1) or (B, T, k, d+1); got roots.shape={tuple(roots.shape)} and "
+                f"directions.shape={tuple(directions.shape)}"
+            )
+        if directions.shape[-1] < 2:
+            raise ValueError(
+                "spherical trees need an ambient dimension d+1 >= 2 (a tangent space); got "
+                f"directions.shape={tuple(directions.shape)}"
+            )
+        _check_directions(roots, "roots", validate)
+        _check_directions(directions, "directions", validate)
+        if validate:
+            cos = (directions * roots.unsqueeze(-2)).sum(-1).abs().max()
+            if bool(cos > _unit_tol(directions.dtype)):
+                raise ValueError(
+                    "directions must be tangent at their root (orthogonal to roots); got "
+                    f"|<directions, roots>| up to {cos.item():.3g}"
+                )
+        object.__setattr__(self, "roots", roots)
+        object.__setattr__(self, "directions", directions)
+
+    n_trees = ConcurrentLines.n_trees
+    n_lines = ConcurrentLines.n_lines
+    batch_size = ConcurrentLines.batch_size
+
+    @property
+    def dim(self) -> int:
+        """Ambient dimension ``d + 1`` (the trees live on the sphere of R^(d+1))."""
+        return self.directions.shape[-1]
+
+    def to(self, *args, **kwargs) -> SphericalTrees:
+        """Return the trees with ``Tensor.to(*args, **kwargs)`` applied."""
+        return SphericalTrees(
+            self.roots.to(*args, **kwargs), self.directions.to(*args, **kwargs), validate=False
+        )
+
+
+def sample_spherical_trees(
+    n_trees: int,
+    n_lines: int,
+    dim: int,
+    *,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> SphericalTrees:
+    r"""Sample ``n_trees`` spherical trees of ``n_lines`` rays on the sphere of R^dim.
+
+    The law of the STSW code (spec 5.2): the root is uniform on the sphere (a normalised
+    standard Gaussian); each direction is a standard Gaussian with its component along
+    the root removed, normalised, i.e. i.i.d. uniform on the unit sphere of the tangent
+    space. The law is invariant under :math:`O(d+1)`.
+
+    Parameters
+    ----------
+    n_trees, n_lines : int
+        ``T`` and ``k``.
+    dim : int
+        Ambient dimension ``d + 1 >= 2`` (the last dimension of the data).
+    seed, generator
+        Randomness, see the seeding contract in the README (``seed`` gives the same
+        trees on every device).
+    dtype, device
+        Of the result; default dtype and CPU by default.
+
+    Returns
+    -------
+    SphericalTrees
+
+    Raises
+    ------
+    ValueError
+        If a count is < 1 or ``dim < 2``.
+
+    Examples
+    --------
+    >>> import tsw
+    >>> trees = tsw.sample_spherical_trees(3, 5, 4, seed=0)
+    >>> tuple(trees.roots.shape), tuple(trees.directions.shape)
+    ((3, 4), (3, 5, 4))
+    """
+    check_positive_int(n_trees, "n_trees")
+    check_positive_int(n_lines, "n_lines")
+    check_positive_int(dim, "dim")
+    if dim < 2:
+        raise ValueError(f"spherical trees need dim = d+1 >= 2; got dim={dim}")
+    dtype, device = _resolve_dtype_device(None, dtype, device)
+    sampler = resolve_sampler(seed, generator, dtype=torch.float64, device=device)
+    roots = sampler.sphere(n_trees, dim)
+    g = sampler.normal(n_trees, n_lines, dim)
+    g = g - (g * roots.unsqueeze(-2)).sum(-1, keepdim=True) * roots.unsqueeze(-2)
+    directions = g / torch.linalg.vector_norm(g, dim=-1, keepdim=True)
+    return SphericalTrees(roots.to(dtype), directions.to(dtype), validate=False)

@@ -1,0 +1,319 @@
+r"""Spherical sliced Wasserstein (SSW, Bonet et al., ICLR 2023): baselines for STSW.
+
+* :func:`ssw` wraps POT's ``ot.sliced_wasserstein_sphere`` (torch backend:
+  differentiable, dtype and device of the input) with the conventions of :mod:`tsw`:
+  POT argument order, validation, the seeding contract for the great circles, batching,
+  and weights of any common total.
+* :func:`ssw_unif` computes the closed form behind POT's
+  ``ot.sliced_wasserstein_sphere_unif`` itself, vectorised over the batch: POT 0.9.7
+  sorts the projected points without their weights
+  (``semidiscrete_wasserstein2_unif_circle``), which is right for uniform weights only.
+  The two agree for uniform weights (tested); weighted values are checked against an
+  exact LP on the circle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ot
+import torch
+from torch import Tensor
+
+from tsw._engine import safe_root
+from tsw._random import resolve_sampler
+from tsw._validation import (
+    check_measure,
+    check_measures,
+    check_on_sphere,
+    check_p,
+    check_positive_int,
+    check_tensor,
+)
+
+__all__ = ["sample_sphere_projections", "ssw", "ssw_unif"]
+
+
+def sample_sphere_projections(
+    dim: int,
+    n_projections: int,
+    *,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """Sample great circles: Haar-random orthonormal 2-frames, POT's layout (L, d+1, 2).
+
+    The circle of frame ``U`` is the intersection of the sphere with the plane spanned
+    by its two columns; SSW projects a point on it along the geodesics.
+
+    Parameters
+    ----------
+    dim : int
+        Ambient dimension ``d + 1 >= 2``.
+    n_projections : int
+        ``L``.
+    seed, generator, dtype, device
+        As for the tree samplers (``seed`` is device independent).
+
+    Returns
+    -------
+    Tensor of shape (L, d+1, 2)
+
+    Examples
+    --------
+    >>> import tsw
+    >>> tuple(tsw.sample_sphere_projections(3, 10, seed=0).shape)
+    (10, 3, 2)
+    """
+    check_positive_int(dim, "dim")
+    check_positive_int(n_projections, "n_projections")
+    if dim < 2:
+        raise ValueError(f"great circles need dim = d+1 >= 2; got dim={dim}")
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    device = torch.device("cpu") if device is None else torch.device(device)
+    sampler = resolve_sampler(seed, generator, dtype=dtype, device=device)
+    return sampler.orthonormal(n_projections, n=2, dim=dim).transpose(-1, -2)
+
+
+def _resolve_projections(
+    projections: Tensor | None,
+    n_projections: int,
+    X: Tensor,
+    batched: bool,
+    seed: int | None,
+    generator: torch.Generator | None,
+) -> Tensor:
+    D = X.shape[-1]
+    if projections is None:
+        return sample_sphere_projections(
+            D, n_projections, seed=seed, generator=generator, dtype=X.dtype, device=X.device
+        )
+    check_tensor(projections, "projections")
+    ok = projections.ndim == 3 or (batched and projections.ndim == 4)
+    ok = ok and projections.shape[-2:] == (D, 2) and projections.shape[-3] > 0
+    if projections.ndim == 4:
+        ok = ok and projections.shape[0] == X.shape[0]
+    if not ok:
+        raise ValueError(
+            f"projections must have shape (L, d+1, 2) with d+1={D}"
+            + (" or (B, L, d+1, 2)" if batched else "")
+            + f"; got projections.shape={tuple(projections.shape)}"
+        )
+    if projections.device != X.device or projections.dtype != X.dtype:
+        raise ValueError(
+            f"projections must have the dtype and device of X_s ({X.dtype} on {X.device}); "
+            f"got {projections.dtype} on {projections.device}"
+        )
+    return projections
+
+
+def _pot_input(X: Tensor) -> Tensor:
+    """Return the rows as unit vectors in float64, as passed to POT.
+
+    POT checks ``| |x|^2 - 1 | <= 1e-4`` and its projection on a circle uses ``x / |x|``
+    only. Its binary search for the circle :math:`W_p`, ``p > 1``, stops on an interval
+    width of 1e-7, which float32 cannot always resolve (an endless loop): POT always runs
+    in float64 here, and the value is cast back (gradients flow through the casts).
+    """
+    X = X.to(torch.float64)
+    return X / torch.linalg.vector_norm(X, dim=-1, keepdim=True)
+
+
+def ssw(
+    X_s: Tensor,
+    X_t: Tensor,
+    a: Tensor | None = None,
+    b: Tensor | None = None,
+    *,
+    n_projections: int = 50,
+    p: float = 2,
+    projections: Tensor | None = None,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    validate: bool = True,
+    renormalize: bool = False,
+) -> Tensor:
+    r"""Spherical sliced Wasserstein distance :math:`SSW_p` (Bonet et al. 2023).
+
+    .. math::
+
+        SSW_p(\mu, \nu) = \Big(\frac1L \sum_{l=1}^L W_p^p(P^{U_l}_\#\mu,
+            P^{U_l}_\#\nu)\Big)^{1/p}, \qquad P^U(x) = \frac{U^T x}{\|U^T x\|},
+
+    with :math:`U_l` random orthonormal (d+1, 2) frames (great circles) and
+    :math:`W_p` the Wasserstein distance on the circle (geodesic cost, normalised to
+    length 1 as in POT). Computed by POT's ``ot.sliced_wasserstein_sphere`` (exact
+    circle :math:`W_1`; binary search for :math:`p > 1`), called once per batch item,
+    in float64 (POT's binary search can loop forever in float32); the value is cast to
+    the input's dtype.
+
+    Parameters
+    ----------
+    X_s : Tensor of shape (N, d+1) or (B, N, d+1)
+        Source support, unit vectors.
+    X_t : Tensor of shape (M, d+1) or (B, M, d+1)
+        Target support, unit vectors.
+    a, b : Tensor of shape (N,) / (M,) or (B, N) / (B, M), optional
+        Non-negative weights of equal totals ``c``; uniform by default. The value is
+        ``c ** (1/p)`` times POT's value for ``a / c`` and ``b / c``.
+    n_projections : int, default 50
+        ``L``, ignored when ``projections`` is given.
+    p : float, default 2
+        Order of the circle Wasserstein distances.
+    projections : Tensor of shape (L, d+1, 2) or (B, L, d+1, 2), optional
+        Explicit frames (POT's layout), see :func:`sample_sphere_projections`.
+    seed, generator
+        Randomness of the frames (``seed`` is device independent; the global RNG is
+        never used).
+    validate, renormalize
+        As in :func:`tsw.stsw`.
+
+    Returns
+    -------
+    Tensor of shape () or (B,)
+
+    Raises
+    ------
+    TypeError, ValueError
+        For malformed inputs, points off the sphere, ``p < 1``, bad ``projections``.
+
+    Notes
+    -----
+    POT's binary search loops forever on NaN, so with ``validate=False`` the inputs are
+    still checked for NaN/Inf (a device synchronisation, negligible next to POT's own)
+    and a NaN is returned. Gradients with respect to the *weights* come from POT and
+    disagree with finite differences as soon as there is more than one great circle
+    (POT 0.9.7; found by the contract tests); gradients with respect to the points are
+    correct.
+
+    References
+    ----------
+    .. [Bonet2023] C. Bonet, P. Berg, N. Courty, F. Septier, L. Drumetz, M.-T. Pham.
+       Spherical sliced-Wasserstein. ICLR 2023.
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> X = torch.nn.functional.normalize(torch.randn(20, 3), dim=-1)
+    >>> float(tsw.ssw(X, X, seed=0))
+    0.0
+    """
+    measures = check_measures(X_s, X_t, a, b, validate=validate)
+    Xs = check_on_sphere(measures.X_s, "X_s", renormalize=renormalize, validate=validate)
+    Xt = check_on_sphere(measures.X_t, "X_t", renormalize=renormalize, validate=validate)
+    p = check_p(p)
+    check_positive_int(n_projections, "n_projections")
+    proj = _resolve_projections(projections, n_projections, Xs, measures.batched, seed, generator)
+    if not validate:  # POT's binary search never ends on NaN: give NaN without calling it
+        finite = torch.isfinite(Xs).all() & torch.isfinite(Xt).all()
+        finite &= torch.isfinite(measures.a).all() & torch.isfinite(measures.b).all()
+        if not bool(finite):
+            nan = torch.full(Xs.shape[:1], math.nan, dtype=Xs.dtype, device=Xs.device)
+            return nan if measures.batched else nan[0]
+    proj = proj.to(torch.float64)
+    a, b = measures.a.to(torch.float64), measures.b.to(torch.float64)
+    values = []
+    for i in range(Xs.shape[0]):
+        mass = a[i].sum()
+        _, log = ot.sliced_wasserstein_sphere(
+            _pot_input(Xs[i]),
+            _pot_input(Xt[i]),
+            a[i] / mass,
+            b[i] / b[i].sum(),
+            p=p,
+            projections=proj[i] if proj.ndim == 4 else proj,
+            n_projections=proj.shape[-3],  # POT reshapes with it even given projections
+            log=True,
+        )
+        # the root is taken here, with a zero subgradient at 0 (POT's gives NaN there)
+        values.append(safe_root(log["projected_emds"].mean() * mass, p))
+    out = torch.stack(values).to(Xs.dtype)
+    return out if measures.batched else out[0]
+
+
+def _circle_coordinates(X: Tensor, projections: Tensor) -> Tensor:
+    """Positions in [0, 1) of the points projected on the great circles (POT's convention).
+
+    ``X`` (B, N, d+1), ``projections`` (L, d+1, 2) or (B, L, d+1, 2); returns (B, L, N).
+    """
+    spec = "bnd,ldk->bnlk" if projections.ndim == 3 else "bnd,bldk->bnlk"
+    xp = torch.einsum(spec, X, projections)  # (B, N, L, 2)
+    angle = torch.atan2(-xp[..., 1], -xp[..., 0]) + math.pi
+    return (angle / (2 * math.pi)).transpose(-1, -2)
+
+
+def ssw_unif(
+    X_s: Tensor,
+    a: Tensor | None = None,
+    *,
+    n_projections: int = 50,
+    projections: Tensor | None = None,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    validate: bool = True,
+    renormalize: bool = False,
+) -> Tensor:
+    r""":math:`SSW_2` between a measure on the sphere and the uniform measure on it.
+
+    The uniform measure projects to the uniform law on every great circle, and the
+    circle :math:`W_2^2` between a discrete measure with sorted positions
+    :math:`x_1 \le \dots \le x_N` in :math:`[0, 1)`, weights :math:`a_i` summing to 1
+    and cumulative weights :math:`c_i = \sum_{j < i} a_j`, and the uniform law has the
+    closed form (Bonet et al. 2023; no samples)
+
+    .. math::
+
+        W_2^2 = \sum_i a_i x_i^2 - \Big(\sum_i a_i x_i\Big)^2
+            + \sum_i a_i x_i (1 - a_i - 2 c_i) + \frac{1}{12}.
+
+    :math:`SSW_2^2` is its mean over the great circles. The uniform side has the total
+    mass ``c`` of ``a``: the value is ``sqrt(c)`` times the value for ``a / c``. Equals
+    POT's ``ot.sliced_wasserstein_sphere_unif`` for uniform weights; POT 0.9.7 is wrong
+    for other weights (it sorts the positions without their weights).
+
+    Parameters
+    ----------
+    X_s : Tensor of shape (N, d+1) or (B, N, d+1)
+        Support, unit vectors.
+    a : Tensor of shape (N,) or (B, N), optional
+        Non-negative weights; uniform by default.
+    n_projections, projections, seed, generator, validate, renormalize
+        As in :func:`ssw`.
+
+    Returns
+    -------
+    Tensor of shape () or (B,)
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`ssw`.
+
+    References
+    ----------
+    .. [Bonet2023u] C. Bonet, P. Berg, N. Courty, F. Septier, L. Drumetz, M.-T. Pham.
+       Spherical sliced-Wasserstein. ICLR 2023.
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> g = torch.Generator().manual_seed(0)
+    >>> X = torch.nn.functional.normalize(torch.randn(3000, 3, generator=g), dim=-1)
+    >>> bool(tsw.ssw_unif(X, seed=0) < 0.02)
+    True
+    """
+    X, w, batched = check_measure(X_s, a, validate=validate)
+    X = check_on_sphere(X, "X_s", renormalize=renormalize, validate=validate)
+    check_positive_int(n_projections, "n_projections")
+    proj = _resolve_projections(projections, n_projections, X, batched, seed, generator)
+    mass = w.sum(-1)  # (B,)
+    x, order = torch.sort(_circle_coordinates(X, proj), dim=-1)  # (B, L, N)
+    wl = w.unsqueeze(-2).expand(x.shape)
+    ws = torch.gather(wl, -1, order) / mass.view(-1, 1, 1)
+    before = ws.cumsum(-1) - ws  # c_i: weight of the points before i
+    mean = (ws * x).sum(-1)
+    w2 = (ws * x * x).sum(-1) - mean * mean + (ws * x * (1 - ws - 2 * before)).sum(-1) + 1 / 12
+    value = (w2.mean(-1) * mass).clamp_min(0).sqrt()
+    return value if batched else value[0]
