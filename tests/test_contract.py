@@ -296,6 +296,17 @@ def _registry() -> list[Entry]:
     # max-SW: an optimisation per pair, so no shared slices (no triangle, no rigid
     # motion with explicit slices). With n_iter=0 the direction is an argmax among
     # random directions, locally constant in the data: gradcheck applies.
+    # SpatialSTSW: STSW after the lift S^d -> S^(d+1), which commutes with coordinate
+    # permutations only (no rotation invariance claimed); trees live on S^(d+1).
+    out.append(
+        Entry(
+            "spatial_stsw[lift]",
+            tsw.spatial_stsw,
+            {"n_trees": T, "n_lines": K, "renormalize": True},
+            COMMON | {TRIANGLE, GRADCHECK},
+            min_dim=2,
+        )
+    )
     max_props = COMMON | {TRANSLATION_LAW, HOMOGENEOUS_LAW, GENERATOR}
     out.append(
         Entry(
@@ -344,6 +355,13 @@ def _registry() -> list[Entry]:
     for cls, fn, kw, p, grad in (
         (tsw.nn.STSWLoss, tsw.stsw, {"n_trees": T, "n_lines": K, **sphere}, 1.0, GRADCHECK),
         (tsw.nn.SSWLoss, tsw.ssw, {"n_projections": 12, **sphere}, 2.0, GRADCHECK_POINTS),
+        (
+            tsw.nn.SpatialSTSWLoss,
+            tsw.spatial_stsw,
+            {"n_trees": T, "n_lines": K, **sphere},
+            1.0,
+            GRADCHECK,
+        ),
     ):
         out.append(
             Entry(
@@ -442,6 +460,7 @@ def test_registry_covers_every_public_distance():
         tsw.sw,
         tsw.max_sw,
         tsw.stsw,
+        tsw.spatial_stsw,
         tsw.ssw,
     } <= fns
     assert {e.function or e.fn for e in UNIF_REGISTRY} == {tsw.stsw_unif, tsw.ssw_unif}

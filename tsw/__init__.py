@@ -4,7 +4,8 @@ Distances (functions, POT argument order ``X_s, X_t, a, b``):
 :func:`tsw_sl`, :func:`db_tsw`, :func:`circular_tsw`, :func:`spatial_tsw`,
 :func:`partial_tsw` (unequal masses), :func:`sw`, :func:`max_sw`, and the exact
 :func:`tree_wasserstein` on any rooted tree. On the sphere: :func:`stsw`,
-:func:`stsw_unif`, and the baselines :func:`ssw`, :func:`ssw_unif`. Loss modules live in
+:func:`stsw_unif`, :func:`spatial_stsw`, and the baselines :func:`ssw`, :func:`ssw_unif`.
+Loss modules live in
 :mod:`tsw.nn`; tree systems and their samplers in :mod:`tsw.trees`; the maps of
 SpatialTSW in :mod:`tsw.mappings`. Sliced baselines for unequal masses (POT's solvers):
 :func:`partial_sw`, :func:`unbalanced_sw`.
@@ -17,6 +18,7 @@ from tsw.one_d import wasserstein_1d
 from tsw.partial_tsw import partial_tsw
 from tsw.sliced import max_sw, sample_projections, sw
 from tsw.spatial import spatial_tsw
+from tsw.spatial_sphere import spatial_stsw
 from tsw.ssw import sample_sphere_projections, ssw, ssw_unif
 from tsw.stsw import stsw, stsw_unif
 from tsw.tree_wasserstein import line_system_cost, tree_wasserstein
@@ -51,6 +53,7 @@ __all__ = [
     "sample_projections",
     "sample_sphere_projections",
     "sample_spherical_trees",
+    "spatial_stsw",
     "spatial_tsw",
     "ssw",
     "ssw_unif",

@@ -27,6 +27,7 @@ from tsw.mappings import resolve_mapping
 from tsw.partial_tsw import partial_tsw
 from tsw.sliced import max_sw, sw
 from tsw.spatial import spatial_tsw
+from tsw.spatial_sphere import spatial_stsw
 from tsw.ssw import ssw, ssw_unif
 from tsw.stsw import stsw, stsw_unif
 from tsw.tsw_sl import tsw_sl
@@ -41,6 +42,7 @@ __all__ = [
     "STSWLoss",
     "STSWUnifLoss",
     "SWLoss",
+    "SpatialSTSWLoss",
     "SpatialTSWLoss",
     "TSWSLLoss",
 ]
@@ -520,6 +522,53 @@ class STSWLoss(_RandomizedLoss):
             seed=seed,
             resample=resample,
         )
+
+
+class SpatialSTSWLoss(_RandomizedLoss):
+    """Loss module for :func:`tsw.spatial_stsw` (keyword arguments as there).
+
+    A ``torch.nn.Module`` mapping is registered as the submodule ``mapping``.
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> loss = tsw.nn.SpatialSTSWLoss(n_trees=20, seed=0)
+    >>> X = torch.nn.functional.normalize(torch.randn(10, 3), dim=-1)
+    >>> Y = torch.nn.functional.normalize(torch.randn(12, 3), dim=-1)
+    >>> loss(X, Y).item() > 0
+    True
+    """
+
+    _fn = staticmethod(spatial_stsw)
+
+    def __init__(
+        self,
+        *,
+        mapping: str | Callable[[Tensor], Tensor] = "lift",
+        n_trees: int | None = None,
+        n_lines: int | None = None,
+        delta: float = 2.0,
+        p: float = 1,
+        validate: bool = True,
+        renormalize: bool = False,
+        reduction: str = "mean",
+        seed: int | None = None,
+        resample: bool = True,
+    ):
+        super().__init__(
+            mapping=mapping,
+            n_trees=n_trees,
+            n_lines=n_lines,
+            delta=delta,
+            p=p,
+            validate=validate,
+            renormalize=renormalize,
+            reduction=reduction,
+            seed=seed,
+            resample=resample,
+        )
+        if isinstance(mapping, nn.Module):
+            self.mapping = mapping
 
 
 class STSWUnifLoss(_RandomizedUnifLoss):

@@ -1,0 +1,144 @@
+r"""SpatialSTSW: STSW after an injective continuous map of the sphere (spec 4.4)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from tsw._validation import check_measures
+from tsw.stsw import _spherical_measures, stsw
+from tsw.trees import SphericalTrees
+
+__all__ = ["spatial_stsw", "sphere_lift"]
+
+
+def sphere_lift(y: Tensor, eps: float = 1e-6) -> Tensor:
+    r"""Lift unit vectors to the next sphere, :math:`h : \mathbb S^d \to \mathbb S^{d+1}`.
+
+    .. math::
+
+        h(y) = (\cos\varphi(y),\ \sin\varphi(y)\, y), \qquad
+        \varphi(y) = \pi\, \frac{\bar y + 1 + \epsilon}{2 + 2\epsilon},
+
+    with :math:`\bar y` the mean of the coordinates of ``y``. For a unit ``y``,
+    :math:`|\bar y| \le 1/\sqrt{d+1}` so :math:`\varphi \in (0, \pi)` and
+    :math:`\sin\varphi > 0`: ``h(y)`` is a unit vector and ``y = h(y)[1:] / sin(phi)``,
+    so ``h`` is continuous and injective (not isometric, not rotation-equivariant).
+
+    Parameters
+    ----------
+    y : Tensor of shape (..., d + 1)
+        Unit vectors.
+    eps : float, default 1e-6
+        The official code's margin.
+
+    Returns
+    -------
+    Tensor of shape (..., d + 2)
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tsw.spatial_sphere import sphere_lift
+    >>> z = sphere_lift(torch.tensor([1.0, 0.0, 0.0]))
+    >>> round(float(z.norm()), 6), tuple(z.shape)
+    (1.0, (4,))
+    """
+    phi = math.pi * (y.mean(-1, keepdim=True) + 1 + eps) / (2 + 2 * eps)
+    return torch.cat([torch.cos(phi), torch.sin(phi) * y], dim=-1)
+
+
+def spatial_stsw(
+    X_s: Tensor,
+    X_t: Tensor,
+    a: Tensor | None = None,
+    b: Tensor | None = None,
+    *,
+    mapping: str | Callable[[Tensor], Tensor] = "lift",
+    n_trees: int | None = None,
+    n_lines: int | None = None,
+    delta: float = 2.0,
+    p: float = 1,
+    trees: SphericalTrees | None = None,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    validate: bool = True,
+    renormalize: bool = False,
+) -> Tensor:
+    r"""SpatialSTSW: :func:`tsw.stsw` between the images of the measures under a map.
+
+    .. math::
+
+        \mathrm{SpatialSTSW}(\mu, \nu) = \mathrm{STSW}(h\#\mu, h\#\nu),
+
+    a metric on measures of :math:`\mathbb S^d` whenever ``h`` is continuous and
+    injective into a sphere (Tran et al., ICML 2025). ``mapping="lift"`` is
+    :func:`sphere_lift`, :math:`\mathbb S^d \to \mathbb S^{d+1}`; a callable must map
+    unit vectors of shape (..., d + 1) to unit vectors (..., d') and be injective: its
+    output is checked to lie on the sphere (as any :func:`tsw.stsw` input), its
+    injectivity is the caller's responsibility. Trees are sampled (or must be given)
+    in the mapped dimension. ``p`` means what it means for :func:`tsw.stsw` (``p > 1``:
+    Sobolev-type). The value is invariant under rotations only if ``h`` is equivariant;
+    ``sphere_lift`` is equivariant under permutations of the coordinates only.
+
+    Parameters
+    ----------
+    X_s, X_t : Tensor of shape (N, d + 1) / (M, d + 1), or batched (B, ., d + 1)
+        Unit vectors (``renormalize=True`` divides by the norms first).
+    a, b : Tensor, optional
+        Weights, as in :func:`tsw.stsw`.
+    mapping : "lift" or callable, default "lift"
+        The map ``h``.
+    n_trees, n_lines, delta, p, trees, seed, generator, validate
+        As in :func:`tsw.stsw`, in the mapped dimension.
+    renormalize : bool, default False
+        Project the inputs onto the sphere instead of rejecting off-sphere points.
+
+    Returns
+    -------
+    Tensor of shape () or (B,)
+
+    Raises
+    ------
+    TypeError, ValueError
+        For malformed inputs, an unknown mapping name, a non-callable mapping, or a
+        mapped point off the unit sphere.
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> g = torch.Generator().manual_seed(0)
+    >>> X = torch.nn.functional.normalize(torch.randn(20, 3, generator=g), dim=-1)
+    >>> Y = torch.nn.functional.normalize(torch.randn(30, 3, generator=g) + 1, dim=-1)
+    >>> bool(tsw.spatial_stsw(X, Y, n_trees=50, seed=0) > 0)
+    True
+    """
+    if isinstance(mapping, str):
+        if mapping != "lift":
+            raise ValueError(f"mapping must be 'lift' or a callable; got {mapping!r}")
+        h = sphere_lift
+    elif callable(mapping):
+        h = mapping
+    else:
+        raise TypeError(f"mapping must be 'lift' or a callable; got {type(mapping).__name__}")
+    measures = _spherical_measures(
+        check_measures(X_s, X_t, a, b, validate=validate), renormalize, validate
+    )
+    sq = (lambda t: t) if measures.batched else (lambda t: t[0])
+    return stsw(
+        h(sq(measures.X_s)),
+        h(sq(measures.X_t)),
+        sq(measures.a),
+        sq(measures.b),
+        n_trees=n_trees,
+        n_lines=n_lines,
+        delta=delta,
+        p=p,
+        trees=trees,
+        seed=seed,
+        generator=generator,
+        validate=validate,
+    )
