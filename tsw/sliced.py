@@ -95,6 +95,28 @@ def _check_projections(projections: Tensor, measures: Measures) -> Tensor:
     return projections
 
 
+def resolve_projections(
+    measures: Measures,
+    projections: Tensor | None,
+    n_projections: int,
+    orthogonal: bool,
+    seed: int | None,
+    generator: torch.Generator | None,
+) -> Tensor:
+    """Explicit projections checked against the data, or sampled ones: (d, L) or (B, d, L)."""
+    if projections is not None:
+        return _check_projections(projections, measures)
+    return sample_projections(
+        measures.X_s.shape[-1],
+        n_projections,
+        orthogonal=orthogonal,
+        seed=seed,
+        generator=generator,
+        dtype=measures.X_s.dtype,
+        device=measures.X_s.device,
+    )
+
+
 def _projected_cost(measures: Measures, projections: Tensor, p: float) -> Tensor:
     """Per-direction :math:`W_p^p`, shape (B, L)."""
     us = torch.matmul(measures.X_s, projections).transpose(-1, -2)  # (B, L, N)
@@ -170,18 +192,9 @@ def sw(
     """
     measures = check_measures(X_s, X_t, a, b, validate=validate)
     p = check_p(p)
-    if projections is None:
-        projections = sample_projections(
-            measures.X_s.shape[-1],
-            n_projections,
-            orthogonal=orthogonal,
-            seed=seed,
-            generator=generator,
-            dtype=measures.X_s.dtype,
-            device=measures.X_s.device,
-        )
-    else:
-        projections = _check_projections(projections, measures)
+    projections = resolve_projections(
+        measures, projections, n_projections, orthogonal, seed, generator
+    )
     value = safe_root(_projected_cost(measures, projections, p).mean(-1), p)
     return value if measures.batched else value[0]
 

@@ -31,7 +31,7 @@ from tsw._validation import (
     check_positive_int,
 )
 from tsw.one_d import wasserstein_1d
-from tsw.sliced import _check_projections, sample_projections
+from tsw.sliced import resolve_projections
 
 __all__ = ["partial_sw", "unbalanced_sw"]
 
@@ -45,18 +45,9 @@ def _projections(
     generator: torch.Generator | None,
 ) -> Tensor:
     """Explicit projections checked against the data, or sampled ones; shape (B|1, d, L)."""
-    if projections is None:
-        projections = sample_projections(
-            measures.X_s.shape[-1],
-            n_projections,
-            orthogonal=orthogonal,
-            seed=seed,
-            generator=generator,
-            dtype=measures.X_s.dtype,
-            device=measures.X_s.device,
-        )
-    else:
-        projections = _check_projections(projections, measures)
+    projections = resolve_projections(
+        measures, projections, n_projections, orthogonal, seed, generator
+    )
     return projections if projections.ndim == 3 else projections.unsqueeze(0)
 
 
