@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from benchmarks import gradient_flow, runtime
 
@@ -45,3 +46,34 @@ def test_runtime_sphere_quick(tmp_path, capsys):
     assert data["times"]["tsw.stsw p=1 / lower limit"] > 0
     assert "POT SSW p=2 L=4 [s]" in data["times"]
     assert "lower limit" in capsys.readouterr().out
+
+
+def test_sphere_flow_tiny(tmp_path, capsys):
+    from benchmarks import sphere_flow
+
+    args = ["--per-component", "5", "--steps", "3", "--seeds", "1", "--trees", "5"]
+    args += ["--ssw-projections", "3", "--out", str(tmp_path)]
+    assert sphere_flow.main(args) == 0
+    out = capsys.readouterr().out
+    for name in ("STSW", "SSW_2", "SW_2"):
+        assert name in out
+    data = json.loads((tmp_path / "sphere_flow.json").read_text())
+    assert all(len(runs) == 1 for runs in data["runs"].values())
+
+
+def test_vmf_sampler_and_icosahedron():
+    import torch
+
+    from benchmarks.sphere_flow import icosahedron, sample_vmf
+
+    V = icosahedron()
+    assert V.shape == (12, 3)
+    G = V @ V.T
+    assert torch.allclose(G.diagonal(), torch.ones(12, dtype=G.dtype))
+    # every vertex has 5 nearest neighbours at the same angle
+    off = G - 2 * torch.eye(12, dtype=G.dtype)
+    assert torch.allclose(off.max(1).values, off.max(1).values[0].expand(12))
+    x = sample_vmf(V[0], 50.0, 4000, torch.Generator().manual_seed(0))
+    assert torch.allclose(x.norm(dim=1), torch.ones(4000, dtype=x.dtype))
+    mean_w = float((x @ V[0]).mean())  # E<x, mu> = coth(kappa) - 1/kappa
+    assert abs(mean_w - (1 / math.tanh(50.0) - 1 / 50.0)) < 2e-3
