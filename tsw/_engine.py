@@ -138,6 +138,30 @@ class _SafeSqrt(torch.autograd.Function):
         return torch.div(out, r, out=r).mul_(grad).mul_(0.5)
 
 
+def _line_coordinates(Z: Tensor, dirs: Tensor, sources: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``<z - source_l, theta_l>`` for every line, on data centred on the mean root.
+
+    ``dirs`` (B|1, T, k, d), ``sources`` (B|1, T, k|1, d) with the root at index 0 of the
+    line axis. Centring on the mean root is translation-invariant and keeps expanded
+    squares well conditioned when the data sit far from the origin.
+
+    Returns
+    -------
+    coords : Tensor of shape (B, T, k, n)
+    Zc : Tensor of shape (B, n, d)
+        The centred points.
+    c0 : Tensor of shape (B|1, 1, d)
+        The (detached) centre.
+    """
+    c0 = sources[..., 0, :].detach().mean(dim=-2, keepdim=True)  # (B|1, 1, d)
+    Zc = Z - c0
+    B, n, d = Z.shape
+    T, k = dirs.shape[-3], dirs.shape[-2]
+    proj = torch.matmul(dirs.reshape(dirs.shape[0], T * k, d), Zc.transpose(-1, -2))
+    offset = (dirs * (sources - c0.unsqueeze(-2))).sum(-1).unsqueeze(-1)
+    return proj.reshape(B, T, k, n) - offset, Zc, c0
+
+
 def offsets(Z: Tensor, trees: ConcurrentLines) -> Offsets:
     """Linear coordinates of points on concurrent lines and what distances need.
 
@@ -155,15 +179,9 @@ def offsets(Z: Tensor, trees: ConcurrentLines) -> Offsets:
     """
     dirs = _batched(trees.directions, 3)  # (B|1, T, k, d)
     roots = _batched(trees.roots, 2)  # (B|1, T, d)
-    # Centre on the mean root: translation-invariant, and it keeps the expanded
-    # squares below well conditioned when the data sit far from the origin.
-    c0 = roots.detach().mean(dim=-2, keepdim=True)  # (B|1, 1, d)
-    Zc = Z - c0
+    coords, Zc, c0 = _line_coordinates(Z, dirs, roots.unsqueeze(-2))
     Rc = roots - c0  # (B|1, T, d)
-    B, n, d = Z.shape
-    T, k = dirs.shape[-3], dirs.shape[-2]
-    proj = torch.matmul(dirs.reshape(dirs.shape[0], T * k, d), Zc.transpose(-1, -2))
-    coords = proj.reshape(B, T, k, n) - (dirs * Rc.unsqueeze(-2)).sum(-1).unsqueeze(-1)
+    d = Z.shape[-1]
     if d <= EXPLICIT_RESIDUAL_MAX_DIM:
         return Offsets(coords, dirs, Zc.unsqueeze(1) - Rc.unsqueeze(-2), None)
     sq = (
@@ -237,13 +255,7 @@ def project(Z: Tensor, trees: TreeSystem, *, distances: bool) -> tuple[Tensor, T
         sources = _batched(trees.roots, 2).unsqueeze(-2)  # (B|1, T, 1, d)
     else:
         sources = _batched(trees.sources, 3)  # (B|1, T, k, d)
-    c0 = sources[..., 0, :].detach().mean(dim=-2, keepdim=True)  # (B|1, 1, d)
-    Zc = Z - c0
-    Sc = sources - c0.unsqueeze(-2)
-    B, n, d = Z.shape
-    T, k = dirs.shape[-3], dirs.shape[-2]
-    proj = torch.matmul(dirs.reshape(dirs.shape[0], T * k, d), Zc.transpose(-1, -2))
-    coords = proj.reshape(B, T, k, n) - (dirs * Sc).sum(-1).unsqueeze(-1)
+    coords, _, _ = _line_coordinates(Z, dirs, sources)
     return coords, None
 
 
