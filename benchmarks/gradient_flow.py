@@ -26,11 +26,8 @@ main job, about a minute on two CPU cores).
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -39,11 +36,7 @@ import ot
 import torch
 
 import tsw
-
-try:
-    from tqdm import tqdm
-except ImportError:  # pragma: no cover
-    tqdm = None
+from benchmarks._report import mean_std, print_table, progress, write_results
 
 
 def make_target(name: str, n: int, seed: int) -> torch.Tensor:
@@ -187,17 +180,31 @@ def w2_squared(X: torch.Tensor, Y: torch.Tensor) -> float:
     return float(ot.emd2(np.full(len(Xn), 1 / len(Xn)), np.full(len(Yn), 1 / len(Yn)), M))
 
 
-def flow(method, Y, *, iters, seed, checkpoints, dtype, source_std=1.0, budget=None):
+def lr_scheduler(opt: torch.optim.Optimizer, schedule: str, iters: int):
+    """``constant``; ``cosine`` (annealed to 0 at ``iters``); ``step`` (x0.1 at 60% and 80%)."""
+    if schedule == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=iters)
+    if schedule == "step":
+        marks = [int(0.6 * iters), int(0.8 * iters)]
+        return torch.optim.lr_scheduler.MultiStepLR(opt, milestones=marks, gamma=0.1)
+    return None
+
+
+def flow(
+    method, Y, *, iters, seed, checkpoints, dtype, source_std=1.0, budget=None, schedule="constant"
+):
     """Run one flow; return errors at checkpoints, s/iter, final errors and iterations.
 
     With ``budget`` (seconds of optimisation time, metric excluded) the flow stops at
     the first iteration past the budget (or at ``iters``), for equal-time comparisons.
+    ``schedule`` is the learning-rate schedule of :func:`lr_scheduler`.
     """
     g = torch.Generator().manual_seed(seed)
     X = source_std * torch.randn(Y.shape, generator=g, dtype=torch.float64)
     X = X.to(dtype).requires_grad_(True)
     Yt = Y.to(dtype)
     opt = torch.optim.Adam([X], lr=method["lr"])
+    sched = lr_scheduler(opt, schedule, iters)
     gen = torch.Generator().manual_seed(1_000 + seed)
     fn, kw = method["fn"], method["kw"]
     errors, elapsed, it = {}, 0.0, 0
@@ -207,6 +214,8 @@ def flow(method, Y, *, iters, seed, checkpoints, dtype, source_std=1.0, budget=N
         opt.zero_grad(set_to_none=True)
         fn(X, Yt, generator=gen, validate=False, **kw).backward()
         opt.step()
+        if sched is not None:
+            sched.step()
         elapsed += time.perf_counter() - t0
         if it in checkpoints:
             errors[it] = w2_squared(X, Y)
@@ -223,22 +232,6 @@ def w2_squared_float32(X: torch.Tensor, Y: torch.Tensor) -> float:
     return float(ot.emd2(w_n, w_m, M))
 
 
-def fmt(values: list[float]) -> str:
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return f"{values[0]:.2e}"
-    return f"{statistics.mean(values):.2e} ± {statistics.pstdev(values):.1e}"
-
-
-def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    line = " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
-    print(f"\n{title}\n{line}\n{'-' * len(line)}")
-    for r in rows:
-        print(" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
-
-
 DEFAULT_METHODS = "sw2,sw1,tswsl,dbtsw,dbtsw-orth"
 
 
@@ -249,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=2500)
     ap.add_argument("--lr", type=float, default=5e-3, help="Adam lr of the sliced methods")
     ap.add_argument("--lr-tree", type=float, default=None, help="lr of tree methods (--lr)")
+    ap.add_argument("--lr-schedule", default="constant", choices=["constant", "cosine", "step"])
     ap.add_argument("--source-std", type=float, default=1.0, help="source N(0, std^2 I)")
     ap.add_argument("--lines", type=int, default=100, help="total lines per iteration")
     ap.add_argument("--n-lines", type=int, default=4, help="lines per tree")
@@ -278,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown methods {unknown}; choose from {sorted(table)}")
     jobs = [(k, s) for k in keys for s in range(args.seeds)]
-    bar = tqdm(jobs, desc="gradient flows", file=sys.stderr) if tqdm else jobs
+    bar = progress(jobs, "gradient flows")
     raw: dict[str, list] = {k: [] for k in keys}
     for key, seed in bar:
         Y = make_target(args.dataset, args.n, seed)
@@ -291,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             dtype=dtype,
             source_std=args.source_std,
             budget=args.time_budget,
+            schedule=args.lr_schedule,
         )
         raw[key].append({"seed": seed, **run})
 
@@ -300,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             [
                 table[k]["name"],
                 f"{statistics.mean(r['iterations'] for r in raw[k]):.0f}",
-                fmt([r["w2sq_float64"] for r in raw[k]]),
+                mean_std([r["w2sq_float64"] for r in raw[k]]),
                 f"{statistics.median(r['s_per_iter'] for r in raw[k]):.4f}",
             ]
             for k in keys
@@ -314,8 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(
                 [
                     table[k]["name"],
-                    *[fmt([r["errors"][c] for r in runs]) for c in checkpoints],
-                    fmt([r["w2sq_float32"] for r in runs]),
+                    *[mean_std([r["errors"][c] for r in runs]) for c in checkpoints],
+                    mean_std([r["w2sq_float32"] for r in runs]),
                     f"{statistics.median(r['s_per_iter'] for r in runs):.4f}",
                 ]
             )
@@ -328,12 +323,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append([label, *cells, "-", "-" if spi is None else f"{spi:.3f}"])
         title = f"{args.dataset}: exact W2^2, mean ± std over {args.seeds} seeds"
     print_table(title, header, rows)
-    with open(out / f"{args.dataset}.csv", "w", newline="") as f:
-        wr = csv.writer(f)
-        wr.writerow(header)
-        wr.writerows(rows)
     payload = {"settings": settings, "methods": {k: table[k]["name"] for k in keys}, "runs": raw}
-    (out / f"{args.dataset}.json").write_text(json.dumps(payload, indent=2))
+    write_results(out, args.dataset, header, rows, payload)
     if not args.time_budget:
         plot_curves(raw, table, checkpoints, args.dataset, out / f"{args.dataset}.png")
     print(f"\nresults written to {out.resolve()}")

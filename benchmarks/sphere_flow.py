@@ -16,11 +16,8 @@ Example: ``python -m benchmarks.sphere_flow --steps 500 --seeds 3``.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -29,11 +26,7 @@ import ot
 import torch
 
 import tsw
-
-try:
-    from tqdm import tqdm
-except ImportError:  # pragma: no cover
-    tqdm = None
+from benchmarks._report import mean_std, print_table, progress, write_results
 
 
 def icosahedron() -> torch.Tensor:
@@ -100,15 +93,16 @@ def methods(args) -> dict[str, dict]:
     }
 
 
-def flow(method, Y, *, steps, lr, seed, kappa):
+def flow(method, Y, *, steps, lr, seed, kappa, checkpoints=()):
+    """One flow: log10 geodesic W2^2 at the checkpoints and at the end, NLL, s/step."""
     g = torch.Generator().manual_seed(seed)
     X0 = torch.randn(Y.shape, generator=g, dtype=torch.float64)
     X = (X0 / X0.norm(dim=1, keepdim=True)).float().requires_grad_(True)
     opt = torch.optim.Adam([X], lr=lr)
     gen = torch.Generator().manual_seed(3_000 + seed)
     Yf = Y.float()
-    elapsed = 0.0
-    for _ in range(steps):
+    elapsed, curve = 0.0, {}
+    for step in range(1, steps + 1):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         method["fn"](X, Yf, generator=gen, validate=False, **method["kw"]).backward()
@@ -116,8 +110,15 @@ def flow(method, Y, *, steps, lr, seed, kappa):
         with torch.no_grad():
             X /= X.norm(dim=1, keepdim=True)
         elapsed += time.perf_counter() - t0
-    w2 = geodesic_w2_squared(X, Y)
-    return {"log10_w2sq": math.log10(w2), "nll": nll(X, kappa), "s_per_step": elapsed / steps}
+        if step in checkpoints and step != steps:
+            curve[step] = math.log10(geodesic_w2_squared(X, Y))
+    curve[steps] = math.log10(geodesic_w2_squared(X, Y))
+    return {
+        "log10_w2sq": curve[steps],
+        "curve": curve,
+        "nll": nll(X, kappa),
+        "s_per_step": elapsed / steps,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,44 +148,66 @@ def main(argv: list[str] | None = None) -> int:
     settings = vars(args) | {"metric": "log10 exact geodesic W2^2 (float64), NLL"}
     print(f"settings: {settings}")
     jobs = [(k, s) for k in keys for s in range(args.seeds)]
-    bar = tqdm(jobs, desc="sphere flows", file=sys.stderr) if tqdm else jobs
+    checkpoints = sorted({max(args.steps * i // 5, 1) for i in range(1, 6)})
     raw: dict[str, list] = {k: [] for k in keys}
-    for key, seed in bar:
+    for key, seed in progress(jobs, "sphere flows"):
         Y = make_target(args.per_component, args.kappa, seed)
-        run = flow(table[key], Y, steps=args.steps, lr=args.lr, seed=seed, kappa=args.kappa)
+        run = flow(
+            table[key],
+            Y,
+            steps=args.steps,
+            lr=args.lr,
+            seed=seed,
+            kappa=args.kappa,
+            checkpoints=checkpoints,
+        )
         raw[key].append({"seed": seed, **run})
     target_nll = statistics.mean(
         nll(make_target(args.per_component, args.kappa, s), args.kappa) for s in range(args.seeds)
     )
+    header = ["method", *[f"step {c}" for c in checkpoints], "NLL", "s/step"]
     rows = []
     for k in keys:
         r = raw[k]
-        w = [x["log10_w2sq"] for x in r]
-        n = [x["nll"] for x in r]
         rows.append(
             [
                 table[k]["name"],
-                f"{statistics.mean(w):.2f} ± {statistics.pstdev(w):.2f}",
-                f"{statistics.mean(n):.3f} ± {statistics.pstdev(n):.3f}",
+                *[mean_std([x["curve"][c] for x in r], ".2f", ".2f") for c in checkpoints],
+                mean_std([x["nll"] for x in r], ".3f", ".3f"),
                 f"{statistics.median(x['s_per_step'] for x in r):.4f}",
             ]
         )
-    header = ["method", "log10 W2^2 (geodesic)", "NLL", "s/step"]
-    widths = [max(len(x[i]) for x in [header, *rows]) for i in range(4)]
-    print(f"\n12 vMF (kappa={args.kappa:g}), {args.steps} steps, {args.seeds} seeds")
-    print(f"(NLL of the target samples themselves: {target_nll:.3f}; STSW paper: -4.69 with a")
-    print(" clamped float32 metric whose floor is -4.69, about -5.67 in exact float64)")
-    print(" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
-    for r in rows:
-        print(" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
-    with open(out / "sphere_flow.csv", "w", newline="") as f:
-        wr = csv.writer(f)
-        wr.writerow(header)
-        wr.writerows(rows)
+    title = (
+        f"12 vMF (kappa={args.kappa:g}), {len(Y)} points: log10 exact geodesic W2^2, "
+        f"mean ± std over {args.seeds} seeds\n(NLL of the target samples themselves: "
+        f"{target_nll:.3f}; STSW paper: -4.69 at step 500 with a clamped float32 metric "
+        "whose floor is -4.69, about -5.67 in exact float64)"
+    )
+    print_table(title, header, rows)
     payload = {"settings": settings, "target_nll": target_nll, "runs": raw}
-    (out / "sphere_flow.json").write_text(json.dumps(payload, indent=2))
+    write_results(out, "sphere_flow", header, rows, payload)
+    plot_curves(raw, table, checkpoints, out / "sphere_flow.png")
     print(f"\nresults written to {out.resolve()}")
     return 0
+
+
+def plot_curves(raw, table, checkpoints, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for key, runs in raw.items():
+        mean = [statistics.mean(r["curve"][c] for r in runs) for c in checkpoints]
+        ax.plot(checkpoints, mean, "o-", label=table[key]["name"])
+    ax.set_xlabel("step")
+    ax.set_ylabel("log10 exact geodesic $W_2^2$")
+    ax.set_title("spherical gradient flow, 12 vMF")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

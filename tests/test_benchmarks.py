@@ -59,6 +59,7 @@ def test_sphere_flow_tiny(tmp_path, capsys):
         assert name in out
     data = json.loads((tmp_path / "sphere_flow.json").read_text())
     assert all(len(runs) == 1 for runs in data["runs"].values())
+    assert (tmp_path / "sphere_flow.png").stat().st_size > 0
 
 
 def test_vmf_sampler_and_icosahedron():
@@ -77,3 +78,32 @@ def test_vmf_sampler_and_icosahedron():
     assert torch.allclose(x.norm(dim=1), torch.ones(4000, dtype=x.dtype))
     mean_w = float((x @ V[0]).mean())  # E<x, mu> = coth(kappa) - 1/kappa
     assert abs(mean_w - (1 / math.tanh(50.0) - 1 / 50.0)) < 2e-3
+
+
+def test_outlier_flow_tiny(tmp_path, capsys):
+    from benchmarks import outlier_flow
+
+    args = ["--n", "40", "--steps", "3", "--seeds", "2", "--masses", "1,1.04"]
+    args += ["--usw-reg", "0.1", "--pot-projections", "2", "--out", str(tmp_path)]
+    assert outlier_flow.main(args) == 0
+    out = capsys.readouterr().out
+    for name in ("Db-TSW", "PartialTSW", "SW_2", "sliced partial OT", "SUOT"):
+        assert name in out
+    data = json.loads((tmp_path / "outlier_flow.json").read_text())
+    assert set(data["runs"]) == {"ptsw-1", "ptsw-1.04", "sw", "psw", "usw-0.1"}
+    assert all(0 <= r["on_outliers"] <= 100 for runs in data["runs"].values() for r in runs)
+    assert (tmp_path / "outlier_flow.png").stat().st_size > 0
+
+
+def test_outlier_problem_geometry():
+    import torch
+
+    from benchmarks.outlier_flow import distance_to_torus, noisy_problem, torus_surface
+
+    P = torus_surface(500, torch.Generator().manual_seed(0))
+    assert float(distance_to_torus(P).max()) < 1e-12  # points lie on the surface
+    source, target, outliers = noisy_problem(0, n=200)
+    assert source.shape == (200, 3)
+    assert target.shape == (214, 3)
+    assert outliers.shape == (14, 3)
+    assert torch.equal(target[200:].double(), outliers.float().double())

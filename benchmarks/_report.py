@@ -1,0 +1,48 @@
+"""Shared output helpers of the benchmark programs: progress bar, tables, CSV / JSON."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+try:
+    from tqdm import tqdm
+except ImportError:  # pragma: no cover
+    tqdm = None
+
+
+def progress(items: Sequence, desc: str) -> Iterable:
+    """``items`` behind a progress bar on stderr (plain iteration without tqdm)."""
+    return tqdm(items, desc=desc, file=sys.stderr) if tqdm else items
+
+
+def mean_std(values: Sequence[float], spec: str = ".2e", std_spec: str = ".1e") -> str:
+    """``"mean ± std"`` (population std) of ``values``; the value alone for one run."""
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return format(values[0], spec)
+    mean, std = statistics.mean(values), statistics.pstdev(values)
+    return f"{format(mean, spec)} ± {format(std, std_spec)}"
+
+
+def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    """Print an aligned text table under ``title``."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    line = " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
+    print(f"\n{title}\n{line}\n{'-' * len(line)}")
+    for r in rows:
+        print(" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+
+
+def write_results(out: Path, stem: str, header: list[str], rows: list[list[str]], payload: dict):
+    """Write the printed table as ``stem.csv`` and the raw runs as ``stem.json``."""
+    with open(out / f"{stem}.csv", "w", newline="") as f:
+        wr = csv.writer(f)
+        wr.writerow(header)
+        wr.writerows(rows)
+    (out / f"{stem}.json").write_text(json.dumps(payload, indent=2))
