@@ -15,7 +15,8 @@ Examples
 d = 64, float32, one thread), with CircularTSW (r = 0 and r = 0.01) and SpatialTSW
 ("pow") on the same trees and the side-by-side ratios circular r=0 / SW at equal total
 lines and circular / Db-TSW at equal trees and lines.
-``python -m benchmarks.runtime --sweep n``: times as a function of N with a log-log plot.
+``python -m benchmarks.runtime --sweep n``: times as a function of N with a log-log plot
+(``--grid 50000,100000`` chooses the values).
 ``--memory``: peak resident memory of each method, each in a fresh subprocess.
 """
 
@@ -83,6 +84,9 @@ def methods(X, Y, trees, chains, proj) -> dict[str, Callable[[], object]]:
             lambda Xs: tsw.circular_tsw(Xs, Y, radius=0.01, trees=trees, validate=False)
         ),
         "spatial pow": run(lambda Xs: tsw.spatial_tsw(Xs, Y, trees=trees, validate=False)),
+        "partial_tsw": run(
+            lambda Xs: tsw.partial_tsw(Xs, Y, mass_t=1.04, trees=trees, validate=False)
+        ),
         "tsw.sw p=2": run(lambda Xs: tsw.sw(Xs, Y, projections=proj, validate=False)),
         "tsw.sw p=1": run(lambda Xs: tsw.sw(Xs, Y, projections=proj, p=1, validate=False)),
     }
@@ -179,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--sweep", choices=["n", "d", "lines"], help="sweep one parameter")
+    ap.add_argument("--grid", default=None, help="comma-separated sweep values (override)")
     ap.add_argument("--memory", action="store_true", help="peak RSS per method (CPU)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     ap.add_argument("--out", default="benchmarks/out/runtime", help="output folder")
@@ -203,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         }[args.sweep]
         if args.quick:
             grid = grid[:3]
+        if args.grid:
+            grid = [int(v) for v in args.grid.split(",")]
         rows = []
         for v in grid:
             n = v if args.sweep == "n" else args.n
