@@ -341,12 +341,14 @@ def s3w(
     ``rotations=pool[idx]`` (or use :class:`tsw.nn.ARIS3WLoss`).
 
     ``p`` is the order of the one-dimensional Wasserstein distances, and the value is
-    their ``1/p`` root as for :func:`tsw.sw` (a pseudo-metric for a fixed draw, the
-    triangle inequality included; a metric in expectation since :math:`h` is
-    injective). **The official code returns** ``N * value ** p`` instead (sum over the
-    ``N`` sorted points of ``|diff| ** p``, mean over directions and rotations, no root;
-    uniform weights and ``N == M`` only), with the map of ``compat=True``: with the
-    same draws, ``official == N * s3w(..., compat=True) ** p``.
+    their ``1/p`` root as for :func:`tsw.sw`: a pseudo-metric for a fixed draw (the
+    triangle inequality included), and in expectation over the directions a metric for
+    the default map, which is injective (``compat=True`` merges the points of the cap
+    :math:`z > 1 - 10^{-6}` that share a direction of :math:`x`). **The official code
+    returns** ``N * value ** p`` instead (sum over the ``N`` sorted points of
+    ``|diff| ** p``, mean over directions and rotations, no root; uniform weights and
+    ``N == M`` only), with the map of ``compat=True``: with the same draws,
+    ``official == N * s3w(..., compat=True) ** p``.
 
     Parameters
     ----------
@@ -374,8 +376,7 @@ def s3w(
         numbers.
     seed, generator
         Randomness (``seed`` is device independent; the global RNG is never used). The
-        rotations are drawn first (:meth:`~tsw._random.Sampler.rotations`, as
-        :func:`sample_rotations`), then the directions (as
+        rotations are drawn first (as :func:`sample_rotations`), then the directions (as
         :func:`tsw.sample_projections`), from one generator.
     validate : bool, default True
         Run the value checks (finite inputs, weights, points on the sphere, orthogonal
