@@ -2,9 +2,10 @@
 
 ``REGISTRY`` lists each public distance once per configuration worth testing: the
 functions :func:`tsw.tsw_sl`, :func:`tsw.db_tsw`, :func:`tsw.sw`, :func:`tsw.max_sw`,
-:func:`tsw.stsw`, :func:`tsw.ssw` and every loss module of :mod:`tsw.nn`. The distances
-to the uniform measure on the sphere (:func:`tsw.stsw_unif`, :func:`tsw.ssw_unif`) take
-one measure; ``UNIF_REGISTRY`` subjects them to the one-measure part of the contract.
+:func:`tsw.stsw`, :func:`tsw.ssw`, :func:`tsw.s3w` and every loss module of :mod:`tsw.nn`.
+The distances to the uniform measure on the sphere (:func:`tsw.stsw_unif`,
+:func:`tsw.ssw_unif`, :func:`tsw.s3w_unif`) take one measure; ``UNIF_REGISTRY`` subjects
+them to the one-measure part of the contract.
 Spherical entries run with ``renormalize=True``: the generic data are projected on the
 sphere by the distance itself (the value depends on ``x / |x|`` only). An entry states the
 properties it claims; every property test below runs on the entries that claim it, so
@@ -111,6 +112,14 @@ def _module_call(cls):
         return loss(X_s, X_t, a, b)
 
     return call
+
+
+def _ari_call(X_s, X_t, a, b, *, seed=None, validate=True, **kw):
+    """ARIS3WLoss as a function: a pool in the data's dimension, fixed draw, no reduction."""
+    loss = tsw.nn.ARIS3WLoss(
+        dim=X_s.shape[-1], **kw, seed=seed, resample=False, validate=validate, reduction="none"
+    )
+    return loss(X_s, X_t, a, b)
 
 
 def _graph_map(Z):
@@ -352,8 +361,50 @@ def _registry() -> list[Entry]:
                 p=float(p),
             )
         )
+    # S3W: SW after the map h of the sphere into the unit ball. Not invariant under
+    # rotations of the sphere (RI-S3W only in expectation over its rotations): no
+    # SPHERE_ROTATION. Its draws do not depend on the data, so a seed freezes them
+    # (explicit rotations / projections, per-item batches and the rotations that fix the
+    # poles are tested in test_s3w.py)
+    s3w_props = COMMON | {TRIANGLE, GENERATOR, GRADCHECK}
+    for label, kw in (
+        ("p=2", {}),
+        ("p=1", {"p": 1}),
+        ("RI=3,p=2", {"n_rotations": 3}),
+        ("compat,RI=2,p=1.5", {"compat": True, "n_rotations": 2, "p": 1.5}),
+    ):
+        out.append(
+            Entry(
+                f"s3w[{label}]",
+                tsw.s3w,
+                {"n_projections": 12, **kw, **sphere},
+                s3w_props,
+                min_dim=2,
+                p=float(kw.get("p", 2)),
+            )
+        )
+    # ARIS3WLoss: its pool lives in the module, in the data's dimension; the module =
+    # function checks do not apply (no function draws the pool), see test_s3w.py
+    out.append(
+        Entry(
+            "ARIS3WLoss",
+            _ari_call,
+            {"pool_size": 6, "n_rotations": 3, "n_projections": 12, **sphere},
+            COMMON | {TRIANGLE, GRADCHECK},
+            min_dim=2,
+            module=tsw.nn.ARIS3WLoss,
+            p=2.0,
+        )
+    )
     for cls, fn, kw, p, grad in (
         (tsw.nn.STSWLoss, tsw.stsw, {"n_trees": T, "n_lines": K, **sphere}, 1.0, GRADCHECK),
+        (
+            tsw.nn.S3WLoss,
+            tsw.s3w,
+            {"n_projections": 12, "n_rotations": 2, **sphere},
+            2.0,
+            GRADCHECK,
+        ),
         (tsw.nn.SSWLoss, tsw.ssw, {"n_projections": 12, **sphere}, 2.0, GRADCHECK_POINTS),
         (
             tsw.nn.SpatialSTSWLoss,
@@ -462,8 +513,13 @@ def test_registry_covers_every_public_distance():
         tsw.stsw,
         tsw.spatial_stsw,
         tsw.ssw,
+        tsw.s3w,
     } <= fns
-    assert {e.function or e.fn for e in UNIF_REGISTRY} == {tsw.stsw_unif, tsw.ssw_unif}
+    assert {e.function or e.fn for e in UNIF_REGISTRY} == {
+        tsw.stsw_unif,
+        tsw.ssw_unif,
+        tsw.s3w_unif,
+    }
     modules = {e.module for e in REGISTRY + UNIF_REGISTRY if e.module is not None}
     assert modules == {getattr(tsw.nn, n) for n in tsw.nn.__all__}
 
@@ -1072,7 +1128,11 @@ def test_line_system_cost_backward(chain, p):
 # --------------------------------------------------------------------------- module = function
 
 
-MODULES = [pytest.param(e, id=e.name) for e in REGISTRY if e.module is not None]
+MODULES = [
+    pytest.param(e, id=e.name)
+    for e in REGISTRY
+    if e.module is not None and e.function is not None  # not ARIS3WLoss (its own pool)
+]
 
 
 @pytest.mark.parametrize("entry", MODULES)
@@ -1211,9 +1271,13 @@ def _unif_registry() -> list[UnifEntry]:
             mass_degree=0.5,
         )
     )
+    # a sampled uniform side (a fixed n_samples, independent of N): seed-only entries
+    s3w_unif = {"n_samples": 200, "n_projections": 12, "n_rotations": 2, **sphere}
+    out.append(UnifEntry("s3w_unif", tsw.s3w_unif, s3w_unif, None, p=2.0, mass_degree=0.5))
     for cls, fn, kw, p in (
         (tsw.nn.STSWUnifLoss, tsw.stsw_unif, {"n_trees": T, "n_lines": K, **sphere}, 1.0),
         (tsw.nn.SSWUnifLoss, tsw.ssw_unif, {"n_projections": 12, **sphere}, 2.0),
+        (tsw.nn.S3WUnifLoss, tsw.s3w_unif, s3w_unif, 2.0),
     ):
         out.append(
             UnifEntry(cls.__name__, _unif_module_call(cls), kw, None, p, module=cls, function=fn)

@@ -21,6 +21,8 @@ DISTANCES = {
     ),
     "sw": lambda X, Y, **k: tsw.sw(X, Y, n_projections=60, **k),
     "max_sw": lambda X, Y, **k: tsw.max_sw(X, Y, n_iter=5, **k),
+    "s3w_ri": lambda X, Y, **k: tsw.s3w(X, Y, n_rotations=4, renormalize=True, **k),
+    "s3w_compat": lambda X, Y, **k: tsw.s3w(X, Y, compat=True, renormalize=True, **k),
 }
 
 

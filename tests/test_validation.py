@@ -60,8 +60,15 @@ DISTANCES = {
         *args
     ),
     "SSWLoss": lambda *args, **kw: tsw.nn.SSWLoss(n_projections=4, renormalize=True, **kw)(*args),
+    "s3w": lambda *args, **kw: tsw.s3w(
+        *args, **{"n_projections": 4, "n_rotations": 2, "renormalize": True, **kw}
+    ),
+    "S3WLoss": lambda *args, **kw: tsw.nn.S3WLoss(n_projections=4, renormalize=True, **kw)(*args),
+    "ARIS3WLoss": lambda *args, **kw: tsw.nn.ARIS3WLoss(
+        dim=3, pool_size=4, n_rotations=2, n_projections=4, renormalize=True, **kw
+    )(*args),
 }
-FUNCTIONS = ["tsw_sl", "db_tsw", "circular_tsw", "spatial_tsw", "sw", "max_sw", "stsw"]
+FUNCTIONS = ["tsw_sl", "db_tsw", "circular_tsw", "spatial_tsw", "sw", "max_sw", "stsw", "s3w"]
 
 
 @pytest.fixture(params=list(DISTANCES))
@@ -1163,6 +1170,12 @@ SPHERE = {
     "stsw_unif": lambda X, Y=None, **kw: tsw.stsw_unif(X, **{"n_trees": 3, **kw}),
     "ssw_unif": lambda X, Y=None, **kw: tsw.ssw_unif(X, **{"n_projections": 4, **kw}),
     "STSWUnifLoss": lambda X, Y=None, **kw: tsw.nn.STSWUnifLoss(n_trees=3, **kw)(X),
+    "s3w": lambda X, Y=None, **kw: tsw.s3w(
+        X,
+        on_sphere(4, X.shape[-1], dtype=X.dtype) if Y is None else Y,
+        **{"n_projections": 4, "n_rotations": 2, **kw},
+    ),
+    "s3w_unif": lambda X, Y=None, **kw: tsw.s3w_unif(X, **{"n_projections": 4, **kw}),
 }
 
 
@@ -1181,7 +1194,7 @@ def test_points_off_the_sphere(name):
         f(X)
     assert f(X, renormalize=True).shape == ()
     assert f(X, validate=False).shape == ()  # value checks off
-    if name in ("stsw", "ssw"):
+    if name in ("stsw", "ssw", "s3w"):
         with pytest.raises(ValueError, match=lit("X_t must lie on the unit sphere")):
             f(on_sphere(5, 3), 2 * on_sphere(4, 3))
 
@@ -1312,10 +1325,142 @@ def test_ssw_projections_and_options():
 
 
 @pytest.mark.parametrize(
-    "cls", [tsw.nn.STSWLoss, tsw.nn.STSWUnifLoss, tsw.nn.SSWLoss, tsw.nn.SSWUnifLoss]
+    "cls",
+    [
+        tsw.nn.STSWLoss,
+        tsw.nn.STSWUnifLoss,
+        tsw.nn.SSWLoss,
+        tsw.nn.SSWUnifLoss,
+        tsw.nn.S3WLoss,
+        tsw.nn.S3WUnifLoss,
+        partial(tsw.nn.ARIS3WLoss, dim=3),
+    ],
 )
 def test_spherical_module_options(cls):
     with pytest.raises(TypeError, match=lit("seed must be an int or None; got float")):
         cls(seed=1.5)
     with pytest.raises(ValueError, match=lit("reduction must be one of 'mean', 'sum', 'none'")):
         cls(reduction="max")
+
+
+# --------------------------------------------------------------------------- S3W
+
+
+def test_s3w_rotations():
+    X, Y = on_sphere(5, 3), on_sphere(4, 3, seed=1)
+    Q = tsw.sample_rotations(3, 2, seed=0, dtype=F64)
+    with pytest.raises(TypeError, match=lit("rotations must be a torch.Tensor; got list")):
+        tsw.s3w(X, Y, rotations=Q.tolist())
+    with pytest.raises(
+        ValueError,
+        match=lit("rotations must have shape (R, d+1, d+1) with d+1=3; got rotations.shape=(3, 3)"),
+    ):
+        tsw.s3w(X, Y, rotations=Q[0])
+    with pytest.raises(ValueError, match=lit("got rotations.shape=(0, 3, 3)")):
+        tsw.s3w(X, Y, rotations=Q[:0])
+    with pytest.raises(ValueError, match=lit("with d+1=3; got rotations.shape=(2, 4, 4)")):
+        tsw.s3w(X, Y, rotations=tsw.sample_rotations(4, 2, dtype=F64))
+    # (B, R, d+1, d+1) only for batched measures, with their batch size
+    with pytest.raises(ValueError, match=lit("with d+1=3; got rotations.shape=(1, 2, 3, 3)")):
+        tsw.s3w(X, Y, rotations=Q[None])
+    with pytest.raises(
+        ValueError, match=lit("or (B, R, d+1, d+1); got rotations.shape=(3, 2, 3, 3)")
+    ):
+        tsw.s3w(X[None].expand(2, 5, 3), Y[None].expand(2, 4, 3), rotations=Q.expand(3, 2, 3, 3))
+    with pytest.raises(ValueError, match=lit("rotations must have the dtype and device of X_s")):
+        tsw.s3w(X, Y, rotations=Q.float())
+    with pytest.raises(
+        ValueError,
+        match=lit(
+            "rotations must be orthogonal matrices (max |Q^T Q - I| <= 1.0e-06 in torch.float64); "
+            "got a deviation of 0.21"
+        ),
+    ):
+        tsw.s3w(X, Y, rotations=1.1 * Q)
+    bad = Q.clone()
+    bad[1, 0, 0] = math.nan
+    with pytest.raises(ValueError, match=lit("rotations contains NaN or Inf values")):
+        tsw.s3w(X, Y, rotations=bad)
+    # value checks are skipped with validate=False (shape checks stay)
+    assert tsw.s3w(X, Y, rotations=1.1 * Q, validate=False).shape == ()
+    with pytest.raises(ValueError, match=lit("rotations must have shape")):
+        tsw.s3w(X, Y, rotations=Q[0], validate=False)
+
+
+def test_s3w_options():
+    X, Y = on_sphere(5, 3), on_sphere(4, 3, seed=1)
+    with pytest.raises(ValueError, match=lit("n_rotations must be an int >= 0; got -1")):
+        tsw.s3w(X, Y, n_rotations=-1)
+    with pytest.raises(TypeError, match=lit("n_rotations must be an int >= 0; got float")):
+        tsw.s3w(X, Y, n_rotations=2.0)
+    with pytest.raises(TypeError, match=lit("n_rotations must be an int >= 0; got bool")):
+        tsw.s3w_unif(X, n_rotations=True)
+    with pytest.raises(TypeError, match=lit("compat must be True or False; got int")):
+        tsw.s3w(X, Y, compat=1)
+    with pytest.raises(ValueError, match=lit("n_projections must be an int >= 1; got 0")):
+        tsw.s3w(X, Y, n_projections=0)
+    with pytest.raises(ValueError, match=lit("p must be a finite real number >= 1; got 0.5")):
+        tsw.s3w(X, Y, p=0.5)
+    with pytest.raises(ValueError, match=lit("n_samples must be an int >= 1; got 0")):
+        tsw.s3w_unif(X, n_samples=0)
+    # projections live in the mapped dimension d = (d+1) - 1
+    with pytest.raises(
+        ValueError,
+        match=lit("projections must have shape (d, L) with d=2; got projections.shape=(3, 4)"),
+    ):
+        tsw.s3w(X, Y, projections=tsw.sample_projections(3, 4, dtype=F64))
+    with pytest.raises(ValueError, match=lit("projections must have the dtype and device of X_s")):
+        tsw.s3w(X, Y, projections=tsw.sample_projections(2, 4))
+    with pytest.raises(
+        TypeError, match=lit("generator must be a torch.Generator or None; got int")
+    ):
+        tsw.s3w_unif(X, generator=0)
+
+
+def test_s3w_map_and_rotation_sampler_arguments():
+    with pytest.raises(TypeError, match=lit("X must be a torch.Tensor; got list")):
+        tsw.s3w_map([[0.0, 1.0]])
+    with pytest.raises(
+        ValueError, match=lit("X must have d+1 >= 2 coordinates to describe points of the sphere")
+    ):
+        tsw.s3w_map(torch.ones(3, 1))
+    with pytest.raises(TypeError, match=lit("compat must be True or False; got str")):
+        tsw.s3w_map(torch.ones(3, 2), compat="yes")
+    with pytest.raises(
+        ValueError, match=lit("rotations of the sphere need dim = d+1 >= 2; got dim=1")
+    ):
+        tsw.sample_rotations(1, 3)
+    with pytest.raises(ValueError, match=lit("n_rotations must be an int >= 1; got 0")):
+        tsw.sample_rotations(3, 0)
+    with pytest.raises(ValueError, match=lit("pass at most one of seed and generator")):
+        tsw.sample_rotations(3, 2, seed=0, generator=torch.Generator())
+
+
+def test_ari_loss_arguments():
+    with pytest.raises(
+        ValueError, match=lit("n_rotations must be <= pool_size = 4; got n_rotations=5")
+    ):
+        tsw.nn.ARIS3WLoss(dim=3, pool_size=4, n_rotations=5)
+    with pytest.raises(ValueError, match=lit("n_rotations must be an int >= 1; got 0")):
+        tsw.nn.ARIS3WLoss(dim=3, n_rotations=0)
+    with pytest.raises(ValueError, match=lit("pool_size must be an int >= 1; got 0")):
+        tsw.nn.ARIS3WLoss(dim=3, pool_size=0)
+    with pytest.raises(TypeError, match=lit("pool_size must be an int >= 1; got float")):
+        tsw.nn.ARIS3WLoss(dim=3, pool_size=10.0)
+    with pytest.raises(
+        ValueError, match=lit("rotations of the sphere need dim = d+1 >= 2; got dim=1")
+    ):
+        tsw.nn.ARIS3WLoss(dim=1)
+    with pytest.raises(TypeError, match="dim"):
+        tsw.nn.ARIS3WLoss()  # the pool's dimension is required
+    loss = tsw.nn.ARIS3WLoss(dim=3, pool_size=4, n_rotations=2)
+    with pytest.raises(
+        ValueError,
+        match=lit(
+            "X_s must have dim=3 coordinates (the dimension of the rotation pool); "
+            "got X_s.shape=(5, 4)"
+        ),
+    ):
+        loss(on_sphere(5, 4), on_sphere(4, 4))
+    with pytest.raises(ValueError, match=lit("p must be a finite real number >= 1; got 0.5")):
+        tsw.nn.ARIS3WLoss(dim=3, p=0.5)(on_sphere(5, 3), on_sphere(4, 3))

@@ -4,7 +4,8 @@ Distances (functions, POT argument order ``X_s, X_t, a, b``):
 :func:`tsw_sl`, :func:`db_tsw`, :func:`circular_tsw`, :func:`spatial_tsw`,
 :func:`partial_tsw` (unequal masses), :func:`sw`, :func:`max_sw`, and the exact
 :func:`tree_wasserstein` on any rooted tree. On the sphere: :func:`stsw`,
-:func:`stsw_unif`, :func:`spatial_stsw`, and the baselines :func:`ssw`, :func:`ssw_unif`.
+:func:`stsw_unif`, :func:`spatial_stsw`, and the baselines :func:`ssw`, :func:`ssw_unif`,
+:func:`s3w` (S3W, RI-S3W, ARI-S3W), :func:`s3w_unif`.
 Loss modules live in
 :mod:`tsw.nn`; tree systems and their samplers in :mod:`tsw.trees`; the maps of
 SpatialTSW in :mod:`tsw.mappings`. Sliced baselines for unequal masses (POT's solvers):
@@ -16,6 +17,7 @@ from tsw.circular import circular_tsw
 from tsw.db_tsw import db_tsw
 from tsw.one_d import wasserstein_1d
 from tsw.partial_tsw import partial_tsw
+from tsw.s3w import s3w, s3w_map, s3w_unif, sample_rotations
 from tsw.sliced import max_sw, sample_projections, sw
 from tsw.spatial import spatial_tsw
 from tsw.spatial_sphere import spatial_stsw
@@ -48,9 +50,13 @@ __all__ = [
     "nn",
     "partial_sw",
     "partial_tsw",
+    "s3w",
+    "s3w_map",
+    "s3w_unif",
     "sample_chain_lines",
     "sample_concurrent_lines",
     "sample_projections",
+    "sample_rotations",
     "sample_sphere_projections",
     "sample_spherical_trees",
     "spatial_stsw",

@@ -23,7 +23,9 @@ __all__ = [
     "check_mass",
     "check_measure",
     "check_measures",
+    "check_nonnegative_int",
     "check_on_sphere",
+    "check_orthogonal",
     "check_p",
     "check_positive_int",
     "check_tensor",
@@ -73,6 +75,15 @@ def check_positive_int(value: object, name: str) -> int:
         raise TypeError(f"{name} must be an int >= 1; got {type(value).__name__}")
     if value < 1:
         raise ValueError(f"{name} must be an int >= 1; got {value}")
+    return value
+
+
+def check_nonnegative_int(value: object, name: str) -> int:
+    """Return ``value`` if it is an integer >= 0, else raise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int >= 0; got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be an int >= 0; got {value}")
     return value
 
 
@@ -331,3 +342,20 @@ def check_on_sphere(X: Tensor, name: str, *, renormalize: bool, validate: bool) 
                 "Pass renormalize=True to project the rows onto the sphere"
             )
     return X
+
+
+def check_orthogonal(Q: Tensor, name: str) -> None:
+    r"""Raise ``ValueError`` unless the matrices ``Q`` (..., n, n) are orthogonal (a value check).
+
+    Accepts :math:`\max |Q^T Q - I| \le` :func:`sphere_tol` (1e-6 in float64, 1.2e-4 in
+    float32); NaN/Inf raise first.
+    """
+    check_finite(Q, name)
+    eye = torch.eye(Q.shape[-1], dtype=Q.dtype, device=Q.device)
+    err = (Q.detach().transpose(-1, -2) @ Q.detach() - eye).abs().amax()
+    tol = sphere_tol(Q.dtype)
+    if bool(err > tol):
+        raise ValueError(
+            f"{name} must be orthogonal matrices (max |Q^T Q - I| <= {tol:.1e} in {Q.dtype}); "
+            f"got a deviation of {err.item():.3g}"
+        )

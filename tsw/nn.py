@@ -20,11 +20,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from tsw._validation import check_choice
+from tsw._validation import check_choice, check_positive_int
 from tsw.circular import circular_tsw
 from tsw.db_tsw import db_tsw
 from tsw.mappings import resolve_mapping
 from tsw.partial_tsw import partial_tsw
+from tsw.s3w import s3w, s3w_unif, sample_rotations
 from tsw.sliced import max_sw, sw
 from tsw.spatial import spatial_tsw
 from tsw.spatial_sphere import spatial_stsw
@@ -33,10 +34,13 @@ from tsw.stsw import stsw, stsw_unif
 from tsw.tsw_sl import tsw_sl
 
 __all__ = [
+    "ARIS3WLoss",
     "CircularTSWLoss",
     "DbTSWLoss",
     "MaxSWLoss",
     "PartialTSWLoss",
+    "S3WLoss",
+    "S3WUnifLoss",
     "SSWLoss",
     "SSWUnifLoss",
     "STSWLoss",
@@ -675,6 +679,231 @@ class SSWUnifLoss(_RandomizedUnifLoss):
     ):
         super().__init__(
             n_projections=n_projections,
+            validate=validate,
+            renormalize=renormalize,
+            reduction=reduction,
+            seed=seed,
+            resample=resample,
+        )
+
+
+class S3WLoss(_RandomizedLoss):
+    """Loss module for :func:`tsw.s3w`: S3W (``n_rotations=0``) or RI-S3W (``n_rotations >= 1``).
+
+    With ``resample=True`` every call draws new rotations and directions.
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> loss = tsw.nn.S3WLoss(n_projections=50, n_rotations=5, seed=0)
+    >>> X = torch.nn.functional.normalize(torch.randn(10, 3), dim=-1).requires_grad_()
+    >>> Y = torch.nn.functional.normalize(torch.randn(12, 3), dim=-1)
+    >>> loss(X, Y).backward()
+    >>> X.grad.shape
+    torch.Size([10, 3])
+    """
+
+    _fn = staticmethod(s3w)
+
+    def __init__(
+        self,
+        *,
+        n_projections: int = 50,
+        p: float = 2,
+        n_rotations: int = 0,
+        compat: bool = False,
+        validate: bool = True,
+        renormalize: bool = False,
+        reduction: str = "mean",
+        seed: int | None = None,
+        resample: bool = True,
+    ):
+        super().__init__(
+            n_projections=n_projections,
+            p=p,
+            n_rotations=n_rotations,
+            compat=compat,
+            validate=validate,
+            renormalize=renormalize,
+            reduction=reduction,
+            seed=seed,
+            resample=resample,
+        )
+
+
+class ARIS3WLoss(_RandomizedLoss):
+    """ARI-S3W: RI-S3W with its rotations drawn from a pool sampled once (Tran et al. 2024).
+
+    At construction the module samples ``pool_size`` Haar rotations of ``R^dim``
+    (:func:`tsw.sample_rotations`, in float64) into the buffer ``pool`` (saved in the
+    ``state_dict``, moved and cast by ``.to()``). Every call draws ``n_rotations`` of them
+    without replacement and returns :func:`tsw.s3w` with ``rotations=pool[idx]``. One CPU
+    generator, seeded with ``seed`` (operating-system entropy without one), draws the
+    pool, then at each call the indices ``torch.randperm(pool_size)[:n_rotations]``
+    and the directions (through ``s3w``'s ``generator``). So ``ARIS3WLoss(seed=s)``
+    replays::
+
+        g = torch.Generator().manual_seed(s)
+        pool = tsw.sample_rotations(dim, pool_size, generator=g, dtype=torch.float64)
+        idx = torch.randperm(pool_size, generator=g)[:n_rotations]  # at every call
+        tsw.s3w(X_s, X_t, a, b, rotations=pool[idx].to(X_s), generator=g, ...)
+
+    With ``resample=False`` every call uses the generator's state right after the pool
+    (the same indices and directions at every call). The official code keeps its pool in
+    a global class variable and draws from the global RNG; nothing is global here.
+
+    Parameters
+    ----------
+    dim : int
+        Ambient dimension ``d + 1`` of the data (the pool's matrices are dim x dim).
+    pool_size : int, default 100
+        Size of the pool (the official default; its gradient-flow experiments use 1000).
+    n_rotations : int, default 1
+        Rotations per call, ``<= pool_size`` (the official default; the papers use 30
+        for gradient flows, 5 for SSL and the SWAE, 50 for density estimation).
+    n_projections, p, compat, validate, renormalize
+        As in :func:`tsw.s3w`.
+    reduction, seed, resample
+        As for every loss module.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For bad counts (``n_rotations`` must be in ``[1, pool_size]``, ``dim >= 2``) and
+        at call time for data whose dimension is not ``dim``.
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> loss = tsw.nn.ARIS3WLoss(dim=3, pool_size=100, n_rotations=5, seed=0)
+    >>> tuple(loss.pool.shape)
+    (100, 3, 3)
+    >>> X = torch.nn.functional.normalize(torch.randn(10, 3), dim=-1)
+    >>> float(loss(X, X))
+    0.0
+    """
+
+    _fn = staticmethod(s3w)
+
+    def __init__(
+        self,
+        *,
+        dim: int,
+        pool_size: int = 100,
+        n_rotations: int = 1,
+        n_projections: int = 50,
+        p: float = 2,
+        compat: bool = False,
+        validate: bool = True,
+        renormalize: bool = False,
+        reduction: str = "mean",
+        seed: int | None = None,
+        resample: bool = True,
+    ):
+        super().__init__(
+            n_projections=n_projections,
+            p=p,
+            compat=compat,
+            validate=validate,
+            renormalize=renormalize,
+            reduction=reduction,
+            seed=seed,
+            resample=resample,
+        )
+        check_positive_int(pool_size, "pool_size")
+        check_positive_int(n_rotations, "n_rotations")
+        if n_rotations > pool_size:
+            raise ValueError(
+                f"n_rotations must be <= pool_size = {pool_size}; got n_rotations={n_rotations}"
+            )
+        self.dim, self.pool_size, self.n_rotations = dim, pool_size, n_rotations
+        gen = torch.Generator(device="cpu")
+        gen.manual_seed(seed if seed is not None else secrets.randbits(63))
+        pool = sample_rotations(dim, pool_size, generator=gen, dtype=torch.float64)
+        self.register_buffer("pool", pool)
+        self._generator = gen if self.resample else None
+        self._state = None if self.resample else gen.get_state()
+
+    def _call_generator(self) -> torch.Generator:
+        if self._generator is not None:
+            return self._generator
+        gen = torch.Generator(device="cpu")
+        gen.set_state(self._state)
+        return gen
+
+    def forward(
+        self, X_s: Tensor, X_t: Tensor, a: Tensor | None = None, b: Tensor | None = None
+    ) -> Tensor:
+        """ARI-S3W between ``(X_s, a)`` and ``(X_t, b)``, reduced over a batch.
+
+        Parameters
+        ----------
+        X_s : Tensor of shape (N, dim) or (B, N, dim)
+        X_t : Tensor of shape (M, dim) or (B, M, dim)
+        a, b : Tensor of shape (N,) / (M,) or (B, N) / (B, M), optional
+
+        Returns
+        -------
+        Tensor
+            A 0-d tensor (unbatched input, or ``reduction`` in {"mean", "sum"}) or a
+            (B,) tensor (``reduction="none"``).
+        """
+        if (
+            isinstance(X_s, Tensor)
+            and X_s.ndim in (2, 3)
+            and X_s.shape[-1] > 0
+            and X_s.shape[-1] != self.dim
+        ):
+            raise ValueError(
+                f"X_s must have dim={self.dim} coordinates (the dimension of the rotation "
+                f"pool); got X_s.shape={tuple(X_s.shape)}"
+            )
+        gen = self._call_generator()
+        idx = torch.randperm(self.pool_size, generator=gen)[: self.n_rotations]
+        rotations = self.pool[idx.to(self.pool.device)]
+        if isinstance(X_s, Tensor) and X_s.is_floating_point():
+            rotations = rotations.to(device=X_s.device, dtype=X_s.dtype)
+        return self._reduce(s3w(X_s, X_t, a, b, **self.kwargs, rotations=rotations, generator=gen))
+
+    def extra_repr(self) -> str:
+        """Show the pool's dimension and size, then the other hyper-parameters."""
+        head = f"dim={self.dim}, pool_size={self.pool_size}, n_rotations={self.n_rotations}"
+        return ", ".join([head, super().extra_repr()])
+
+
+class S3WUnifLoss(_RandomizedUnifLoss):
+    """Loss module for :func:`tsw.s3w_unif`: ``loss(X_s, a=None)``.
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> loss = tsw.nn.S3WUnifLoss(n_samples=500, n_rotations=3, seed=0, reduction="none")
+    >>> loss(torch.nn.functional.normalize(torch.randn(4, 10, 3), dim=-1)).shape
+    torch.Size([4])
+    """
+
+    _fn = staticmethod(s3w_unif)
+
+    def __init__(
+        self,
+        *,
+        n_samples: int = 1000,
+        n_projections: int = 50,
+        p: float = 2,
+        n_rotations: int = 0,
+        compat: bool = False,
+        validate: bool = True,
+        renormalize: bool = False,
+        reduction: str = "mean",
+        seed: int | None = None,
+        resample: bool = True,
+    ):
+        super().__init__(
+            n_samples=n_samples,
+            n_projections=n_projections,
+            p=p,
+            n_rotations=n_rotations,
+            compat=compat,
             validate=validate,
             renormalize=renormalize,
             reduction=reduction,
