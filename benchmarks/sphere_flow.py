@@ -7,6 +7,14 @@ Gaussian samples; Adam moves it and every step renormalises it onto the sphere. 
 in float64, no cosine clamp) and the negative log-likelihood of the source under the
 mixture; seconds per step.
 
+Methods (``--methods``): ``stsw`` (:func:`tsw.stsw`), ``ssw`` (POT's spherical SW through
+:func:`tsw.ssw`), ``sw`` (SW of the ambient R^3), ``s3w`` / ``ri-s3w`` (:func:`tsw.s3w`
+without / with one random rotation per step) and ``ari-s3w`` (``--ari-rotations``
+rotations drawn at every step from a fixed pool of ``--ari-pool``, with
+``--s3w-projections`` directions each). SW, S3W and RI-S3W use ``--sliced-projections``
+directions, by default as many as STSW has trees: one sort per direction against one
+sort per tree, so about the same time per step.
+
 POT's spherical SW costs seconds per step at this size with many great circles: use
 ``--ssw-projections`` to choose, and say so when comparing.
 
@@ -72,8 +80,19 @@ def nll(X: torch.Tensor, kappa: float) -> float:
     return float(-(torch.logsumexp(logits, dim=1) - math.log(12)).mean())
 
 
+def _ari_s3w(X, Y, *, generator, validate, pool, n_rotations, n_projections):
+    """ARI-S3W: ``n_rotations`` rotations drawn from a fixed ``pool`` at every step."""
+    idx = torch.randperm(len(pool), generator=generator)[:n_rotations]
+    rotations = pool[idx].to(X.dtype)
+    kw = {"n_projections": n_projections, "generator": generator, "validate": validate}
+    return tsw.s3w(X, Y, rotations=rotations, **kw)
+
+
 def methods(args) -> dict[str, dict]:
     T, k = args.trees, args.lines
+    L, R = args.s3w_projections, args.ari_rotations
+    S = args.sliced_projections or T
+    pool = tsw.sample_rotations(3, args.ari_pool, seed=0, dtype=torch.float64)
     return {
         "stsw": {
             "name": f"STSW ({T}x{k}, p={args.p:g}, delta={args.delta:g})",
@@ -86,9 +105,24 @@ def methods(args) -> dict[str, dict]:
             "kw": {"n_projections": args.ssw_projections, "p": 2},
         },
         "sw": {
-            "name": f"SW_2 in R^3 (L={T * k})",
+            "name": f"SW_2 in R^3 (L={S})",
             "fn": tsw.sw,
-            "kw": {"n_projections": T * k, "p": 2},
+            "kw": {"n_projections": S, "p": 2},
+        },
+        "s3w": {
+            "name": f"S3W_2 (L={S})",
+            "fn": tsw.s3w,
+            "kw": {"n_projections": S, "p": 2},
+        },
+        "ri-s3w": {
+            "name": f"RI-S3W_2 (1 rotation, L={S})",
+            "fn": tsw.s3w,
+            "kw": {"n_projections": S, "p": 2, "n_rotations": 1},
+        },
+        "ari-s3w": {
+            "name": f"ARI-S3W_2 ({R} of {args.ari_pool} rotations, L={L})",
+            "fn": _ari_s3w,
+            "kw": {"pool": pool, "n_rotations": R, "n_projections": L},
         },
     }
 
@@ -132,7 +166,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--p", type=float, default=2.0, help="p of STSW (official runs: 2)")
     ap.add_argument("--delta", type=float, default=2.0)
     ap.add_argument("--ssw-projections", type=int, default=100)
-    ap.add_argument("--methods", default="stsw,ssw,sw")
+    ap.add_argument(
+        "--sliced-projections",
+        type=int,
+        default=None,
+        help="L of SW / S3W / RI-S3W (default: --trees, as many sorts per step as STSW)",
+    )
+    ap.add_argument("--s3w-projections", type=int, default=10, help="ARI-S3W L per rotation")
+    ap.add_argument("--ari-rotations", type=int, default=30)
+    ap.add_argument("--ari-pool", type=int, default=1000)
+    ap.add_argument("--methods", default="stsw,ssw,sw,s3w,ri-s3w,ari-s3w")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="benchmarks/out/sphere_flow")

@@ -52,10 +52,11 @@ def test_sphere_flow_tiny(tmp_path, capsys):
     from benchmarks import sphere_flow
 
     args = ["--per-component", "5", "--steps", "3", "--seeds", "1", "--trees", "5"]
-    args += ["--ssw-projections", "3", "--out", str(tmp_path)]
+    args += ["--ssw-projections", "3", "--s3w-projections", "4", "--ari-rotations", "2"]
+    args += ["--ari-pool", "5", "--out", str(tmp_path)]
     assert sphere_flow.main(args) == 0
     out = capsys.readouterr().out
-    for name in ("STSW", "SSW_2", "SW_2"):
+    for name in ("STSW", "SSW_2", "SW_2", "S3W_2", "RI-S3W_2", "ARI-S3W_2"):
         assert name in out
     data = json.loads((tmp_path / "sphere_flow.json").read_text())
     assert all(len(runs) == 1 for runs in data["runs"].values())
