@@ -69,6 +69,36 @@ def check_tensor(x: object, name: str) -> Tensor:
     return x
 
 
+def check_stack(
+    x: object, name: str, trailing: tuple[int, ...], shape: str, X: Tensor, batched: bool
+) -> Tensor:
+    """Check an explicit stack of ``K >= 1`` arrays of shape ``trailing`` against data ``X``.
+
+    Accepts ``(K, *trailing)``, or ``(B, K, *trailing)`` with ``B = X.shape[0]`` when
+    ``batched``, in the dtype and on the device of ``X``. ``shape`` spells the unbatched
+    form for messages, e.g. ``"(L, d+1, 2) with d+1=3"``.
+    """
+    x = check_tensor(x, name)
+    n = len(trailing)
+    ok = x.ndim == n + 1 or (batched and x.ndim == n + 2)
+    ok = ok and tuple(x.shape[-n:]) == trailing and x.shape[-n - 1] > 0
+    if x.ndim == n + 2:
+        ok = ok and x.shape[0] == X.shape[0]
+    if not ok:
+        form = shape.partition(" with ")[0]
+        raise ValueError(
+            f"{name} must have shape {shape}"
+            + (f" or (B, {form[1:]}" if batched else "")
+            + f"; got {name}.shape={tuple(x.shape)}"
+        )
+    if x.device != X.device or x.dtype != X.dtype:
+        raise ValueError(
+            f"{name} must have the dtype and device of X_s ({X.dtype} on {X.device}); "
+            f"got {x.dtype} on {x.device}"
+        )
+    return x
+
+
 def check_positive_int(value: object, name: str) -> int:
     """Return ``value`` if it is an integer >= 1, else raise."""
     if isinstance(value, bool) or not isinstance(value, int):

@@ -37,6 +37,7 @@ from tsw._validation import (
     check_orthogonal,
     check_p,
     check_positive_int,
+    check_stack,
     check_tensor,
 )
 from tsw.sliced import _projected_cost, resolve_projections
@@ -236,22 +237,8 @@ def _resolve_rotations(
     D = X.shape[-1]
     if rotations is None:
         return sampler.rotations(n_rotations, dim=D) if n_rotations > 0 else None
-    check_tensor(rotations, "rotations")
-    ok = rotations.ndim == 3 or (batched and rotations.ndim == 4)
-    ok = ok and rotations.shape[-2:] == (D, D) and rotations.shape[-3] > 0
-    if rotations.ndim == 4:
-        ok = ok and rotations.shape[0] == X.shape[0]
-    if not ok:
-        raise ValueError(
-            f"rotations must have shape (R, d+1, d+1) with d+1={D}"
-            + (" or (B, R, d+1, d+1)" if batched else "")
-            + f"; got rotations.shape={tuple(rotations.shape)}"
-        )
-    if rotations.device != X.device or rotations.dtype != X.dtype:
-        raise ValueError(
-            f"rotations must have the dtype and device of X_s ({X.dtype} on {X.device}); "
-            f"got {rotations.dtype} on {rotations.device}"
-        )
+    shape = f"(R, d+1, d+1) with d+1={D}"
+    rotations = check_stack(rotations, "rotations", (D, D), shape, X, batched)
     if validate:
         check_orthogonal(rotations, "rotations")
     return rotations

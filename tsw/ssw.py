@@ -28,7 +28,7 @@ from tsw._validation import (
     check_on_sphere,
     check_p,
     check_positive_int,
-    check_tensor,
+    check_stack,
 )
 
 __all__ = ["sample_sphere_projections", "ssw", "ssw_unif"]
@@ -90,23 +90,8 @@ def _resolve_projections(
         return sample_sphere_projections(
             D, n_projections, seed=seed, generator=generator, dtype=X.dtype, device=X.device
         )
-    check_tensor(projections, "projections")
-    ok = projections.ndim == 3 or (batched and projections.ndim == 4)
-    ok = ok and projections.shape[-2:] == (D, 2) and projections.shape[-3] > 0
-    if projections.ndim == 4:
-        ok = ok and projections.shape[0] == X.shape[0]
-    if not ok:
-        raise ValueError(
-            f"projections must have shape (L, d+1, 2) with d+1={D}"
-            + (" or (B, L, d+1, 2)" if batched else "")
-            + f"; got projections.shape={tuple(projections.shape)}"
-        )
-    if projections.device != X.device or projections.dtype != X.dtype:
-        raise ValueError(
-            f"projections must have the dtype and device of X_s ({X.dtype} on {X.device}); "
-            f"got {projections.dtype} on {projections.device}"
-        )
-    return projections
+    shape = f"(L, d+1, 2) with d+1={D}"
+    return check_stack(projections, "projections", (D, 2), shape, X, batched)
 
 
 def _pot_input(X: Tensor) -> Tensor:
