@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import statistics
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+import torch
 
 try:
     from tqdm import tqdm
@@ -46,3 +49,46 @@ def write_results(out: Path, stem: str, header: list[str], rows: list[list[str]]
         wr.writerow(header)
         wr.writerows(rows)
     (out / f"{stem}.json").write_text(json.dumps(payload, indent=2))
+
+
+def add_run_args(ap: argparse.ArgumentParser, name: str) -> None:
+    """The options every flow benchmark shares: ``--seeds``, ``--threads``, ``--out``."""
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: fastest here)")
+    ap.add_argument("--out", default=f"benchmarks/out/{name}", help="output folder")
+
+
+def prepare(args: argparse.Namespace) -> Path:
+    """Set the torch thread count and create the output folder, which is returned."""
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def plot_curves(
+    means: dict[str, list[float]],
+    x: list[int],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    path: Path,
+    logy: bool = False,
+) -> None:
+    """One line per method (label -> values at ``x``), saved as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for label, values in means.items():
+        (ax.semilogy if logy else ax.plot)(x, values, "o-", label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -29,14 +29,21 @@ import argparse
 import math
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 import ot
 import torch
 
 import tsw
-from benchmarks._report import mean_std, print_table, progress, write_results
+from benchmarks._report import (
+    add_run_args,
+    mean_std,
+    plot_curves,
+    prepare,
+    print_table,
+    progress,
+    write_results,
+)
 
 
 def make_target(name: str, n: int, seed: int) -> torch.Tensor:
@@ -251,17 +258,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root-std", type=float, default=0.1, help="root spread of trees")
     ap.add_argument("--radius", type=float, default=0.01, help="CircularTSW radius")
     ap.add_argument("--methods", default=DEFAULT_METHODS, help="comma-separated keys")
-    ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--time-budget", type=float, default=None, help="equal-time mode [s]")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: fastest here)")
-    ap.add_argument("--out", default="benchmarks/out/gradient_flow")
+    add_run_args(ap, "gradient_flow")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    out = prepare(args)
     step = max(args.iters // 5, 1)
     checkpoints = sorted({min(step * i, args.iters) for i in range(1, 6)})
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     dtype = getattr(torch, args.dtype)
     settings = vars(args) | {"checkpoints": checkpoints, "metric": "exact W2^2 (ot.emd2, float64)"}
     print(f"settings: {settings}")
@@ -326,28 +329,21 @@ def main(argv: list[str] | None = None) -> int:
     payload = {"settings": settings, "methods": {k: table[k]["name"] for k in keys}, "runs": raw}
     write_results(out, args.dataset, header, rows, payload)
     if not args.time_budget:
-        plot_curves(raw, table, checkpoints, args.dataset, out / f"{args.dataset}.png")
+        means = {
+            table[k]["name"]: [statistics.mean(r["errors"][c] for r in runs) for c in checkpoints]
+            for k, runs in raw.items()
+        }
+        plot_curves(
+            means,
+            checkpoints,
+            xlabel="iteration",
+            ylabel="exact $W_2^2$",
+            title=f"gradient flow, {args.dataset}",
+            path=out / f"{args.dataset}.png",
+            logy=True,
+        )
     print(f"\nresults written to {out.resolve()}")
     return 0
-
-
-def plot_curves(raw, table, checkpoints, dataset, path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for key, runs in raw.items():
-        mean = [statistics.mean(r["errors"][c] for r in runs) for c in checkpoints]
-        ax.semilogy(checkpoints, mean, "o-", label=table[key]["name"])
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("exact $W_2^2$")
-    ax.set_title(f"gradient flow, {dataset}")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

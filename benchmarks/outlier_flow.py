@@ -38,7 +38,14 @@ from pathlib import Path
 import torch
 
 import tsw
-from benchmarks._report import mean_std, print_table, progress, write_results
+from benchmarks._report import (
+    add_run_args,
+    mean_std,
+    prepare,
+    print_table,
+    progress,
+    write_results,
+)
 
 RING, TUBE = 0.07, 0.025  # torus radii: diameter 2 (RING + TUBE) = 0.19
 
@@ -133,13 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--usw-reg", type=_floats, default=[0.01, 0.1], help="SUOT KL penalties")
     ap.add_argument("--pot-projections", type=int, default=10, help="slices of POT baselines")
     ap.add_argument("--methods", default="ptsw,sw,psw,usw", help="comma-separated families")
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default="benchmarks/out/outlier_flow")
+    add_run_args(ap, "outlier_flow")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare(args)
     families = [f.strip() for f in args.methods.split(",") if f.strip()]
     bad = [f for f in families if f not in ("ptsw", "sw", "psw", "usw")]
     if bad:

@@ -27,14 +27,21 @@ import argparse
 import math
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 import ot
 import torch
 
 import tsw
-from benchmarks._report import mean_std, print_table, progress, write_results
+from benchmarks._report import (
+    add_run_args,
+    mean_std,
+    plot_curves,
+    prepare,
+    print_table,
+    progress,
+    write_results,
+)
 
 
 def icosahedron() -> torch.Tensor:
@@ -176,13 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ari-rotations", type=int, default=30)
     ap.add_argument("--ari-pool", type=int, default=1000)
     ap.add_argument("--methods", default="stsw,ssw,sw,s3w,ri-s3w,ari-s3w")
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default="benchmarks/out/sphere_flow")
+    add_run_args(ap, "sphere_flow")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare(args)
     table = methods(args)
     keys = [k.strip() for k in args.methods.split(",") if k.strip()]
     bad = [k for k in keys if k not in table]
@@ -229,28 +232,20 @@ def main(argv: list[str] | None = None) -> int:
     print_table(title, header, rows)
     payload = {"settings": settings, "target_nll": target_nll, "runs": raw}
     write_results(out, "sphere_flow", header, rows, payload)
-    plot_curves(raw, table, checkpoints, out / "sphere_flow.png")
+    means = {
+        table[k]["name"]: [statistics.mean(r["curve"][c] for r in runs) for c in checkpoints]
+        for k, runs in raw.items()
+    }
+    plot_curves(
+        means,
+        checkpoints,
+        xlabel="step",
+        ylabel="log10 exact geodesic $W_2^2$",
+        title="spherical gradient flow, 12 vMF",
+        path=out / "sphere_flow.png",
+    )
     print(f"\nresults written to {out.resolve()}")
     return 0
-
-
-def plot_curves(raw, table, checkpoints, path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for key, runs in raw.items():
-        mean = [statistics.mean(r["curve"][c] for r in runs) for c in checkpoints]
-        ax.plot(checkpoints, mean, "o-", label=table[key]["name"])
-    ax.set_xlabel("step")
-    ax.set_ylabel("log10 exact geodesic $W_2^2$")
-    ax.set_title("spherical gradient flow, 12 vMF")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 if __name__ == "__main__":
