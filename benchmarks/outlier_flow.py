@@ -191,15 +191,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plot(raw: dict, table: dict, problem, path: Path) -> None:
-    """Bars of the share on outliers, and the final clouds of seed 0 (x-y projection)."""
+    """Bars of the share on outliers, and side views (x, z) of the final clouds of seed 0."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     keys = list(raw)
-    show = [k for k in keys if k.startswith("ptsw-") and k != "ptsw-1"][:1]
-    show += [k for k in ("ptsw-1", "sw") if k in raw]
+    partial = [k for k in keys if k.startswith("ptsw-") and k != "ptsw-1"]
+    show = (["ptsw-1.04"] if "ptsw-1.04" in raw else partial[:1]) + [
+        k for k in ("ptsw-1", "sw") if k in raw
+    ]
     fig, axes = plt.subplots(1, 1 + len(show), figsize=(4 + 3.2 * len(show), 3.6))
     axes = list(axes) if len(show) else [axes]
     means = [statistics.mean(r["on_outliers"] for r in raw[k]) for k in keys]
@@ -211,10 +213,10 @@ def plot(raw: dict, table: dict, problem, path: Path) -> None:
     _, target, outliers = problem
     for ax, k in zip(axes[1:], show, strict=True):
         X = torch.tensor(raw[k][0]["final"])
-        ax.scatter(target[:, 0], target[:, 1], s=1, c="0.75")
-        ax.scatter(outliers[:, 0], outliers[:, 1], s=8, c="tab:red", marker="x")
-        ax.scatter(X[:, 0], X[:, 1], s=1, c="tab:blue")
-        ax.set_title(table[k]["name"], fontsize=7)
+        ax.scatter(target[:, 0], target[:, 2], s=1, c="0.75")
+        ax.scatter(outliers[:, 0], outliers[:, 2], s=8, c="tab:red", marker="x")
+        ax.scatter(X[:, 0], X[:, 2], s=1, c="tab:blue")
+        ax.set_title(f"{table[k]['name']}\nside view (x, z), seed 0", fontsize=7)
         ax.set_aspect("equal")
         ax.set_xticks([])
         ax.set_yticks([])
