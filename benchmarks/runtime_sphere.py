@@ -94,6 +94,17 @@ def methods(X, Y, trees, *, official=None, ssw_projections: int = 0, delta: floa
     out["tsw.stsw_unif p=2"] = run(
         lambda Xs: tsw.stsw_unif(Xs, trees=trees, delta=delta, p=2, validate=False, seed=0)
     )
+    # sliced baselines with one sort per direction: as many sorts as STSW (L = T) and as
+    # many lines (L = T k); S3W projects in R^d, SW in the ambient R^(d+1)
+    for L in sorted({T, T * k}):
+        proj = tsw.sample_projections(D - 1, L, seed=0, dtype=X.dtype)
+        out[f"tsw.s3w p=2 L={L}"] = run(
+            lambda Xs, proj=proj: tsw.s3w(Xs, Y, projections=proj, validate=False)
+        )
+        amb = tsw.sample_projections(D, L, seed=0, dtype=X.dtype)
+        out[f"tsw.sw (ambient) p=2 L={L}"] = run(
+            lambda Xs, amb=amb: tsw.sw(Xs, Y, projections=amb, validate=False)
+        )
     if official is not None:
         obj = official.STSWD(ntrees=T, nlines=k, p=2, delta=delta, device="cpu")
         root, intercept = trees.roots.unsqueeze(1), trees.directions
@@ -161,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         if name != "lower limit":
             row[f"{name} / lower limit"] = ratio(times, name, "lower limit")
     for name in times:
-        if name.startswith("official") or name.startswith("POT"):
+        if name.startswith(("official", "POT", "tsw.s3w", "tsw.sw")):
             row[f"{name} / tsw.stsw p=2"] = ratio(times, name, "tsw.stsw p=2")
     for k, v in row.items():
         print(f"  {k:44s} {v:.4g}")
