@@ -7,7 +7,9 @@ peak; the kernel's high-water mark ``VmHWM`` can instead be reset by writing ``5
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import resource
+from collections.abc import Callable
 
 
 def _vm(field: str) -> float | None:
@@ -36,3 +38,26 @@ def peak() -> float:
     """Peak resident memory in MiB since the last :func:`reset_peak`."""
     hwm = _vm("VmHWM")
     return hwm if hwm is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _measure(prepare: Callable[..., Callable[[], object]], args: tuple, queue) -> None:
+    work = prepare(*args)  # set-up (data, trees) is not measured
+    before = reset_peak()
+    work()
+    queue.put(peak() - before)
+
+
+def peak_growth(prepare: Callable[..., Callable[[], object]], *args, timeout: float = 600) -> float:
+    """Peak resident-memory growth (MiB) of ``prepare(*args)()`` in a fresh process.
+
+    ``prepare`` (a module-level function, so that it can be pickled) runs in a spawned
+    child and returns the work to measure; its own allocations are not counted.
+    """
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_measure, args=(prepare, args, queue))
+    proc.start()
+    try:
+        return queue.get(timeout=timeout)
+    finally:
+        proc.join()

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import multiprocessing as mp
 import os
 import sys
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from pathlib import Path
 import torch
 
 import tsw
-from benchmarks._memory import peak, reset_peak
+from benchmarks._memory import peak_growth
 from benchmarks._timing import interleaved, median, ratio
 
 try:  # POT is a dependency of tsw's tests and benchmarks
@@ -95,29 +94,18 @@ def methods(X, Y, trees, chains, proj) -> dict[str, Callable[[], object]]:
     return out
 
 
-def _child(args, name, queue):  # runs in a fresh process
+def _prepare(args, name):  # runs in a fresh process
     torch.set_num_threads(args.threads)
     X, Y, trees, chains, proj = make_problem(
         args.n, args.d, args.trees, args.lines, getattr(torch, args.dtype), args.device
     )
-    fns = methods(X, Y, trees, chains, proj)
-    before = reset_peak()
-    fns[name]()
-    queue.put(peak() - before)
+    return methods(X, Y, trees, chains, proj)[name]
 
 
 def peak_memory(args) -> dict[str, float]:
     """Peak RSS growth (MiB) of one forward+backward, each method in a fresh process."""
-    ctx = mp.get_context("spawn")
     names = list(methods(*make_problem(8, 2, 1, 1, torch.float32, "cpu")).keys())
-    out = {}
-    for name in names:
-        q = ctx.Queue()
-        proc = ctx.Process(target=_child, args=(args, name, q))
-        proc.start()
-        out[name] = q.get()
-        proc.join()
-    return out
+    return {name: peak_growth(_prepare, args, name) for name in names}
 
 
 def time_one(args, n: int, d: int, lines: int) -> dict[str, float | str]:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
-
 import pytest
 import torch
 
 import tsw
-from benchmarks._memory import peak, reset_peak
+from benchmarks._memory import peak_growth
 
 
 def _problem(d: int, n: int, offset: float, seed: int = 0):
@@ -48,23 +46,16 @@ def test_float32_matches_float64(fn, d, offset):
     assert (g32 - g64).norm() / g64.norm() < 1e-4
 
 
-def _peak_child(d: int, queue) -> None:
+def _db_tsw_step(d: int):
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     X = torch.randn(1000, d, generator=g).requires_grad_(True)
     Y = torch.randn(1000, d, generator=g)
     trees = tsw.sample_concurrent_lines(50, 4, d, seed=0)
-    before = reset_peak()
-    tsw.db_tsw(X, Y, trees=trees, validate=False).backward()
-    queue.put(peak() - before)
+    return lambda: tsw.db_tsw(X, Y, trees=trees, validate=False).backward()
 
 
 def test_peak_memory_does_not_scale_with_tknd():
     """At d = 1024, T*k*n*d*4 bytes would be 1.6 GB; the growth stays far below."""
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    proc = ctx.Process(target=_peak_child, args=(1024, q))
-    proc.start()
-    growth_mib = q.get(timeout=120)
-    proc.join()
+    growth_mib = peak_growth(_db_tsw_step, 1024)
     assert growth_mib < 150, f"peak RSS grew by {growth_mib:.0f} MiB"

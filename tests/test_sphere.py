@@ -17,6 +17,7 @@ import torch
 from _reference import star_sobolev
 
 import tsw
+from benchmarks._memory import peak_growth
 from tsw import SphericalTrees
 
 F64 = torch.float64
@@ -498,28 +499,21 @@ def test_float32_matches_float64(D):
     assert (g32 - g64).norm() / g64.norm() < 1e-4
 
 
-def _peak_child(D: int, queue) -> None:
-    import resource
-
+def _stsw_step(D: int):
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     X = torch.nn.functional.normalize(torch.randn(1000, D, generator=g), dim=-1)
     Y = torch.nn.functional.normalize(torch.randn(1000, D, generator=g), dim=-1)
     trees = tsw.sample_spherical_trees(50, 4, D, seed=0)
     X.requires_grad_(True)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    tsw.stsw(X, Y, trees=trees, validate=False).backward()
-    queue.put((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+    return lambda: tsw.stsw(X, Y, trees=trees, validate=False).backward()
 
 
 def test_peak_memory_does_not_scale_with_tknd():
-    """At d+1 = 1024, a (T, k, n, d+1) float32 tensor would take 1.6 GB."""
-    import multiprocessing as mp
+    """At d+1 = 1024, a (T, k, n, d+1) float32 tensor would take 1.6 GB.
 
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    proc = ctx.Process(target=_peak_child, args=(1024, q))
-    proc.start()
-    growth_mib = q.get(timeout=120)
-    proc.join()
+    Measured with the kernel's resettable high-water mark (``ru_maxrss`` would start at
+    the pytest parent's peak in the spawned child, and could not fail).
+    """
+    growth_mib = peak_growth(_stsw_step, 1024)
     assert growth_mib < 150, f"peak RSS grew by {growth_mib:.0f} MiB"
