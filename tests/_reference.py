@@ -10,6 +10,7 @@ import itertools
 
 import numpy as np
 import ot
+import torch
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import shortest_path
 
@@ -298,3 +299,41 @@ def gkr_lp(D, mu, nu, price_mu, price_nu):
     res = linprog(cost, A_ub=rows, b_ub=np.concatenate([mu, nu]), bounds=(0, None), method="highs")
     assert res.status == 0, res.message
     return float(res.fun + pm @ mu + pn @ nu)
+
+
+# --------------------------------------------------------------------------- test helpers
+
+#: tolerance of the exactness tests (float64)
+TOL = 1e-10
+
+
+def assert_close(actual, expected, tol=TOL):
+    """|actual - expected| <= tol * max(1, |expected|), elementwise (float64 numpy)."""
+    actual = np.asarray(torch.as_tensor(actual).detach(), dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    err = np.abs(actual - expected)
+    bound = tol * np.maximum(1.0, np.abs(expected))
+    assert np.all(err <= bound), f"max error {err.max():.3e}: got {actual}, expected {expected}"
+
+
+def t64(x):
+    """A float64 tensor of ``x``."""
+    return torch.as_tensor(np.asarray(x), dtype=torch.float64)
+
+
+def weights(rng, shape, zero_prob=0.0):
+    """Random non-negative weights summing to 1 on the last axis, some entries zero."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    w = rng.exponential(size=shape) * (rng.random(shape) >= zero_prob)
+    rows = w.reshape(-1, shape[-1])
+    rows[rows.sum(-1) == 0, rng.integers(shape[-1])] = 1.0
+    return w / w.sum(-1, keepdims=True)
+
+
+def unit_rows(rng, k, d, orthogonal=False):
+    """k unit vectors of R^d, i.i.d. uniform or orthonormal (k <= d)."""
+    g = rng.normal(size=(d, k))
+    if orthogonal:
+        return np.linalg.qr(g)[0].T
+    return (g / np.linalg.norm(g, axis=0, keepdims=True)).T

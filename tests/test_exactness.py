@@ -21,44 +21,12 @@ import ot
 import pytest
 import scipy.stats
 import torch
+from _reference import TOL, assert_close, t64, unit_rows, weights
 
 import tsw
 from tsw._engine import EXPLICIT_RESIDUAL_MAX_DIM
 
-TOL = 1e-10
-
-
 # --------------------------------------------------------------------------- helpers
-
-
-def assert_close(actual, expected, tol=TOL):
-    """|actual - expected| <= tol * max(1, |expected|), elementwise."""
-    actual = np.asarray(torch.as_tensor(actual).detach(), dtype=np.float64)
-    expected = np.asarray(expected, dtype=np.float64)
-    assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    err = np.abs(actual - expected)
-    bound = tol * np.maximum(1.0, np.abs(expected))
-    assert np.all(err <= bound), f"max error {err.max():.3e}: got {actual}, expected {expected}"
-
-
-def t64(x):
-    return torch.as_tensor(np.asarray(x), dtype=torch.float64)
-
-
-def weights(rng, shape, zero_prob=0.0):
-    """Random non-negative weights summing to 1 on the last axis, some entries zero."""
-    w = rng.exponential(size=shape) * (rng.random(shape) >= zero_prob)
-    rows = w.reshape(-1, shape[-1])
-    rows[rows.sum(-1) == 0, rng.integers(shape[-1])] = 1.0
-    return w / w.sum(-1, keepdims=True)
-
-
-def unit_rows(rng, k, d, orthogonal=False):
-    """k unit vectors of R^d, i.i.d. uniform or orthonormal (k <= d)."""
-    g = rng.normal(size=(d, k))
-    if orthogonal:
-        return np.linalg.qr(g)[0].T
-    return (g / np.linalg.norm(g, axis=0)).T
 
 
 def distinct_sizes(rng, low=1, high=8):

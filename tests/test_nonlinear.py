@@ -18,43 +18,17 @@ import _reference as ref
 import numpy as np
 import pytest
 import torch
+from _reference import assert_close, t64, unit_rows, weights
 from torch.overrides import TorchFunctionMode
 
 import tsw
 import tsw._engine as engine
 from tsw import ConcurrentLines
 
-TOL = 1e-10
 F64 = torch.float64
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def assert_close(actual, expected, tol=TOL):
-    """|actual - expected| <= tol * max(1, |expected|), elementwise."""
-    actual = np.asarray(torch.as_tensor(actual).detach(), dtype=np.float64)
-    expected = np.asarray(expected, dtype=np.float64)
-    assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    err = np.abs(actual - expected)
-    bound = tol * np.maximum(1.0, np.abs(expected))
-    assert np.all(err <= bound), f"max error {err.max():.3e}: got {actual}, expected {expected}"
-
-
-def t64(x):
-    return torch.as_tensor(np.asarray(x), dtype=F64)
-
-
-def weights(rng, n, zero_prob=0.0):
-    w = rng.exponential(size=n) * (rng.random(n) >= zero_prob)
-    if w.sum() == 0:
-        w[rng.integers(n)] = 1.0
-    return w / w.sum()
-
-
-def unit_rows(rng, k, d):
-    g = rng.normal(size=(k, d))
-    return g / np.linalg.norm(g, axis=1, keepdims=True)
 
 
 def problem(rng, d, zero_prob=0.0):

@@ -14,15 +14,14 @@ import _reference as ref
 import numpy as np
 import pytest
 import torch
+from _reference import assert_close, t64
 from test_exactness import (
-    assert_close,
     concurrent,
     distance_split,
     distinct_sizes,
     line_coords,
     random_problem,
     star_trees,
-    t64,
 )
 
 import tsw
