@@ -182,8 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.seeds} seeds (share of the {args.n} source points)"
     )
     print_table(title, header, rows)
-    payload = {"settings": settings | {"masses": args.masses}, "names": {}, "runs": raw}
-    payload["names"] = {k: v["name"] for k, v in table.items()}
+    names = {k: v["name"] for k, v in table.items()}
+    payload = {"settings": settings, "names": names, "runs": raw}
     write_results(out, "outlier_flow", header, rows, payload)
     plot(raw, table, problems[0], out / "outlier_flow.png")
     print(f"\nresults written to {out.resolve()}")

@@ -1,4 +1,4 @@
-"""Runtime of STSW on the sphere against its lower limit, the official code and POT's SSW.
+"""Runtime of STSW on the sphere against its lower limit, the official code and sliced baselines.
 
 Every method computes forward + backward (gradient with respect to the source points)
 on the same tensors, timed in one process, interleaved round by round, and compared by
@@ -14,6 +14,9 @@ The official STSW code (github.com/lilythchu/STSW, ``methods/stswd.py``) is not 
 this repository: clone it anywhere and pass ``--official PATH/methods/stswd.py`` to time
 it on the same trees (its ``STSWD`` class with ``device="cpu"``). POT's
 ``ot.sliced_wasserstein_sphere`` (SSW) runs with ``--ssw-projections`` great circles.
+:func:`tsw.s3w` and :func:`tsw.sw` of the ambient space run with ``L = T`` directions
+(one sort each, as many sorts as STSW's one per tree) and ``L = T k`` (as many
+directions as STSW has rays).
 
 Examples
 --------

@@ -87,19 +87,10 @@ def nll(X: torch.Tensor, kappa: float) -> float:
     return float(-(torch.logsumexp(logits, dim=1) - math.log(12)).mean())
 
 
-def _ari_s3w(X, Y, *, generator, validate, pool, n_rotations, n_projections):
-    """ARI-S3W: ``n_rotations`` rotations drawn from a fixed ``pool`` at every step."""
-    idx = torch.randperm(len(pool), generator=generator)[:n_rotations]
-    rotations = pool[idx].to(X.dtype)
-    kw = {"n_projections": n_projections, "generator": generator, "validate": validate}
-    return tsw.s3w(X, Y, rotations=rotations, **kw)
-
-
 def methods(args) -> dict[str, dict]:
     T, k = args.trees, args.lines
     L, R = args.s3w_projections, args.ari_rotations
     S = args.sliced_projections or T
-    pool = tsw.sample_rotations(3, args.ari_pool, seed=0, dtype=torch.float64)
     return {
         "stsw": {
             "name": f"STSW ({T}x{k}, p={args.p:g}, delta={args.delta:g})",
@@ -128,8 +119,15 @@ def methods(args) -> dict[str, dict]:
         },
         "ari-s3w": {
             "name": f"ARI-S3W_2 ({R} of {args.ari_pool} rotations, L={L})",
-            "fn": _ari_s3w,
-            "kw": {"pool": pool, "n_rotations": R, "n_projections": L},
+            # a loss module owns the rotation pool: built per flow from the flow's seed
+            "loss": lambda seed: tsw.nn.ARIS3WLoss(
+                dim=3,
+                pool_size=args.ari_pool,
+                n_rotations=R,
+                n_projections=L,
+                validate=False,
+                seed=3_000 + seed,
+            ),
         },
     }
 
@@ -141,12 +139,16 @@ def flow(method, Y, *, steps, lr, seed, kappa, checkpoints=()):
     X = (X0 / X0.norm(dim=1, keepdim=True)).float().requires_grad_(True)
     opt = torch.optim.Adam([X], lr=lr)
     gen = torch.Generator().manual_seed(3_000 + seed)
+    loss = method["loss"](seed) if "loss" in method else None
     Yf = Y.float()
     elapsed, curve = 0.0, {}
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        method["fn"](X, Yf, generator=gen, validate=False, **method["kw"]).backward()
+        if loss is not None:
+            loss(X, Yf).backward()
+        else:
+            method["fn"](X, Yf, generator=gen, validate=False, **method["kw"]).backward()
         opt.step()
         with torch.no_grad():
             X /= X.norm(dim=1, keepdim=True)
