@@ -24,7 +24,7 @@ import torch
 from _reference import TOL, assert_close, t64, unit_rows, weights
 
 import tsw
-from tsw._engine import EXPLICIT_RESIDUAL_MAX_DIM
+from tsw.euclidean._lines import EXPLICIT_RESIDUAL_MAX_DIM
 
 # --------------------------------------------------------------------------- helpers
 

@@ -22,7 +22,7 @@ from _reference import assert_close, t64, unit_rows, weights
 from torch.overrides import TorchFunctionMode
 
 import tsw
-import tsw._engine as engine
+import tsw.euclidean._lines as engine
 from tsw import ConcurrentLines
 
 F64 = torch.float64
@@ -358,7 +358,7 @@ def test_scaling_acts_on_radius_and_delta(split, c):
 @pytest.mark.parametrize("p", [1.0, 2.0, 1.5])
 def test_shared_coordinates_equal_expanded_ones(p):
     """One sort for rows sharing coordinates: same values and gradients as k sorts."""
-    from tsw.tree_wasserstein import line_cost
+    from tsw.core.tree_wasserstein import line_cost
 
     g = torch.Generator().manual_seed(int(10 * p))
     c = torch.randn(3, 1, 7, generator=g, dtype=F64, requires_grad=True)

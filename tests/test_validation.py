@@ -1211,7 +1211,7 @@ def test_sphere_tolerance_depends_on_dtype(name):
     X[0] *= 1 + 5e-4
     with pytest.raises(ValueError, match=lit("rows of norm 1 up to 1.2e-04 in torch.float32")):
         f(X.float())
-    assert tsw._validation.sphere_tol(torch.float32) == pytest.approx(1.19e-4, rel=1e-2)
+    assert tsw.core._validation.sphere_tol(torch.float32) == pytest.approx(1.19e-4, rel=1e-2)
 
 
 @pytest.mark.parametrize("name", list(SPHERE))

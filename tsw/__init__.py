@@ -7,24 +7,19 @@ Distances (functions, POT argument order ``X_s, X_t, a, b``):
 :func:`stsw_unif`, :func:`spatial_stsw`, and the baselines :func:`ssw`, :func:`ssw_unif`,
 :func:`s3w` (S3W, RI-S3W, ARI-S3W), :func:`s3w_unif`.
 Loss modules live in
-:mod:`tsw.nn`; tree systems and their samplers in :mod:`tsw.trees`; the maps of
-SpatialTSW in :mod:`tsw.mappings`. Sliced baselines for unequal masses (POT's solvers):
+:mod:`tsw.nn`; tree systems and their samplers in :mod:`tsw.core.trees`; the maps of
+SpatialTSW in :mod:`tsw.mappings` (:mod:`tsw.euclidean.mappings`).
+
+Layout: :mod:`tsw.core` (shared machinery: validation, random draws, tree containers,
+splits, closed forms, the driver), :mod:`tsw.euclidean`, :mod:`tsw.sphere`,
+:mod:`tsw.sliced` (the SW baselines), :mod:`tsw.nn` (losses built from the functions).
+See ``ARCHITECTURE.md``. Sliced baselines for unequal masses (POT's solvers):
 :func:`partial_sw`, :func:`unbalanced_sw`.
 """
 
-from tsw import mappings, nn
-from tsw.circular import circular_tsw
-from tsw.db_tsw import db_tsw
-from tsw.one_d import wasserstein_1d
-from tsw.partial_tsw import partial_tsw
-from tsw.s3w import s3w, s3w_map, s3w_unif, sample_rotations
-from tsw.sliced import max_sw, sample_projections, sw
-from tsw.spatial import spatial_tsw
-from tsw.spatial_sphere import spatial_stsw
-from tsw.ssw import sample_sphere_projections, ssw, ssw_unif
-from tsw.stsw import stsw, stsw_unif
-from tsw.tree_wasserstein import line_system_cost, tree_wasserstein
-from tsw.trees import (
+from tsw import nn
+from tsw.core.tree_wasserstein import line_system_cost, tree_wasserstein
+from tsw.core.trees import (
     ChainLines,
     ConcurrentLines,
     SphericalTrees,
@@ -32,8 +27,19 @@ from tsw.trees import (
     sample_concurrent_lines,
     sample_spherical_trees,
 )
-from tsw.tsw_sl import tsw_sl
-from tsw.unbalanced_sliced import partial_sw, unbalanced_sw
+from tsw.core.wasserstein_1d import wasserstein_1d
+from tsw.euclidean import mappings
+from tsw.euclidean.circular_tsw import circular_tsw
+from tsw.euclidean.db_tsw import db_tsw
+from tsw.euclidean.partial_tsw import partial_tsw
+from tsw.euclidean.spatial_tsw import spatial_tsw
+from tsw.euclidean.tsw_sl import tsw_sl
+from tsw.sliced.s3w import s3w, s3w_map, s3w_unif, sample_rotations
+from tsw.sliced.ssw import sample_sphere_projections, ssw, ssw_unif
+from tsw.sliced.sw import max_sw, sample_projections, sw
+from tsw.sliced.unbalanced_sw import partial_sw, unbalanced_sw
+from tsw.sphere.spatial_stsw import spatial_stsw
+from tsw.sphere.stsw import stsw, stsw_unif
 
 __version__ = "0.1.0"
 

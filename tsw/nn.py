@@ -20,18 +20,18 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from tsw._validation import check_choice, check_positive_int
-from tsw.circular import circular_tsw
-from tsw.db_tsw import db_tsw
-from tsw.mappings import resolve_mapping
-from tsw.partial_tsw import partial_tsw
-from tsw.s3w import s3w, s3w_unif, sample_rotations
-from tsw.sliced import max_sw, sw
-from tsw.spatial import spatial_tsw
-from tsw.spatial_sphere import spatial_stsw
-from tsw.ssw import ssw, ssw_unif
-from tsw.stsw import stsw, stsw_unif
-from tsw.tsw_sl import tsw_sl
+from tsw.core._validation import check_choice, check_positive_int
+from tsw.euclidean.circular_tsw import circular_tsw
+from tsw.euclidean.db_tsw import db_tsw
+from tsw.euclidean.mappings import resolve_mapping
+from tsw.euclidean.partial_tsw import partial_tsw
+from tsw.euclidean.spatial_tsw import spatial_tsw
+from tsw.euclidean.tsw_sl import tsw_sl
+from tsw.sliced.s3w import s3w, s3w_unif, sample_rotations
+from tsw.sliced.ssw import ssw, ssw_unif
+from tsw.sliced.sw import max_sw, sw
+from tsw.sphere.spatial_stsw import spatial_stsw
+from tsw.sphere.stsw import stsw, stsw_unif
 
 __all__ = [
     "ARIS3WLoss",

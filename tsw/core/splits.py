@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from tsw._validation import check_finite, check_tensor, mass_rtol
+from tsw.core._validation import check_finite, check_tensor, mass_rtol
 
 __all__ = ["check_alpha", "constant_split", "distance_split", "uniform_split"]
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from tsw._validation import (
+from tsw.core._validation import (
     Measures,
     check_finite,
     check_nonnegative_float,
@@ -74,7 +74,7 @@ def pow_map(X: Tensor, degree: int = DEFAULT_DEGREE, beta: float = DEFAULT_BETA)
     Examples
     --------
     >>> import torch
-    >>> from tsw.mappings import pow_map
+    >>> from tsw.euclidean.mappings import pow_map
     >>> pow_map(torch.tensor([-1.0, 0.0, 2.0]))
     tensor([-2.,  0., 10.])
     """
@@ -112,7 +112,7 @@ def poly_map(X: Tensor, degree: int = DEFAULT_DEGREE) -> Tensor:
     Examples
     --------
     >>> import torch
-    >>> from tsw.mappings import poly_map
+    >>> from tsw.euclidean.mappings import poly_map
     >>> poly_map(torch.tensor([2.0, -1.0]))  # y1^3, y1^2 y2, y1 y2^2, y2^3
     tensor([ 8., -4.,  2., -1.])
     """

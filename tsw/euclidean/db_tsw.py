@@ -7,11 +7,12 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from tsw._common import resolve_trees
-from tsw._engine import finish, tree_sliced_cost
-from tsw._validation import Measures, check_measures, check_nonnegative_float, check_p
-from tsw.splits import distance_split, uniform_split
-from tsw.trees import ConcurrentLines, sample_concurrent_lines
+from tsw.core._driver import STAR, Problem, Projection, atoms, signed_masses
+from tsw.core._slices import resolve_trees
+from tsw.core._validation import Measures, check_nonnegative_float
+from tsw.core.splits import distance_split, uniform_split
+from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
+from tsw.euclidean._lines import project
 
 __all__ = ["db_tsw"]
 
@@ -98,7 +99,7 @@ def db_tsw(
     Raises
     ------
     TypeError, ValueError
-        For malformed inputs (see :func:`tsw._validation.check_measures`), ``p < 1``,
+        For malformed inputs (see :func:`tsw.core._validation.check_measures`), ``p < 1``,
         ``delta < 0``, counts < 1, ``orthogonal`` with ``k > d``, or trees that do not
         fit the data.
 
@@ -131,25 +132,22 @@ def db_tsw(
     >>> value.shape, bool(value > 0)
     (torch.Size([]), True)
     """
-    measures = check_measures(X_s, X_t, a, b, validate=validate)
-    p = check_p(p)
+    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate)
     delta = check_nonnegative_float(delta, "delta")
     trees = resolve_db_trees(
-        measures,
+        problem,
         trees,
         n_trees=n_trees,
         n_lines=n_lines,
         orthogonal=orthogonal,
         center=center,
         root_std=root_std,
-        seed=seed,
-        generator=generator,
     )
-    return finish(db_cost(measures, trees, delta, p), p, measures)
+    return problem.evaluate(partial(db_projection, delta=delta), trees)
 
 
 def resolve_db_trees(
-    measures: Measures,
+    problem: Problem,
     trees: object,
     *,
     n_trees: int | None,
@@ -157,38 +155,37 @@ def resolve_db_trees(
     orthogonal: bool,
     center: Tensor | None,
     root_std: float,
-    seed: int | None,
-    generator: torch.Generator | None,
 ) -> ConcurrentLines:
     """Explicit concurrent-line trees checked against the data, or Db-TSW's sampled ones.
 
-    Shared by :func:`db_tsw` and :func:`tsw.partial_tsw` (same trees for the same seed).
+    Shared by :func:`db_tsw`, :func:`tsw.spatial_tsw` and :func:`tsw.partial_tsw` (the
+    same trees for the same seed).
     """
     return resolve_trees(
-        measures,
+        problem.measures,
         trees,
         (ConcurrentLines,),
         n_trees,
         n_lines,
         sampler=partial(sample_concurrent_lines, orthogonal=orthogonal),
+        rng=problem.rng,
         center=center,
         root_std=root_std,
-        seed=seed,
-        generator=generator,
     )
 
 
-def db_cost(measures: Measures, trees: ConcurrentLines, delta: float, p: float) -> Tensor:
-    """Mean over the trees of the Db-TSW per-tree cost (no ``1/p`` root), shape (B,).
+def db_projection(measures: Measures, trees: ConcurrentLines, delta: float) -> Projection:
+    r"""Db-TSW's projection: line coordinates and the distance-based split of the masses.
 
-    The distance-based split (uniform for ``delta = 0``); the measures' totals need not
-    agree (an imbalance is absorbed at each tree's root, as :func:`tsw.partial_tsw` uses).
+    ``softmax_l(-delta * dist(y, line l))`` (uniform for ``delta = 0``, with no distance
+    computed). The measures' totals need not agree: an imbalance is absorbed at each
+    tree's root (as :func:`tsw.partial_tsw` uses).
     """
+    Z = atoms(measures)
     if delta == 0:
-        k = trees.n_lines
-        return tree_sliced_cost(
-            measures, trees, p, lambda _: uniform_split(k, measures.X_s), distances=False
-        )
-    return tree_sliced_cost(
-        measures, trees, p, lambda dist: distance_split(dist, delta), distances=True
-    )
+        coords, _ = project(Z, trees, distances=False)
+        alpha = uniform_split(trees.n_lines, Z)
+    else:
+        coords, dist = project(Z, trees, distances=True)
+        alpha = distance_split(dist, delta)
+    return Projection(coords, alpha * signed_masses(measures)[:, None, None, :], STAR)

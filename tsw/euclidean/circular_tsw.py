@@ -3,33 +3,22 @@ r"""CircularTSW: the circular Radon transform on systems of lines (ICML 2025).
 A point :math:`y` lands on line :math:`l` of a tree rooted at :math:`x` at the
 coordinate :math:`t_l(y) = \|y - x - r\theta_l\|_2 \ge 0`: on the positive *ray* of the
 line. Every tree is therefore a star of :math:`k` rays, and the tree Wasserstein
-distance on it has the positive-side closed form of :mod:`tsw.tree_wasserstein`.
+distance on it has the positive-side closed form of :mod:`tsw.core.tree_wasserstein`.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import Tensor
 
-from tsw._common import resolve_trees
-from tsw._engine import (
-    line_distance,
-    offsets,
-    point_distance,
-    radial_distance,
-    safe_root,
-    tree_value,
-)
-from tsw._validation import (
-    Measures,
-    check_bool,
-    check_choice,
-    check_measures,
-    check_nonnegative_float,
-    check_p,
-)
-from tsw.splits import distance_split, uniform_split
-from tsw.trees import ConcurrentLines, sample_concurrent_lines
+from tsw.core._driver import STAR, Problem, Projection, atoms, signed_masses
+from tsw.core._slices import resolve_trees
+from tsw.core._validation import Measures, check_bool, check_choice, check_nonnegative_float
+from tsw.core.splits import distance_split, uniform_split
+from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
+from tsw.euclidean._lines import line_distance, offsets, point_distance, radial_distance
 
 __all__ = ["circular_tsw"]
 
@@ -191,25 +180,33 @@ def circular_tsw(
     >>> tsw.circular_tsw(torch.tensor([[1.0]]), torch.tensor([[3.0]]), radius=0.0, trees=ray)
     tensor(2.)
     """
-    measures = check_measures(X_s, X_t, a, b, validate=validate)
-    p = check_p(p)
+    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate)
     radius = check_nonnegative_float(radius, "radius")
     delta = check_nonnegative_float(delta, "delta")
     split = check_choice(split, "split", SPLITS)
     compat = check_bool(compat, "compat")
     trees = resolve_trees(
-        measures,
+        problem.measures,
         trees,
         (ConcurrentLines,),
         n_trees,
         n_lines,
         sampler=sample_concurrent_lines,
+        rng=problem.rng,
         center=center,
         root_std=root_std,
-        seed=seed,
-        generator=generator,
     )
-    Z = torch.cat([measures.X_s, measures.X_t], dim=-2)  # (B, n, d)
+    project = partial(circular_projection, radius=radius, delta=delta, split=split)
+    if compat:
+        return problem.evaluate(project, trees, partial(_published_cost, r0=radius == 0))
+    return problem.evaluate(project, trees)
+
+
+def circular_projection(
+    measures: Measures, trees: ConcurrentLines, radius: float, delta: float, split: str
+) -> Projection:
+    """Coordinates ``|y - x - r theta_l|`` on the rays and the distance-based split."""
+    Z = atoms(measures)
     off = offsets(Z, trees)
     # (B, T, 1, n) for r = 0: one sort per tree in the closed form
     t = radial_distance(off) if radius == 0 else point_distance(off, radius)
@@ -219,26 +216,22 @@ def circular_tsw(
         alpha = distance_split(point_distance(off, t), delta)
     else:
         alpha = distance_split(line_distance(off), delta)
-    if compat:
-        return _published_value(measures, t, alpha, p, radius == 0)
-    return tree_value(measures, t, alpha, p)
+    return Projection(t, alpha * signed_masses(measures)[:, None, None, :], STAR)
 
 
-def _published_value(measures: Measures, t: Tensor, alpha: Tensor, p: float, r0: bool) -> Tensor:
-    """Compute the published code's closed form, defects included; NOT a tree distance.
+def _published_cost(projection: Projection, p: float, r0: bool) -> Tensor:
+    """Per-tree cost of the published code's closed form, defects included; NOT a tree distance.
 
     Defect 1: edge ``[c_(j-1), c_(j)]`` is paired with the prefix mass ``P_j`` (which
     includes the far endpoint) instead of the suffix mass ``S_j``. Defect 2 (r = 0):
     the masses are gathered with the (T, 1, n) order of the shared coordinates, which
     keeps line 0's masses only.
     """
-    w = torch.cat([measures.a, -measures.b], dim=-1)
-    masses = alpha * w[:, None, None, :]
+    t, masses = projection.coords, projection.masses
     if r0:
         masses = masses[..., :1, :]
     shape = torch.broadcast_shapes(masses.shape, t.shape)
     c, idx = torch.sort(t.expand(shape), dim=-1)
     prefix = torch.gather(masses.expand(shape), -1, idx).cumsum(-1)
     edge = torch.diff(c, dim=-1, prepend=torch.zeros_like(c[..., :1]))
-    value = safe_root((prefix.abs().pow(p) * edge).sum((-1, -2)).mean(-1), p)
-    return value if measures.batched else value[0]
+    return (prefix.abs().pow(p) * edge).sum((-1, -2))

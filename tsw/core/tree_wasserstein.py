@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tsw._validation import (
+from tsw.core._validation import (
     check_finite,
     check_p,
     check_same_device_dtype,
@@ -238,7 +238,7 @@ def line_cost(coords: Tensor, masses: Tensor, p: float = 1.0, *, rays: bool = Fa
     Examples
     --------
     >>> import torch
-    >>> from tsw.tree_wasserstein import line_cost
+    >>> from tsw.core.tree_wasserstein import line_cost
     >>> line_cost(torch.tensor([1.0, 3.0]), torch.tensor([1.0, -1.0]))  # W1 = 2
     tensor(2.)
     """
@@ -284,7 +284,7 @@ def line_system_cost(
     Examples
     --------
     >>> import torch
-    >>> from tsw.tree_wasserstein import line_system_cost
+    >>> from tsw.core.tree_wasserstein import line_system_cost
     >>> # two lines through 0: +1 at t=1 on line 0 must travel to t=2 on line 1
     >>> line_system_cost(torch.tensor([[1.0], [2.0]]), torch.tensor([[1.0], [-1.0]]))
     tensor(3.)

@@ -1,4 +1,8 @@
-r"""SpatialSTSW: STSW after an injective continuous map of the sphere (spec 4.4)."""
+r"""SpatialSTSW: STSW after an injective continuous map of the sphere (spec 4.4).
+
+A composition of public functions: the map, then :func:`tsw.stsw` (which runs the
+driver) on the mapped points, so the mapped points are checked to lie on the sphere.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from tsw._validation import check_measures
-from tsw.stsw import _spherical_measures, stsw
-from tsw.trees import SphericalTrees
+from tsw.core._validation import check_measures, check_measures_on_sphere
+from tsw.core.trees import SphericalTrees
+from tsw.sphere.stsw import stsw
 
 __all__ = ["spatial_stsw", "sphere_lift"]
 
@@ -42,7 +46,7 @@ def sphere_lift(y: Tensor, eps: float = 1e-6) -> Tensor:
     Examples
     --------
     >>> import torch
-    >>> from tsw.spatial_sphere import sphere_lift
+    >>> from tsw.sphere.spatial_stsw import sphere_lift
     >>> z = sphere_lift(torch.tensor([1.0, 0.0, 0.0]))
     >>> round(float(z.norm()), 6), tuple(z.shape)
     (1.0, (4,))
@@ -124,8 +128,10 @@ def spatial_stsw(
         h = mapping
     else:
         raise TypeError(f"mapping must be 'lift' or a callable; got {type(mapping).__name__}")
-    measures = _spherical_measures(
-        check_measures(X_s, X_t, a, b, validate=validate), renormalize, validate
+    measures = check_measures_on_sphere(
+        check_measures(X_s, X_t, a, b, validate=validate),
+        renormalize=renormalize,
+        validate=validate,
     )
     sq = (lambda t: t) if measures.batched else (lambda t: t[0])
     return stsw(

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tsw._random import resolve_sampler
-from tsw._validation import (
+from tsw.core._random import resolve_sampler
+from tsw.core._validation import (
     check_finite,
     check_nonnegative_float,
     check_positive_int,

@@ -21,27 +21,24 @@ pole :math:`z = 1`).
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 from torch import Tensor
 
-from tsw._engine import safe_root
-from tsw._random import Sampler, resolve_sampler
-from tsw._validation import (
+from tsw.core._driver import LINE, Problem, Projection, line_coordinates
+from tsw.core._random import Sampler, resolve_sampler
+from tsw.core._validation import (
     Measures,
     check_bool,
-    check_measure,
-    check_measures,
+    check_measures_on_sphere,
     check_nonnegative_int,
-    check_on_sphere,
     check_orthogonal,
-    check_p,
     check_positive_int,
     check_stack,
     check_tensor,
 )
-from tsw.sliced import _projected_cost, resolve_projections
-from tsw.stsw import _spherical_measures
+from tsw.sliced.sw import resolve_projections
 
 __all__ = ["s3w", "s3w_map", "s3w_unif", "sample_rotations"]
 
@@ -245,43 +242,47 @@ def _resolve_rotations(
 
 
 def _s3w(
-    measures: Measures,
+    problem: Problem,
     *,
     n_projections: int,
-    p: float,
     n_rotations: int,
     rotations: Tensor | None,
     projections: Tensor | None,
     compat: bool,
-    sampler: Sampler,
-    validate: bool,
 ) -> Tensor:
-    """Compute the value for validated measures on the sphere (draws rotations, then directions)."""
-    X_s, X_t = measures.X_s, measures.X_t
-    rot = _resolve_rotations(rotations, n_rotations, X_s, measures.batched, sampler, validate)
-    # projections live in the mapped dimension d: checked against a d-dimensional view
-    view = measures._replace(X_s=X_s[..., :-1], X_t=X_t[..., :-1])
-    proj = resolve_projections(view, projections, n_projections, False, None, sampler.generator)
-
-    def mapped(X: Tensor) -> Tensor:  # (B, n, d+1) -> (B * R, n, d)
-        X = X.unsqueeze(1) if rot is None else X.unsqueeze(1) @ rot.transpose(-1, -2)
-        H = s3w_map(X, compat=compat)
-        return H.reshape(-1, *H.shape[2:])
-
-    B = X_s.shape[0]
-    R = 1 if rot is None else rot.shape[-3]
-    flat = Measures(
-        mapped(X_s),
-        mapped(X_t),
-        measures.a.repeat_interleave(R, 0),
-        measures.b.repeat_interleave(R, 0),
-        True,
+    """Evaluate a validated problem on the sphere (draws rotations, then directions)."""
+    measures = problem.measures
+    X_s = measures.X_s
+    rot = _resolve_rotations(
+        rotations, n_rotations, X_s, measures.batched, problem.rng, problem.validate
     )
-    if proj.ndim == 3:
-        proj = proj.repeat_interleave(R, 0)
-    cost = _projected_cost(flat, proj, p).reshape(B, -1)  # (B, R * L)
-    value = safe_root(cost.mean(-1), p)
-    return value if measures.batched else value[0]
+    # projections live in the mapped dimension d: checked against a d-dimensional view
+    view = measures._replace(X_s=X_s[..., :-1], X_t=measures.X_t[..., :-1])
+    proj = resolve_projections(view, projections, n_projections, False, problem.rng)
+    return problem.evaluate(partial(s3w_projection, compat=compat), (rot, proj))
+
+
+def s3w_projection(
+    measures: Measures, slices: tuple[Tensor | None, Tensor], compat: bool
+) -> Projection:
+    """Rotate (RI-S3W), map into the ball, project: ``R * L`` lines per item (``LINE``).
+
+    ``slices`` holds the rotations (R, d+1, d+1) or (B, R, d+1, d+1), or None (plain
+    S3W, ``R = 1``), and the directions (d, L) or (B, d, L) of the mapped space.
+    """
+    rot, proj = slices
+
+    def mapped(X: Tensor) -> Tensor:  # (B, n, d+1) -> (B, R, n, d)
+        X = X.unsqueeze(1) if rot is None else X.unsqueeze(1) @ rot.transpose(-1, -2)
+        return s3w_map(X, compat=compat)
+
+    H_s, H_t = mapped(measures.X_s), mapped(measures.X_t)
+    P = proj if proj.ndim == 2 else proj.unsqueeze(1)  # (d, L) or (B, 1, d, L)
+    B, R = H_s.shape[0], H_s.shape[1]
+    coords = line_coordinates(H_s, H_t, P)  # (B, R, L, n)
+    coords = coords.reshape(B, R * P.shape[-1], coords.shape[-1])
+    weights = torch.cat([measures.a, measures.b], dim=-1).unsqueeze(-2)  # (B, 1, n)
+    return Projection(coords, weights, LINE, n_source=measures.X_s.shape[-2])
 
 
 def s3w(
@@ -404,24 +405,22 @@ def s3w(
     >>> bool(tsw.s3w(X, Y, n_rotations=10, seed=0) > 0)
     True
     """
-    measures = check_measures(X_s, X_t, a, b, validate=validate)
-    measures = _spherical_measures(measures, renormalize, validate)
-    p = check_p(p)
+    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate)
+    problem = problem.replace(
+        measures=check_measures_on_sphere(
+            problem.measures, renormalize=renormalize, validate=validate
+        )
+    )
     check_positive_int(n_projections, "n_projections")
     check_nonnegative_int(n_rotations, "n_rotations")
     check_bool(compat, "compat")
-    X = measures.X_s
-    sampler = resolve_sampler(seed, generator, dtype=X.dtype, device=X.device)
     return _s3w(
-        measures,
+        problem,
         n_projections=n_projections,
-        p=p,
         n_rotations=n_rotations,
         rotations=rotations,
         projections=projections,
         compat=compat,
-        sampler=sampler,
-        validate=validate,
     )
 
 
@@ -488,24 +487,23 @@ def s3w_unif(
     >>> bool(tsw.s3w_unif(U, seed=0) < tsw.s3w_unif(C, seed=0))
     True
     """
-    X, w, batched = check_measure(X_s, a, validate=validate)
-    X = check_on_sphere(X, "X_s", renormalize=renormalize, validate=validate)
-    p = check_p(p)
+    problem = Problem.of_one(X_s, a, p=p, seed=seed, generator=generator, validate=validate)
+    measures = check_measures_on_sphere(
+        problem.measures, renormalize=renormalize, validate=validate
+    )
     check_positive_int(n_samples, "n_samples")
     check_positive_int(n_projections, "n_projections")
     check_nonnegative_int(n_rotations, "n_rotations")
     check_bool(compat, "compat")
-    sampler = resolve_sampler(seed, generator, dtype=X.dtype, device=X.device)
-    U = sampler.sphere(n_samples, X.shape[-1]).expand(X.shape[0], n_samples, X.shape[-1])
+    X, w = measures.X_s, measures.a
+    # the uniform side: drawn first, shared by the batch, of the total mass of a
+    U = problem.rng.sphere(n_samples, X.shape[-1]).expand(X.shape[0], n_samples, X.shape[-1])
     b = (w.sum(-1, keepdim=True) / n_samples).expand(X.shape[0], n_samples)
     return _s3w(
-        Measures(X, U, w, b, batched),
+        problem.replace(measures=measures._replace(X_t=U, b=b)),
         n_projections=n_projections,
-        p=p,
         n_rotations=n_rotations,
         rotations=rotations,
         projections=projections,
         compat=compat,
-        sampler=sampler,
-        validate=validate,
     )

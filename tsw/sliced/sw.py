@@ -2,7 +2,10 @@ r"""Sliced Wasserstein baselines: Monte-Carlo SW, orthogonal SW and max-SW.
 
 All three average (or maximise) the closed-form one-dimensional :math:`W_p^p` of the
 projected measures and return the ``1/p`` root, as POT's
-``ot.sliced_wasserstein_distance`` does.
+``ot.sliced_wasserstein_distance`` does. SW is the degenerate tree-sliced distance (one
+line per slice, no split) and goes through the driver (:mod:`tsw.core._driver`) with
+:func:`line_projection`. Max-SW does too for its value, but its direction comes from an
+ascent on the sphere that no projection describes: that loop lives in :func:`max_sw`.
 """
 
 from __future__ import annotations
@@ -12,17 +15,14 @@ import math
 import torch
 from torch import Tensor
 
-from tsw._engine import safe_root
-from tsw._random import resolve_sampler
-from tsw._validation import (
+from tsw.core._driver import LINE, Problem, Projection, closed_form, line_coordinates
+from tsw.core._random import Sampler, resolve_sampler
+from tsw.core._validation import (
     Measures,
-    check_measures,
     check_nonnegative_float,
-    check_p,
     check_positive_int,
     check_tensor,
 )
-from tsw.one_d import wasserstein_1d
 
 __all__ = ["max_sw", "sample_projections", "sw"]
 
@@ -100,28 +100,31 @@ def resolve_projections(
     projections: Tensor | None,
     n_projections: int,
     orthogonal: bool,
-    seed: int | None,
-    generator: torch.Generator | None,
+    rng: Sampler,
 ) -> Tensor:
-    """Explicit projections checked against the data, or sampled ones: (d, L) or (B, d, L)."""
+    """Explicit projections checked against the data, or drawn ones: (d, L) or (B, d, L)."""
     if projections is not None:
         return _check_projections(projections, measures)
     return sample_projections(
         measures.X_s.shape[-1],
         n_projections,
         orthogonal=orthogonal,
-        seed=seed,
-        generator=generator,
+        generator=rng.generator,
         dtype=measures.X_s.dtype,
         device=measures.X_s.device,
     )
 
 
-def _projected_cost(measures: Measures, projections: Tensor, p: float) -> Tensor:
+def line_projection(measures: Measures, projections: Tensor) -> Projection:
+    """Coordinates ``<z, theta_l>`` of the atoms on each direction (a ``LINE`` per slice)."""
+    coords = line_coordinates(measures.X_s, measures.X_t, projections)  # (B, L, n)
+    weights = torch.cat([measures.a, measures.b], dim=-1).unsqueeze(-2)  # (B, 1, n)
+    return Projection(coords, weights, LINE, n_source=measures.X_s.shape[-2])
+
+
+def _direction_costs(measures: Measures, projections: Tensor, p: float) -> Tensor:
     """Per-direction :math:`W_p^p`, shape (B, L)."""
-    us = torch.matmul(measures.X_s, projections).transpose(-1, -2)  # (B, L, N)
-    vs = torch.matmul(measures.X_t, projections).transpose(-1, -2)  # (B, L, M)
-    return wasserstein_1d(us, vs, measures.a.unsqueeze(-2), measures.b.unsqueeze(-2), p)
+    return closed_form(line_projection(measures, projections), p)
 
 
 def sw(
@@ -190,13 +193,11 @@ def sw(
     >>> tsw.sw(X, Y, projections=torch.tensor([[1.0], [0.0]]))
     tensor(3.)
     """
-    measures = check_measures(X_s, X_t, a, b, validate=validate)
-    p = check_p(p)
+    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate)
     projections = resolve_projections(
-        measures, projections, n_projections, orthogonal, seed, generator
+        problem.measures, projections, n_projections, orthogonal, problem.rng
     )
-    value = safe_root(_projected_cost(measures, projections, p).mean(-1), p)
-    return value if measures.batched else value[0]
+    return problem.evaluate(line_projection, projections)
 
 
 def max_sw(
@@ -262,13 +263,12 @@ def max_sw(
     >>> round(float(tsw.max_sw(X, Y, seed=0)), 3)
     2.0
     """
-    measures = check_measures(X_s, X_t, a, b, validate=validate)
-    p = check_p(p)
+    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate)
+    measures, p = problem.measures, problem.p
     if isinstance(n_iter, bool) or not isinstance(n_iter, int) or n_iter < 0:
         raise ValueError(f"n_iter must be an int >= 0; got {n_iter!r}")
     check_positive_int(n_init, "n_init")
     lr = check_nonnegative_float(lr, "lr")
-    d = measures.X_s.shape[-1]
     detached = Measures(
         measures.X_s.detach(),
         measures.X_t.detach(),
@@ -276,34 +276,26 @@ def max_sw(
         measures.b.detach(),
         True,
     )
-    init = sample_projections(
-        d,
-        n_init,
-        seed=seed,
-        generator=generator,
-        dtype=measures.X_s.dtype,
-        device=measures.X_s.device,
-    )
+    init = resolve_projections(detached, None, n_init, False, problem.rng)
     with torch.no_grad():
-        costs = _projected_cost(detached, init, p)  # (B, n_init)
+        costs = _direction_costs(detached, init, p)  # (B, n_init)
         theta = init.T[costs.argmax(-1)]  # (B, d)
         best_cost = costs.max(-1).values
         eta = torch.full_like(best_cost, lr)
     for _ in range(n_iter):
         with torch.enable_grad():
             th = theta.detach().requires_grad_(True)
-            (grad,) = torch.autograd.grad(_projected_cost(detached, th.unsqueeze(-1), p).sum(), th)
+            (grad,) = torch.autograd.grad(_direction_costs(detached, th.unsqueeze(-1), p).sum(), th)
         with torch.no_grad():
             tangent = grad - (grad * theta).sum(-1, keepdim=True) * theta
             norm = torch.linalg.vector_norm(tangent, dim=-1, keepdim=True)
             direction = tangent / norm.clamp_min(torch.finfo(norm.dtype).tiny)
             e = eta.unsqueeze(-1)
             cand = torch.cos(e) * theta + torch.sin(e) * direction  # geodesic step
-            cost = _projected_cost(detached, cand.unsqueeze(-1), p)[:, 0]
+            cost = _direction_costs(detached, cand.unsqueeze(-1), p)[:, 0]
             better = cost > best_cost
             theta = torch.where(better.unsqueeze(-1), cand, theta)
             best_cost = torch.where(better, cost, best_cost)
             eta = torch.where(better, (1.5 * eta).clamp_max(1.0), 0.5 * eta)
-    best = theta
-    value = safe_root(_projected_cost(measures, best.detach().unsqueeze(-1), p)[:, 0], p)
-    return value if measures.batched else value[0]
+    # the value along the final direction goes through the driver (one slice per item)
+    return problem.evaluate(line_projection, theta.detach().unsqueeze(-1))

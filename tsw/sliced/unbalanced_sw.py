@@ -10,7 +10,10 @@ r"""Sliced baselines for measures of unequal mass, wrapping POT's one-dimensiona
 Both take POT's argument order and the keyword options of :func:`tsw.sw`, and return the
 ``1/p`` root of the mean per-slice cost. POT solves on detached copies (on the CPU for the
 partial solver); the value is then recomputed in torch from POT's solution, so that
-gradients are those of the envelope theorem (the solution held fixed).
+gradients are those of the envelope theorem (the solution held fixed). They use the
+driver (:mod:`tsw.core._driver`) for validation, the seeding contract, the projections and
+the mean and root, but not its closed form: the per-slice costs come from POT's solvers,
+one call per slice.
 """
 
 from __future__ import annotations
@@ -22,33 +25,26 @@ import ot
 import torch
 from torch import Tensor
 
-from tsw._engine import finish
-from tsw._validation import (
-    Measures,
-    check_mass,
-    check_measures,
-    check_p,
-    check_positive_int,
-)
-from tsw.one_d import wasserstein_1d
-from tsw.sliced import resolve_projections
+from tsw.core._driver import Problem
+from tsw.core._validation import check_mass, check_positive_int
+from tsw.core.wasserstein_1d import wasserstein_1d
+from tsw.sliced.sw import line_projection, resolve_projections
 
 __all__ = ["partial_sw", "unbalanced_sw"]
 
 
-def _projections(
-    measures: Measures,
+def _line_coordinates(
+    problem: Problem,
     projections: Tensor | None,
     n_projections: int,
     orthogonal: bool,
-    seed: int | None,
-    generator: torch.Generator | None,
-) -> Tensor:
-    """Explicit projections checked against the data, or sampled ones; shape (B|1, d, L)."""
-    projections = resolve_projections(
-        measures, projections, n_projections, orthogonal, seed, generator
-    )
-    return projections if projections.ndim == 3 else projections.unsqueeze(0)
+) -> tuple[Tensor, Tensor]:
+    """Projected supports (B, L, N) and (B, L, M) on explicit or drawn directions."""
+    measures = problem.measures
+    proj = resolve_projections(measures, projections, n_projections, orthogonal, problem.rng)
+    coords = line_projection(measures, proj).coords
+    N = measures.X_s.shape[-2]
+    return coords[..., :N], coords[..., N:]
 
 
 def partial_sw(
@@ -144,8 +140,18 @@ def partial_sw(
                 f"partial_sw supports atoms of equal unit mass only (POT's one-dimensional "
                 f"partial solver): pass {name}=None; got a {type(w).__name__}"
             )
-    measures = check_measures(X_s, X_t, None, None, balanced=False, validate=validate)
-    p = check_p(p)
+    problem = Problem.of(
+        X_s,
+        X_t,
+        None,
+        None,
+        p=p,
+        seed=seed,
+        generator=generator,
+        validate=validate,
+        balanced=False,
+    )
+    measures, p = problem.measures, problem.p
     if p != int(p):
         # POT 0.9.7's solver takes an int: a non-integer p is silently truncated there
         raise ValueError(
@@ -155,9 +161,7 @@ def partial_sw(
     k = min(N, M) if n_transported is None else check_positive_int(n_transported, "n_transported")
     if k > min(N, M):
         raise ValueError(f"n_transported must be <= min(N, M) = {min(N, M)}; got n_transported={k}")
-    proj = _projections(measures, projections, n_projections, orthogonal, seed, generator)
-    us = torch.matmul(measures.X_s, proj).transpose(-1, -2)  # (B, L, N)
-    vs = torch.matmul(measures.X_t, proj).transpose(-1, -2)  # (B, L, M)
+    us, vs = _line_coordinates(problem, projections, n_projections, orthogonal)
     u_np = us.detach().cpu().to(torch.float64).numpy()
     v_np = vs.detach().cpu().to(torch.float64).numpy()
     B, L = us.shape[0], us.shape[1]
@@ -172,8 +176,7 @@ def partial_sw(
     sel_s = torch.gather(us, -1, torch.from_numpy(idx_s).to(us.device))
     sel_t = torch.gather(vs, -1, torch.from_numpy(idx_t).to(vs.device))
     diff = (torch.sort(sel_s, dim=-1).values - torch.sort(sel_t, dim=-1).values).abs()
-    cost = (diff if p == 1.0 else diff.pow(p)).sum(-1) / k  # (B, L)
-    return finish(cost.mean(-1), p, measures)
+    return problem.finish((diff if p == 1.0 else diff.pow(p)).sum(-1) / k)  # (B, L)
 
 
 def _check_reg_m(reg_m: object) -> tuple[float, float]:
@@ -287,8 +290,10 @@ def unbalanced_sw(
     True
     """
     given_a, given_b = a is not None, b is not None
-    measures = check_measures(X_s, X_t, a, b, balanced=False, validate=validate)
-    p = check_p(p)
+    problem = Problem.of(
+        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, balanced=False
+    )
+    measures, p = problem.measures, problem.p
     rho = _check_reg_m(reg_m)
     n_iter = check_positive_int(n_iter, "n_iter")
     m_s = check_mass(mass_s, "mass_s", measures.X_s, measures.batched, validate).reshape(-1, 1)
@@ -296,9 +301,7 @@ def unbalanced_sw(
     a_hat = measures.a / measures.a.sum(-1, keepdim=True) if given_a else measures.a
     b_hat = measures.b / measures.b.sum(-1, keepdim=True) if given_b else measures.b
     wa, wb = a_hat * m_s, b_hat * m_t  # (B, N), (B, M)
-    proj = _projections(measures, projections, n_projections, orthogonal, seed, generator)
-    us = torch.matmul(measures.X_s, proj).transpose(-1, -2)  # (B, L, N)
-    vs = torch.matmul(measures.X_t, proj).transpose(-1, -2)  # (B, L, M)
+    us, vs = _line_coordinates(problem, projections, n_projections, orthogonal)
     pi_s, pi_t = [], []
     for i in range(us.shape[0]):
         # POT solves on detached inputs; its solver differentiates internally, which
@@ -324,4 +327,4 @@ def unbalanced_sw(
         cost = cost + rho[0] * _kl(pi_s, wa.unsqueeze(-2))
     if rho[1] != math.inf:
         cost = cost + rho[1] * _kl(pi_t, wb.unsqueeze(-2))
-    return finish(cost.mean(-1), p, measures)
+    return problem.finish(cost)

@@ -2,7 +2,7 @@ r"""PartialTSW: tree-sliced partial transport between measures of unequal mass.
 
 Tran et al., NeurIPS 2025 ("tree-sliced entropy partial transport"), on the trees and the
 split of Db-TSW. The whole method is one observation about the closed form on a star of
-concurrent lines: :func:`tsw.tree_wasserstein.line_system_cost` sums, over the edges,
+concurrent lines: :func:`tsw.line_system_cost` sums, over the edges,
 the signed mass *beyond* each edge seen from the root, so a mismatch of total masses is
 absorbed at the root. That is balanced transport after the missing mass is put at the
 root, see :func:`partial_tsw` for the characterisation and its relation to the papers.
@@ -13,16 +13,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from tsw._engine import finish
-from tsw._validation import (
-    Measures,
-    check_mass,
-    check_measures,
-    check_nonnegative_float,
-    check_p,
-)
-from tsw.db_tsw import db_cost, resolve_db_trees
-from tsw.trees import ConcurrentLines
+from tsw.core._driver import Problem, Projection, closed_form
+from tsw.core._validation import Measures, check_mass, check_nonnegative_float
+from tsw.core.trees import ConcurrentLines
+from tsw.euclidean.db_tsw import db_projection, resolve_db_trees
 
 __all__ = ["partial_tsw"]
 
@@ -192,30 +186,36 @@ def partial_tsw(
     tensor(1.)
     """
     given_a, given_b = a is not None, b is not None
-    measures = check_measures(X_s, X_t, a, b, balanced=False, validate=validate)
-    p = check_p(p)
+    problem = Problem.of(
+        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, balanced=False
+    )
+    measures = problem.measures
     delta = check_nonnegative_float(delta, "delta")
     price = check_nonnegative_float(price, "price")
     m_s = check_mass(mass_s, "mass_s", measures.X_s, measures.batched, validate)
     m_t = check_mass(mass_t, "mass_t", measures.X_s, measures.batched, validate)
-    # shapes: normalised given weights (the defaults 1/N, 1/M already are)
+    # shapes: normalised given weights (the defaults 1/N, 1/M already are); the trees'
+    # default centre is the mean of the shapes, whatever the masses
     a_hat = measures.a / measures.a.sum(-1, keepdim=True) if given_a else measures.a
     b_hat = measures.b / measures.b.sum(-1, keepdim=True) if given_b else measures.b
-    shapes = Measures(measures.X_s, measures.X_t, a_hat, b_hat, measures.batched)
+    problem = problem.replace(measures=measures._replace(a=a_hat, b=b_hat))
     trees = resolve_db_trees(
-        shapes,
+        problem,
         trees,
         n_trees=n_trees,
         n_lines=n_lines,
         orthogonal=orthogonal,
         center=center,
         root_std=root_std,
-        seed=seed,
-        generator=generator,
     )
     m_s, m_t = m_s.reshape(-1, 1), m_t.reshape(-1, 1)  # (B|1, 1)
-    scaled = shapes._replace(a=a_hat * m_s, b=b_hat * m_t)
-    cost = db_cost(scaled, trees, delta, p)
-    if price > 0:
-        cost = cost + price * (m_s - m_t)[:, 0].abs().pow(p)
-    return finish(cost, p, measures)
+
+    def project(shapes: Measures, trees: ConcurrentLines) -> Projection:
+        scaled = shapes._replace(a=shapes.a * m_s, b=shapes.b * m_t)
+        return db_projection(scaled, trees, delta)
+
+    def cost(projection: Projection, p: float) -> Tensor:
+        per_tree = closed_form(projection, p)
+        return per_tree + price * (m_s - m_t).abs().pow(p) if price > 0 else per_tree
+
+    return problem.evaluate(project, trees, cost)

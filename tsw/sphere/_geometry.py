@@ -41,9 +41,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tsw._engine import _batched, _LineDistance
-from tsw._random import Sampler
-from tsw.trees import SphericalTrees
+from tsw.core._random import Sampler
+from tsw.core._safe import LineDistance
+from tsw.core._slices import with_batch_axis
+from tsw.core.trees import SphericalTrees
 
 __all__ = ["spherical_project", "uniform_projection"]
 
@@ -117,7 +118,8 @@ def spherical_project(
     Zt = Z.transpose(-1, -2)
     if D == 3:
         frames, theta = _frames(trees)
-        frames, theta = _batched(frames, 3), _batched(theta, 2)  # (B|1, T, 3, 3), (B|1, T, k)
+        # (B|1, T, 3, 3) and (B|1, T, k)
+        frames, theta = with_batch_axis(frames, 3), with_batch_axis(theta, 2)
         T = frames.shape[-3]
         A = torch.matmul(frames.reshape(frames.shape[0], 3 * T, 3), Zt).reshape(B, T, 3, n)
         rho, polar = _Polar.apply(A[..., 1, :], A[..., 2, :])  # (B, T, n)
@@ -129,17 +131,17 @@ def spherical_project(
         phi = math.pi - (math.pi - diff.abs()).abs()
         beta = (rho * _inv_norm(Z)).unsqueeze(-2) * phi
         return t, beta
-    roots = _batched(trees.roots, 2)  # (B|1, T, D)
+    roots = with_batch_axis(trees.roots, 2)  # (B|1, T, D)
     c = torch.matmul(roots, Zt)  # (B, T, n)
     sq = (Z * Z).sum(-1).unsqueeze(-2)  # (B, 1, n)
-    s = _LineDistance.apply(sq, c)  # distance to the axis: |z - <x, z> x|
+    s = LineDistance.apply(sq, c)  # distance to the axis: |z - <x, z> x|
     t = torch.atan2(s, c)
     if not angles:
         return t, None
-    dirs = _batched(trees.directions, 3)  # (B|1, T, k, D)
+    dirs = with_batch_axis(trees.directions, 3)  # (B|1, T, k, D)
     T, k = dirs.shape[-3], dirs.shape[-2]
     w = torch.matmul(dirs.reshape(dirs.shape[0], T * k, D), Zt).reshape(B, T, k, n)
-    q = _LineDistance.apply((sq - c * c).unsqueeze(-2), w)  # distance to the ray's plane
+    q = LineDistance.apply((sq - c * c).unsqueeze(-2), w)  # distance to the ray's plane
     r, phi = _Polar.apply(w, q)  # r = |z - <x, z> x| again, consistent with phi
     beta = r * phi * _inv_norm(Z).unsqueeze(-2)
     return t, beta

@@ -10,6 +10,10 @@ r"""Spherical sliced Wasserstein (SSW, Bonet et al., ICLR 2023): baselines for S
   (``semidiscrete_wasserstein2_unif_circle``), which is right for uniform weights only.
   The two agree for uniform weights (tested); weighted values are checked against an
   exact LP on the circle.
+
+Both use the driver (:mod:`tsw.core._driver`) for validation, the seeding contract, the
+mean over the great circles and the root; the per-circle costs of :func:`ssw` come from
+POT (one call per batch item), those of :func:`ssw_unif` from the closed form above.
 """
 
 from __future__ import annotations
@@ -20,16 +24,9 @@ import ot
 import torch
 from torch import Tensor
 
-from tsw._engine import safe_root
-from tsw._random import resolve_sampler
-from tsw._validation import (
-    check_measure,
-    check_measures,
-    check_on_sphere,
-    check_p,
-    check_positive_int,
-    check_stack,
-)
+from tsw.core._driver import Problem
+from tsw.core._random import resolve_sampler
+from tsw.core._validation import check_measures_on_sphere, check_positive_int, check_stack
 
 __all__ = ["sample_sphere_projections", "ssw", "ssw_unif"]
 
@@ -77,21 +74,16 @@ def sample_sphere_projections(
     return sampler.orthonormal(n_projections, n=2, dim=dim).transpose(-1, -2)
 
 
-def _resolve_projections(
-    projections: Tensor | None,
-    n_projections: int,
-    X: Tensor,
-    batched: bool,
-    seed: int | None,
-    generator: torch.Generator | None,
-) -> Tensor:
+def resolve_circles(problem: Problem, projections: Tensor | None, n_projections: int) -> Tensor:
+    """Explicit great circles checked against the data, or drawn ones: (L, d+1, 2) or (B, ...)."""
+    X = problem.measures.X_s
     D = X.shape[-1]
     if projections is None:
         return sample_sphere_projections(
-            D, n_projections, seed=seed, generator=generator, dtype=X.dtype, device=X.device
+            D, n_projections, generator=problem.rng.generator, dtype=X.dtype, device=X.device
         )
     shape = f"(L, d+1, 2) with d+1={D}"
-    return check_stack(projections, "projections", (D, 2), shape, X, batched)
+    return check_stack(projections, "projections", (D, 2), shape, X, problem.measures.batched)
 
 
 def _pot_input(X: Tensor) -> Tensor:
@@ -185,12 +177,14 @@ def ssw(
     >>> float(tsw.ssw(X, X, seed=0))
     0.0
     """
-    measures = check_measures(X_s, X_t, a, b, validate=validate)
-    Xs = check_on_sphere(measures.X_s, "X_s", renormalize=renormalize, validate=validate)
-    Xt = check_on_sphere(measures.X_t, "X_t", renormalize=renormalize, validate=validate)
-    p = check_p(p)
+    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate)
+    measures = check_measures_on_sphere(
+        problem.measures, renormalize=renormalize, validate=validate
+    )
+    problem = problem.replace(measures=measures)
+    Xs, Xt, p = measures.X_s, measures.X_t, problem.p
     check_positive_int(n_projections, "n_projections")
-    proj = _resolve_projections(projections, n_projections, Xs, measures.batched, seed, generator)
+    proj = resolve_circles(problem, projections, n_projections)
     if not validate:  # POT's binary search never ends on NaN: give NaN without calling it
         finite = torch.isfinite(Xs).all() & torch.isfinite(Xt).all()
         finite &= torch.isfinite(measures.a).all() & torch.isfinite(measures.b).all()
@@ -199,7 +193,7 @@ def ssw(
             return nan if measures.batched else nan[0]
     proj = proj.to(torch.float64)
     a, b = measures.a.to(torch.float64), measures.b.to(torch.float64)
-    values = []
+    per_circle = []
     for i in range(Xs.shape[0]):
         mass = a[i].sum()
         _, log = ot.sliced_wasserstein_sphere(
@@ -212,10 +206,9 @@ def ssw(
             n_projections=proj.shape[-3],  # POT reshapes with it even given projections
             log=True,
         )
-        # the root is taken here, with a zero subgradient at 0 (POT's gives NaN there)
-        values.append(safe_root(log["projected_emds"].mean() * mass, p))
-    out = torch.stack(values).to(Xs.dtype)
-    return out if measures.batched else out[0]
+        per_circle.append(log["projected_emds"] * mass)
+    # the mean and the root are the driver's (zero subgradient at 0; POT's gives NaN)
+    return problem.finish(torch.stack(per_circle)).to(Xs.dtype)
 
 
 def _circle_coordinates(X: Tensor, projections: Tensor) -> Tensor:
@@ -289,10 +282,15 @@ def ssw_unif(
     >>> bool(tsw.ssw_unif(X, seed=0) < 0.02)
     True
     """
-    X, w, batched = check_measure(X_s, a, validate=validate)
-    X = check_on_sphere(X, "X_s", renormalize=renormalize, validate=validate)
+    problem = Problem.of_one(X_s, a, p=2, seed=seed, generator=generator, validate=validate)
+    problem = problem.replace(
+        measures=check_measures_on_sphere(
+            problem.measures, renormalize=renormalize, validate=validate
+        )
+    )
     check_positive_int(n_projections, "n_projections")
-    proj = _resolve_projections(projections, n_projections, X, batched, seed, generator)
+    proj = resolve_circles(problem, projections, n_projections)
+    X, w = problem.measures.X_s, problem.measures.a
     mass = w.sum(-1)  # (B,)
     x, order = torch.sort(_circle_coordinates(X, proj), dim=-1)  # (B, L, N)
     wl = w.unsqueeze(-2).expand(x.shape)
@@ -300,5 +298,5 @@ def ssw_unif(
     before = ws.cumsum(-1) - ws  # c_i: weight of the points before i
     mean = (ws * x).sum(-1)
     w2 = (ws * x * x).sum(-1) - mean * mean + (ws * x * (1 - ws - 2 * before)).sum(-1) + 1 / 12
-    value = (w2.mean(-1) * mass).clamp_min(0).sqrt()
-    return value if batched else value[0]
+    # W2^2 >= 0 per circle; rounding may leave a tiny negative value
+    return problem.finish((w2 * mass.unsqueeze(-1)).clamp_min(0))

@@ -7,11 +7,12 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from tsw._common import resolve_trees
-from tsw._engine import tree_sliced
-from tsw._validation import check_choice, check_measures, check_p
-from tsw.splits import check_alpha, constant_split, uniform_split
-from tsw.trees import ChainLines, ConcurrentLines, sample_chain_lines, sample_concurrent_lines
+from tsw.core._driver import CHAIN, STAR, Problem, Projection, atoms, signed_masses
+from tsw.core._slices import resolve_trees, with_batch_axis
+from tsw.core._validation import Measures, check_choice
+from tsw.core.splits import check_alpha, constant_split, uniform_split
+from tsw.core.trees import ChainLines, ConcurrentLines, sample_chain_lines, sample_concurrent_lines
+from tsw.euclidean._lines import project
 
 __all__ = ["tsw_sl"]
 
@@ -124,28 +125,37 @@ def tsw_sl(
     >>> bool(tsw.tsw_sl(X, Y, n_trees=25, n_lines=4, seed=0) > 0)
     True
     """
-    measures = check_measures(X_s, X_t, a, b, validate=validate)
-    p = check_p(p)
+    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate)
     tree = check_choice(tree, "tree", ("chain", "concurrent"))
     if tree == "chain":
         sampler = partial(sample_chain_lines, source_range=source_range)
     else:
         sampler = sample_concurrent_lines
     trees = resolve_trees(
-        measures,
+        problem.measures,
         trees,
         (ChainLines, ConcurrentLines),
         n_trees,
         n_lines,
         sampler=sampler,
+        rng=problem.rng,
         center=center,
         root_std=root_std,
-        seed=seed,
-        generator=generator,
     )
-    T, k = trees.n_trees, trees.n_lines
+    X = problem.measures.X_s
     if alpha is None:
-        split = uniform_split(k, measures.X_s)
+        split = uniform_split(trees.n_lines, X)
     else:
-        split = constant_split(check_alpha(alpha, T, k, measures.X_s, validate))
-    return tree_sliced(measures, trees, p, lambda _: split, distances=False)
+        split = constant_split(check_alpha(alpha, trees.n_trees, trees.n_lines, X, validate))
+    return problem.evaluate(partial(constant_split_projection, split=split), trees)
+
+
+def constant_split_projection(
+    measures: Measures, trees: ChainLines | ConcurrentLines, split: Tensor
+) -> Projection:
+    """Line coordinates, and the masses split by the constant ``split`` (..., k, 1)."""
+    coords, _ = project(atoms(measures), trees, distances=False)
+    masses = split * signed_masses(measures)[:, None, None, :]
+    if isinstance(trees, ChainLines):
+        return Projection(coords, masses, CHAIN, with_batch_axis(trees.attachments, 2))
+    return Projection(coords, masses, STAR)

@@ -2,25 +2,22 @@ r"""STSW: spherical tree-sliced Wasserstein distance (Tran et al., ICLR 2025).""
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import Tensor
 
-from tsw._common import check_trees, resolve_counts
-from tsw._engine import safe_root
-from tsw._random import resolve_sampler
-from tsw._sphere import spherical_project, uniform_projection
-from tsw._validation import (
+from tsw.core._driver import RAYS, Problem, Projection, atoms, signed_masses
+from tsw.core._slices import resolve_trees
+from tsw.core._validation import (
     Measures,
-    check_measure,
-    check_measures,
+    check_measures_on_sphere,
     check_nonnegative_float,
-    check_on_sphere,
-    check_p,
     check_positive_int,
 )
-from tsw.splits import distance_split
-from tsw.tree_wasserstein import line_cost
-from tsw.trees import SphericalTrees, sample_spherical_trees
+from tsw.core.splits import distance_split
+from tsw.core.trees import SphericalTrees, sample_spherical_trees
+from tsw.sphere._geometry import spherical_project, uniform_projection
 
 __all__ = ["stsw", "stsw_unif"]
 
@@ -28,62 +25,43 @@ __all__ = ["stsw", "stsw_unif"]
 DEFAULT_COUNTS = (200, 5)
 
 
-def _spherical_measures(measures: Measures, renormalize: bool, validate: bool) -> Measures:
-    return measures._replace(
-        X_s=check_on_sphere(measures.X_s, "X_s", renormalize=renormalize, validate=validate),
-        X_t=check_on_sphere(measures.X_t, "X_t", renormalize=renormalize, validate=validate),
-    )
-
-
 def resolve_spherical_trees(
-    trees: object,
-    n_trees: int | None,
-    n_lines: int | None,
-    dim: int,
-    like: Tensor,
-    measures: Measures | None,
-    seed: int | None,
-    generator: torch.Generator | None,
+    problem: Problem, trees: object, n_trees: int | None, n_lines: int | None
 ) -> SphericalTrees:
     """Explicit spherical trees checked against the data, or trees sampled (spec 5.2)."""
-    if trees is not None:
-        if measures is not None:
-            trees = check_trees(trees, (SphericalTrees,), measures)
-        resolve_counts(trees, n_trees, n_lines)
-        return trees
-    T, k = resolve_counts(None, n_trees, n_lines, DEFAULT_COUNTS)
-    return sample_spherical_trees(
-        T, k, dim, seed=seed, generator=generator, dtype=like.dtype, device=like.device
+    return resolve_trees(
+        problem.measures,
+        trees,
+        (SphericalTrees,),
+        n_trees,
+        n_lines,
+        sampler=sample_spherical_trees,
+        rng=problem.rng,
+        defaults=DEFAULT_COUNTS,
     )
 
 
-def spherical_tree_cost(
-    Z: Tensor,
-    w: Tensor,
+def spherical_projection(
+    measures: Measures,
     trees: SphericalTrees,
     delta: float,
-    p: float,
     extra: tuple[Tensor, Tensor] | None = None,
-) -> Tensor:
-    r"""Per-tree :math:`\sum_e w_e |\Delta_e|^p` of signed masses ``w`` at points ``Z``.
+) -> Projection:
+    r"""Geodesic coordinates shared by the rays of a tree and the split masses (``RAYS``).
 
     Parameters
     ----------
-    Z : Tensor of shape (B, n, d+1)
-        Points of the sphere.
-    w : Tensor of shape (B, n)
-        Signed masses (source minus target), summing to zero.
+    measures : Measures
+        Validated measures on the sphere (an empty target for :func:`stsw_unif`).
     trees : SphericalTrees
-    delta, p : float
+    delta : float
+        Inverse temperature of the split (``0``: uniform, no angles computed).
     extra : (Tensor of shape (G,), Tensor of shape (B|1, T, k, G)), optional
         More atoms on every tree: their coordinate (the same on every ray and tree) and
         their signed mass on each ray (the projected uniform measure of
         :func:`stsw_unif`).
-
-    Returns
-    -------
-    Tensor of shape (B, T)
     """
+    Z, w = atoms(measures), signed_masses(measures)
     t, beta = spherical_project(Z, trees, angles=delta != 0)
     k = trees.n_lines
     if beta is None:
@@ -96,7 +74,7 @@ def spherical_tree_cost(
         t = torch.cat([t, coords.expand(*t.shape[:-1], coords.shape[-1])], dim=-1)
         extra_masses = extra_masses.expand(*masses.shape[:-1], coords.shape[-1])
         masses = torch.cat([masses, extra_masses], dim=-1)
-    return line_cost(t.unsqueeze(-2), masses, p, rays=True).sum(-1)  # t >= 0: rays
+    return Projection(t.unsqueeze(-2), masses, RAYS)  # t >= 0: rays
 
 
 def stsw(
@@ -167,7 +145,7 @@ def stsw(
         operating-system entropy. The global torch RNG is never used.
     validate : bool, default True
         Run the value checks (a device synchronisation), including that the rows of
-        ``X_s`` and ``X_t`` have norm 1 up to :func:`tsw._validation.sphere_tol`.
+        ``X_s`` and ``X_t`` have norm 1 up to :func:`tsw.core._validation.sphere_tol`.
     renormalize : bool, default False
         Divide the rows of ``X_s`` and ``X_t`` by their norms instead of checking them.
 
@@ -179,7 +157,7 @@ def stsw(
     Raises
     ------
     TypeError, ValueError
-        For malformed inputs (see :func:`tsw._validation.check_measures`), points off
+        For malformed inputs (see :func:`tsw.core._validation.check_measures`), points off
         the sphere (with ``validate`` and without ``renormalize``), ``d + 1 < 2``,
         ``p < 1``, ``delta < 0``, counts < 1, or trees that do not fit the data.
 
@@ -194,7 +172,7 @@ def stsw(
     distance is not differentiable, a subgradient). On :math:`\mathbb S^2` the angles
     are exact everywhere; in other dimensions they are resolved to about
     :math:`\sqrt{\epsilon}` within :math:`\sqrt{\epsilon}` of a root, its antipode or
-    the plane of a ray (see :mod:`tsw._sphere`). The value depends on the points only
+    the plane of a ray (see :mod:`tsw.sphere._geometry`). The value depends on the points only
     through ``y / |y|``. In a batch, sampled trees are shared by the items (the law does
     not depend on the data), so a batched call equals a loop with the same seed.
 
@@ -214,18 +192,15 @@ def stsw(
     >>> round(value.item(), 7)
     2.881319
     """
-    measures = check_measures(X_s, X_t, a, b, validate=validate)
-    measures = _spherical_measures(measures, renormalize, validate)
-    p = check_p(p)
-    delta = check_nonnegative_float(delta, "delta")
-    X = measures.X_s
-    trees = resolve_spherical_trees(
-        trees, n_trees, n_lines, X.shape[-1], X, measures, seed, generator
+    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate)
+    problem = problem.replace(
+        measures=check_measures_on_sphere(
+            problem.measures, renormalize=renormalize, validate=validate
+        )
     )
-    Z = torch.cat([measures.X_s, measures.X_t], dim=-2)
-    w = torch.cat([measures.a, -measures.b], dim=-1)
-    value = safe_root(spherical_tree_cost(Z, w, trees, delta, p).mean(-1), p)
-    return value if measures.batched else value[0]
+    delta = check_nonnegative_float(delta, "delta")
+    trees = resolve_spherical_trees(problem, trees, n_trees, n_lines)
+    return problem.evaluate(partial(spherical_projection, delta=delta), trees)
 
 
 def stsw_unif(
@@ -330,21 +305,21 @@ def stsw_unif(
     >>> bool(tsw.stsw_unif(X, seed=0) < 0.1 * tsw.stsw_unif(clustered, seed=0))
     True
     """
-    X, w, batched = check_measure(X_s, a, validate=validate)
-    X = check_on_sphere(X, "X_s", renormalize=renormalize, validate=validate)
-    p = check_p(p)
+    problem = Problem.of_one(X_s, a, p=p, seed=seed, generator=generator, validate=validate)
+    problem = problem.replace(
+        measures=check_measures_on_sphere(
+            problem.measures, renormalize=renormalize, validate=validate
+        )
+    )
+    X, w = problem.measures.X_s, problem.measures.a
     delta = check_nonnegative_float(delta, "delta")
     n_grid = max(256, X.shape[-2]) if n_grid is None else check_positive_int(n_grid, "n_grid")
     n_quad = check_positive_int(n_quad, "n_quad")
-    sampler = resolve_sampler(seed, generator, dtype=X.dtype, device=X.device)
-    measures = Measures(X, X, w, w, batched)
-    trees = resolve_spherical_trees(
-        trees, n_trees, n_lines, X.shape[-1], X, measures, None, sampler.generator
-    )
+    trees = resolve_spherical_trees(problem, trees, n_trees, n_lines)
     with torch.no_grad():
-        coords, unif = uniform_projection(trees, delta, n_grid, n_quad, sampler)
+        coords, unif = uniform_projection(trees, delta, n_grid, n_quad, problem.rng)
         if unif.ndim == 3:
             unif = unif.unsqueeze(0)
         unif = -unif * w.sum(-1).detach().view(-1, 1, 1, 1)
-    value = safe_root(spherical_tree_cost(X, w, trees, delta, p, (coords, unif)).mean(-1), p)
-    return value if batched else value[0]
+    project = partial(spherical_projection, delta=delta, extra=(coords, unif))
+    return problem.evaluate(project, trees)

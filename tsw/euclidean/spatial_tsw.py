@@ -3,14 +3,16 @@ r"""SpatialTSW: Db-TSW on the image of the supports by an injective map (ICML 20
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import Tensor
 
-from tsw._validation import check_measures
-from tsw.db_tsw import db_tsw
-from tsw.mappings import map_measures, resolve_mapping
-from tsw.trees import ConcurrentLines
+from tsw.core._driver import Problem
+from tsw.core._validation import check_nonnegative_float
+from tsw.core.trees import ConcurrentLines
+from tsw.euclidean.db_tsw import db_projection, resolve_db_trees
+from tsw.euclidean.mappings import map_measures, resolve_mapping
 
 __all__ = ["spatial_tsw"]
 
@@ -123,8 +125,9 @@ def spatial_tsw(
     >>> phi.weight.grad.shape
     torch.Size([2, 3])
     """
-    measures = check_measures(X_s, X_t, a, b, validate=validate)
+    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate)
     h = resolve_mapping(mapping, degree, beta)
+    measures = problem.measures
     mapped = map_measures(measures, h, validate)
     d_theta = mapped.X_s.shape[-1]
     if isinstance(trees, ConcurrentLines) and trees.dim != d_theta:
@@ -132,18 +135,15 @@ def spatial_tsw(
             f"trees must live in the mapped dimension d_theta={d_theta} (the data have "
             f"d={measures.X_s.shape[-1]}); got trees of dimension {trees.dim}"
         )
-    args = mapped if measures.batched else tuple(t[0] for t in mapped[:4])
-    return db_tsw(
-        *args[:4],
+    problem = problem.replace(measures=mapped)
+    delta = check_nonnegative_float(delta, "delta")
+    trees = resolve_db_trees(
+        problem,
+        trees,
         n_trees=n_trees,
         n_lines=n_lines,
-        delta=delta,
-        p=p,
         orthogonal=orthogonal,
-        trees=trees,
         center=center,
         root_std=root_std,
-        seed=seed,
-        generator=generator,
-        validate=False,  # the measures and the mapped points are validated above
     )
+    return problem.evaluate(partial(db_projection, delta=delta), trees)

@@ -43,7 +43,7 @@ def wasserstein_1d(
     Examples
     --------
     >>> import torch
-    >>> from tsw.one_d import wasserstein_1d
+    >>> from tsw.core.wasserstein_1d import wasserstein_1d
     >>> wasserstein_1d(torch.tensor([0.0, 1.0]), torch.tensor([2.0, 3.0]), p=2)
     tensor(4.)
     """

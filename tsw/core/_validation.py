@@ -23,6 +23,7 @@ __all__ = [
     "check_mass",
     "check_measure",
     "check_measures",
+    "check_measures_on_sphere",
     "check_nonnegative_int",
     "check_on_sphere",
     "check_orthogonal",
@@ -372,6 +373,14 @@ def check_on_sphere(X: Tensor, name: str, *, renormalize: bool, validate: bool) 
                 "Pass renormalize=True to project the rows onto the sphere"
             )
     return X
+
+
+def check_measures_on_sphere(measures: Measures, *, renormalize: bool, validate: bool) -> Measures:
+    """:func:`check_on_sphere` for both supports of validated measures."""
+    return measures._replace(
+        X_s=check_on_sphere(measures.X_s, "X_s", renormalize=renormalize, validate=validate),
+        X_t=check_on_sphere(measures.X_t, "X_t", renormalize=renormalize, validate=validate),
+    )
 
 
 def check_orthogonal(Q: Tensor, name: str) -> None:

@@ -1,0 +1,21 @@
+"""Shared machinery of every distance: nothing here knows a particular method.
+
+Public modules (their names are re-exported by :mod:`tsw`):
+
+* :mod:`tsw.core.trees`: tree-system containers (:class:`~tsw.ConcurrentLines`,
+  :class:`~tsw.ChainLines`, :class:`~tsw.SphericalTrees`) and their samplers;
+* :mod:`tsw.core.splits`: splitting maps (uniform, constant, distance-based);
+* :mod:`tsw.core.tree_wasserstein`: the closed-form OT on trees
+  (:func:`~tsw.tree_wasserstein` on any rooted tree, :func:`~tsw.line_system_cost` on
+  systems of lines, and its kernel ``line_cost``);
+* :mod:`tsw.core.wasserstein_1d`: the one-dimensional closed form of the sliced baselines.
+
+Private modules (no stability promise):
+
+* ``_driver``: the one pipeline behind every distance (:class:`Problem`,
+  :class:`Projection`, :func:`closed_form`); see ``ARCHITECTURE.md``;
+* ``_slices``: explicit-or-drawn slices (counts, root centres, checks against the data);
+* ``_validation``: argument checks with messages naming the argument;
+* ``_random``: the seeding contract (:class:`Sampler`);
+* ``_safe``: elementwise primitives with finite subgradients at their singular points.
+"""

@@ -1,0 +1,190 @@
+r"""The driver: one pipeline behind every distance of :mod:`tsw`.
+
+A distance is three things:
+
+1. how its slices are drawn (:mod:`tsw.core._slices`, :mod:`tsw.core.trees`);
+2. a *projection*: the validated measures and a block of slices mapped to a
+   :class:`Projection`, the coordinates of the atoms on every line of every tree, their
+   signed masses and the attachment structure;
+3. a closed form turning a projection into one cost per slice (:func:`closed_form`, or
+   a method's own, such as POT's circle solver for SSW).
+
+Everything else is here, written once: validation of the measures and of ``p``, the
+seeding contract, explicit-or-drawn slices, batching, the mean over the slices, the
+``1/p`` root (with a zero subgradient at 0), dtype and device, and unbatching. A method
+module holds its mathematics only; its public function reads::
+
+    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator,
+                         validate=validate)
+    trees = problem.slices(trees, ...)          # explicit, checked; or drawn
+    return problem.evaluate(my_projection, trees)
+
+``ARCHITECTURE.md`` at the repository root walks through adding a distance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from tsw.core._random import Sampler, resolve_sampler
+from tsw.core._safe import safe_root
+from tsw.core._validation import Measures, check_measure, check_measures, check_p
+from tsw.core.tree_wasserstein import line_cost, line_system_cost
+from tsw.core.wasserstein_1d import wasserstein_1d
+
+__all__ = ["CHAIN", "LINE", "RAYS", "STAR", "Problem", "Projection", "closed_form"]
+
+#: concurrent lines through one root: every line rooted at its coordinate 0
+STAR = "star"
+#: chained lines: line ``i`` hangs from line ``i - 1`` at ``attachments[..., i]``
+CHAIN = "chain"
+#: rays leaving one root (coordinates >= 0), sharing their coordinates (spherical trees)
+RAYS = "rays"
+#: one line per slice, the 1-D Wasserstein-p distance (sliced baselines)
+LINE = "line"
+
+
+class Projection(NamedTuple):
+    r"""The measures projected on a block of ``T`` slices.
+
+    Attributes
+    ----------
+    coords : Tensor of shape (B, T, k, n) or (B, T, 1, n); (B, T, n) for ``LINE``
+        Coordinate of each of the ``n = N + M`` atoms (source first) on each line of
+        each slice; size 1 on the line axis when all lines of a tree share it (sorted
+        once per tree).
+    masses : Tensor broadcastable to (B, T, k, n); (B, 1|T, n) for ``LINE``
+        Signed masses (source minus target) on each line; for ``LINE`` the
+        non-negative weights, the first ``n_source`` atoms being the source.
+    structure : {"star", "chain", "rays", "line"}
+        How the lines of a slice are glued (see the module constants).
+    attachments : Tensor of shape (B|1, T, k), optional
+        ``CHAIN`` only: where line ``i`` starts on line ``i - 1``.
+    n_source : int
+        ``LINE`` only: the number of source atoms.
+    """
+
+    coords: Tensor
+    masses: Tensor
+    structure: str = STAR
+    attachments: Tensor | None = None
+    n_source: int = 0
+
+
+def signed_masses(measures: Measures) -> Tensor:
+    """Return ``(a, -b)``, shape (B, N + M): the signed masses of the atoms ``cat(X_s, X_t)``."""
+    return torch.cat([measures.a, -measures.b], dim=-1)
+
+
+def atoms(measures: Measures) -> Tensor:
+    """``cat(X_s, X_t)`` of shape (B, N + M, d): the atoms, source first."""
+    return torch.cat([measures.X_s, measures.X_t], dim=-2)
+
+
+def line_coordinates(Y_s: Tensor, Y_t: Tensor, directions: Tensor) -> Tensor:
+    """``<y, theta_l>`` of both supports, (..., L, N + M), for a ``LINE`` projection.
+
+    ``Y_s`` (..., N, d), ``Y_t`` (..., M, d), ``directions`` (d, L) or (..., d, L). The
+    supports are multiplied separately, so that identical points of the two measures get
+    bit-identical coordinates and ``d(mu, mu) = 0`` exactly.
+    """
+    coords = torch.cat([torch.matmul(Y_s, directions), torch.matmul(Y_t, directions)], dim=-2)
+    return coords.transpose(-1, -2)
+
+
+def closed_form(projection: Projection, p: float) -> Tensor:
+    r"""Cost per slice :math:`\sum_e w_e |\Delta_e|^p` (no root), shape (B, T).
+
+    Trees (``STAR``, ``CHAIN``, ``RAYS``): the tree Wasserstein-1 distance at ``p = 1``,
+    the Sobolev transport :math:`ST_p^p` above (:func:`tsw.line_system_cost`). ``LINE``:
+    the one-dimensional :math:`W_p^p` (:func:`tsw.wasserstein_1d`).
+    """
+    c, m = projection.coords, projection.masses
+    if projection.structure == LINE:
+        n = projection.n_source
+        return wasserstein_1d(c[..., :n], c[..., n:], m[..., :n], m[..., n:], p)
+    if projection.structure == RAYS:
+        return line_cost(c, m, p, rays=True).sum(-1)
+    if projection.structure == CHAIN:
+        return line_system_cost(c, m, projection.attachments, p)
+    return line_system_cost(c, m, None, p)
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """A validated call: measures in batched form, ``p``, the randomness, ``validate``.
+
+    Build it with :meth:`of` (two measures) or :meth:`of_one` (a measure against a fixed
+    reference, such as the uniform measure on the sphere); methods that transform the
+    measures (a map, a normalisation) use :meth:`replace`.
+    """
+
+    measures: Measures
+    p: float
+    rng: Sampler
+    validate: bool
+
+    @classmethod
+    def of(
+        cls,
+        X_s: object,
+        X_t: object,
+        a: Tensor | None,
+        b: Tensor | None,
+        *,
+        p: object,
+        seed: int | None,
+        generator: torch.Generator | None,
+        validate: bool,
+        balanced: bool = True,
+    ) -> Problem:
+        """Validate two measures, ``p`` and the randomness (see :func:`check_measures`)."""
+        measures = check_measures(X_s, X_t, a, b, balanced=balanced, validate=validate)
+        return cls._build(measures, p, seed, generator, validate)
+
+    @classmethod
+    def of_one(
+        cls,
+        X_s: object,
+        a: Tensor | None,
+        *,
+        p: object,
+        seed: int | None,
+        generator: torch.Generator | None,
+        validate: bool,
+    ) -> Problem:
+        """Validate one measure; ``measures.X_t`` and ``measures.b`` are then empty."""
+        X, w, batched = check_measure(X_s, a, validate=validate)
+        measures = Measures(X, X[..., :0, :], w, w[..., :0], batched)
+        return cls._build(measures, p, seed, generator, validate)
+
+    @classmethod
+    def _build(cls, measures, p, seed, generator, validate) -> Problem:
+        p = check_p(p)
+        X = measures.X_s
+        return cls(
+            measures, p, resolve_sampler(seed, generator, dtype=X.dtype, device=X.device), validate
+        )
+
+    def replace(self, **changes: Any) -> Problem:
+        """Return a copy with some fields replaced (e.g. mapped or spherical measures)."""
+        return dataclasses.replace(self, **changes)
+
+    def evaluate(
+        self,
+        project: Callable[[Measures, Any], Projection],
+        slices: Any,
+        cost: Callable[[Projection, float], Tensor] = closed_form,
+    ) -> Tensor:
+        """Project, apply the closed form, and finish: the value, shape () or (B,)."""
+        return self.finish(cost(project(self.measures, slices), self.p))
+
+    def finish(self, per_slice: Tensor) -> Tensor:
+        """``(mean over slices) ** (1/p)`` of (B, T) costs, unbatched if the input was."""
+        value = safe_root(per_slice.mean(-1), self.p)
+        return value if self.measures.batched else value[0]

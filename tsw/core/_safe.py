@@ -1,0 +1,66 @@
+"""Elementwise primitives with finite (sub)gradients at their singular points.
+
+Shared by every geometry of :mod:`tsw`: the ``1/p`` root of a cost that can be 0, square
+roots of squared distances that can be 0 or slightly negative after rounding, and the
+distance to a line from ``|z|^2`` and ``<z, theta>``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["LineDistance", "SafeSqrt", "safe_root"]
+
+
+def safe_root(x: Tensor, p: float) -> Tensor:
+    """``x ** (1/p)`` for ``x >= 0`` with a zero (sub)gradient at ``x = 0``; NaN stays NaN."""
+    if p == 1.0:
+        return x
+    zero = x == 0
+    return torch.where(zero, torch.zeros_like(x), torch.where(zero, 1, x).pow(1.0 / p))
+
+
+class SafeSqrt(torch.autograd.Function):
+    """``sqrt(max(q, 0))`` with a zero (sub)gradient where the result is 0."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor) -> Tensor:
+        out = q.clamp_min(0).sqrt_()
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (out,) = ctx.saved_tensors
+        tiny = torch.full((), torch.finfo(out.dtype).tiny, dtype=out.dtype, device=out.device)
+        r = torch.addcmul(tiny, out, out)
+        return torch.div(out, r, out=r).mul_(grad).mul_(0.5)
+
+
+class LineDistance(torch.autograd.Function):
+    """``sqrt(max(sq - t^2, 0))``: distance to a line from ``|z - x|^2`` and ``t``.
+
+    The backward pass divides by the distance only where it is positive and gives a
+    zero (sub)gradient on the line itself, without any large boolean temporaries.
+    """
+
+    @staticmethod
+    def forward(ctx, sq: Tensor, t: Tensor) -> Tensor:
+        dist = torch.addcmul(sq, t, t, value=-1).clamp_min_(0).sqrt_()
+        ctx.save_for_backward(t, dist)
+        return dist
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        t, dist = ctx.saved_tensors
+        # grad / dist, and 0 where dist == 0: dist / (dist^2 + tiny) in two passes
+        tiny = torch.full((), torch.finfo(dist.dtype).tiny, dtype=dist.dtype, device=dist.device)
+        r = torch.addcmul(tiny, dist, dist)
+        r = torch.div(dist, r, out=r).mul_(grad)
+        grad_sq = grad_t = None
+        if ctx.needs_input_grad[0]:
+            grad_sq = 0.5 * r.sum(-2, keepdim=True) if r.shape[-2] > 1 else 0.5 * r
+        if ctx.needs_input_grad[1]:
+            grad_t = r.mul_(t).neg_()
+        return grad_sq, grad_t

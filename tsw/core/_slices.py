@@ -1,0 +1,159 @@
+"""Explicit-or-drawn slices: the part of the driver that knows where trees come from.
+
+A *slice* is what a distance projects the measures on: a tree system
+(:mod:`tsw.core.trees`), or a stack of directions for the sliced baselines. Every
+distance either checks the slices its caller passed (shape, dtype, device, dimension
+and batch against the data, counts against ``n_trees`` / ``n_lines``) or draws them from
+the driver's :class:`~tsw.core._random.Sampler` (the seeding contract).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import Tensor
+
+from tsw.core._random import Sampler
+from tsw.core._validation import (
+    Measures,
+    check_nonnegative_float,
+    check_positive_int,
+    check_tensor,
+)
+from tsw.core.trees import TreeSystem
+
+__all__ = [
+    "DEFAULT_N_LINES",
+    "DEFAULT_N_TREES",
+    "check_trees",
+    "resolve_center",
+    "resolve_counts",
+    "resolve_trees",
+    "weighted_center",
+    "with_batch_axis",
+]
+
+DEFAULT_N_TREES = 250
+DEFAULT_N_LINES = 4
+
+
+def with_batch_axis(t: Tensor, unbatched_ndim: int) -> Tensor:
+    """Add a leading batch axis of size 1 to tree tensors without one."""
+    return t if t.ndim > unbatched_ndim else t.unsqueeze(0)
+
+
+def weighted_center(measures: Measures) -> Tensor:
+    """Detached weighted mean of both measures, shape (B, d)."""
+    a, b = measures.a.detach(), measures.b.detach()
+    num = (a.unsqueeze(-1) * measures.X_s.detach()).sum(-2) + (
+        b.unsqueeze(-1) * measures.X_t.detach()
+    ).sum(-2)
+    return num / (a.sum(-1) + b.sum(-1)).unsqueeze(-1)
+
+
+def check_trees_batch(trees: TreeSystem, measures: Measures) -> None:
+    """Raise if the trees' dimension, dtype, device or batch does not fit the measures."""
+    d = measures.X_s.shape[-1]
+    if trees.dim != d:
+        raise ValueError(
+            f"trees must live in the dimension of the data, d={d}; got trees of dimension "
+            f"{trees.dim} (directions.shape={tuple(trees.directions.shape)})"
+        )
+    if (
+        trees.directions.device != measures.X_s.device
+        or trees.directions.dtype != measures.X_s.dtype
+    ):
+        raise ValueError(
+            "trees must have the dtype and device of X_s "
+            f"({measures.X_s.dtype} on {measures.X_s.device}); got "
+            f"{trees.directions.dtype} on {trees.directions.device}"
+        )
+    tb = trees.batch_size
+    B = measures.X_s.shape[0]
+    if tb is not None and (not measures.batched or tb != B):
+        shape = tuple(measures.X_s.shape if measures.batched else measures.X_s.shape[1:])
+        raise ValueError(
+            f"batched trees (batch size {tb}) need batched measures of the same batch size; "
+            f"got X_s.shape={shape}"
+        )
+
+
+def resolve_counts(
+    trees: TreeSystem | None,
+    n_trees: int | None,
+    n_lines: int | None,
+    defaults: tuple[int, int] = (DEFAULT_N_TREES, DEFAULT_N_LINES),
+) -> tuple[int, int]:
+    """Default or check ``n_trees`` / ``n_lines`` against explicit ``trees``."""
+    if trees is not None:
+        for name, given, actual in (
+            ("n_trees", n_trees, trees.n_trees),
+            ("n_lines", n_lines, trees.n_lines),
+        ):
+            if given is not None and given != actual:
+                raise ValueError(
+                    f"{name}={given} disagrees with the explicit trees, which have "
+                    f"{name}={actual}; pass {name}=None with trees="
+                )
+        return trees.n_trees, trees.n_lines
+    T = check_positive_int(defaults[0] if n_trees is None else n_trees, "n_trees")
+    k = check_positive_int(defaults[1] if n_lines is None else n_lines, "n_lines")
+    return T, k
+
+
+def resolve_center(center: Tensor | None, measures: Measures) -> Tensor:
+    """Centre of the roots: the given one, or the detached weighted mean of both measures."""
+    if center is None:
+        return weighted_center(measures)
+    check_tensor(center, "center")
+    d = measures.X_s.shape[-1]
+    B = measures.X_s.shape[0]
+    if center.shape not in ((d,), (B, d)):
+        form = f"(d,) = ({d},)" + (f" or (B, d) = ({B}, {d})" if measures.batched else "")
+        raise ValueError(f"center must have shape {form}; got center.shape={tuple(center.shape)}")
+    return center.to(dtype=measures.X_s.dtype, device=measures.X_s.device).detach()
+
+
+def check_trees(trees: object, allowed: tuple[type, ...], measures: Measures) -> TreeSystem:
+    """Check the type of explicit ``trees`` and its fit with the measures."""
+    if not isinstance(trees, allowed):
+        names = " or ".join(t.__name__ for t in allowed)
+        raise TypeError(f"trees must be {names}; got {type(trees).__name__}")
+    check_trees_batch(trees, measures)
+    return trees
+
+
+def resolve_trees(
+    measures: Measures,
+    trees: object,
+    allowed: tuple[type, ...],
+    n_trees: int | None,
+    n_lines: int | None,
+    *,
+    sampler: Callable[..., TreeSystem],
+    rng: Sampler,
+    center: Tensor | None = None,
+    root_std: float | None = None,
+    defaults: tuple[int, int] = (DEFAULT_N_TREES, DEFAULT_N_LINES),
+) -> TreeSystem:
+    """Explicit trees checked against the data, or trees drawn by ``sampler`` from ``rng``.
+
+    ``sampler(T, k, d, generator=, dtype=, device=)`` is one of the samplers of
+    :mod:`tsw.core.trees` with its structure-specific options bound. With ``root_std``
+    (Euclidean trees) it also receives ``center=`` (the given one, or the detached
+    weighted mean of both measures) and ``std=``.
+    """
+    extra = {}
+    if root_std is not None:
+        check_nonnegative_float(root_std, "root_std")
+    if trees is not None:
+        trees = check_trees(trees, allowed, measures)
+        resolve_counts(trees, n_trees, n_lines)
+        return trees
+    T, k = resolve_counts(None, n_trees, n_lines, defaults)
+    if root_std is not None:
+        extra = {"center": resolve_center(center, measures), "std": root_std}
+    X = measures.X_s
+    return sampler(
+        T, k, X.shape[-1], **extra, generator=rng.generator, dtype=X.dtype, device=X.device
+    )
