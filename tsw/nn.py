@@ -1,7 +1,17 @@
 """``torch.nn.Module`` losses: hyper-parameters in ``__init__``, tensors in ``forward``.
 
-Every loss is a thin wrapper around the function of the same name; its value equals
-the function's for the same trees. Randomness:
+Every loss is built from the function of the same name by one mechanism
+(:func:`_loss_from`): its ``__init__`` takes exactly the function's keyword options
+(names and defaults, read from the function's signature, so they cannot drift), except the
+randomness (``seed``, ``generator``) and explicit slices (``trees``, ``projections``,
+``rotations``), plus ``reduction``, ``seed`` and ``resample``; its Parameters section is
+the function's. Its value equals the function's for the same trees. Options are attributes:
+assign a new value to follow a schedule (``loss.mass_t = 1.02``); an ``nn.Parameter`` or
+``nn.Module`` option is registered (trained through the loss, moved by ``.to()``), and a
+plain tensor option is a non-persistent buffer (moved and cast by ``.to()``; assign a
+tensor to change it).
+
+Randomness:
 
 * ``resample=True`` (default): new trees or projections at every call. With
   ``seed=None`` they come from operating-system entropy; with ``seed=s`` from a
@@ -13,6 +23,8 @@ the function's for the same trees. Randomness:
 
 from __future__ import annotations
 
+import inspect
+import re
 import secrets
 from collections.abc import Callable
 from typing import Any
@@ -51,19 +63,29 @@ __all__ = [
     "TSWSLLoss",
 ]
 
+#: keyword options of a function that a loss module does not take
+NOT_OPTIONS = frozenset({"seed", "generator", "trees", "projections", "rotations"})
 
-class _RandomizedLoss(nn.Module):
-    """Shared plumbing: randomness policy and batch reduction."""
+_COMMON_DOC = """\
+reduction : {"mean", "sum", "none"}, default "mean"
+    Reduction over a batch of problems; unbatched inputs give a 0-d tensor.
+seed : int, optional
+    With ``resample=True``, seeds a generator owned by the module (a run replays
+    exactly); with ``resample=False``, the one draw used at every call. Without it,
+    operating-system entropy.
+resample : bool, default True
+    New random slices at every call; ``False`` reuses one draw."""
+
+
+class _Loss(nn.Module):
+    """What every loss shares: the options as attributes, randomness, batch reduction."""
 
     _fn: Callable[..., Tensor]
+    _options: tuple[str, ...] = ()
+    _one_measure: bool = False
 
     def __init__(
-        self,
-        *,
-        reduction: str = "mean",
-        seed: int | None = None,
-        resample: bool = True,
-        **kwargs: Any,
+        self, *, reduction: str = "mean", seed: int | None = None, resample: bool = True, **options
     ):
         super().__init__()
         self.reduction = check_choice(reduction, "reduction", ("mean", "sum", "none"))
@@ -71,7 +93,11 @@ class _RandomizedLoss(nn.Module):
             raise TypeError(f"seed must be an int or None; got {type(seed).__name__}")
         self.seed = seed
         self.resample = bool(resample)
-        self.kwargs = kwargs
+        for name, value in _bind_options(type(self), options).items():
+            if isinstance(value, Tensor) and not isinstance(value, nn.Parameter):
+                self.register_buffer(name, value, persistent=False)
+            else:
+                setattr(self, name, value)
         self._generator: torch.Generator | None = None
         if self.resample and seed is not None:
             self._generator = torch.Generator(device="cpu")
@@ -79,6 +105,11 @@ class _RandomizedLoss(nn.Module):
         self._fixed_seed = None
         if not self.resample:
             self._fixed_seed = seed if seed is not None else secrets.randbits(63)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The keyword options passed to the function at the next call."""
+        return {name: getattr(self, name) for name in self._options}
 
     def _randomness(self) -> dict[str, Any]:
         return {"generator": self._generator} if self.resample else {"seed": self._fixed_seed}
@@ -105,369 +136,27 @@ class _RandomizedLoss(nn.Module):
             A 0-d tensor (unbatched input, or ``reduction`` in {"mean", "sum"}) or a
             (B,) tensor (``reduction="none"``).
         """
-        return self._reduce(
-            type(self)._fn(X_s, X_t, a, b, **self._call_kwargs(), **self._randomness())
-        )
-
-    def _call_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of the wrapped function (hyper-parameters)."""
-        return self.kwargs
+        fn = type(self)._fn
+        return self._reduce(fn(X_s, X_t, a, b, **self.options, **self._randomness()))
 
     def extra_repr(self) -> str:
-        items = [
-            f"{k}={v!r}" for k, v in self.kwargs.items() if not isinstance(v, Tensor | nn.Module)
-        ]
+        items = []
+        for name, value in self.options.items():
+            if isinstance(value, nn.Module):
+                continue
+            if isinstance(value, Tensor):
+                value = value.tolist() if value.numel() <= 8 else f"Tensor{tuple(value.shape)}"
+            items.append(f"{name}={value!r}")
         items += [f"reduction={self.reduction!r}", f"resample={self.resample}"]
         if self.seed is not None:
             items.append(f"seed={self.seed}")
         return ", ".join(items)
 
 
-class TSWSLLoss(_RandomizedLoss):
-    """Loss module for :func:`tsw.tsw_sl` (keyword arguments as there).
-
-    Examples
-    --------
-    >>> import torch, tsw
-    >>> loss = tsw.nn.TSWSLLoss(n_trees=25, n_lines=4, seed=0)
-    >>> X = torch.randn(10, 2, requires_grad=True)
-    >>> loss(X, torch.randn(12, 2)).backward()
-    >>> X.grad.shape
-    torch.Size([10, 2])
-    """
-
-    _fn = staticmethod(tsw_sl)
-
-    def __init__(
-        self,
-        *,
-        n_trees: int | None = None,
-        n_lines: int | None = None,
-        p: float = 1,
-        tree: str = "chain",
-        alpha: Tensor | None = None,
-        center: Tensor | None = None,
-        root_std: float = 0.1,
-        source_range: float = 1.0,
-        validate: bool = True,
-        reduction: str = "mean",
-        seed: int | None = None,
-        resample: bool = True,
-    ):
-        super().__init__(
-            n_trees=n_trees,
-            n_lines=n_lines,
-            p=p,
-            tree=tree,
-            alpha=alpha,
-            center=center,
-            root_std=root_std,
-            source_range=source_range,
-            validate=validate,
-            reduction=reduction,
-            seed=seed,
-            resample=resample,
-        )
-
-
-class DbTSWLoss(_RandomizedLoss):
-    """Loss module for :func:`tsw.db_tsw` (keyword arguments as there).
-
-    Examples
-    --------
-    >>> import torch, tsw
-    >>> loss = tsw.nn.DbTSWLoss(n_trees=50, n_lines=4, delta=2.0, seed=0, reduction="none")
-    >>> loss(torch.randn(3, 10, 5), torch.randn(3, 8, 5)).shape
-    torch.Size([3])
-    """
-
-    _fn = staticmethod(db_tsw)
-
-    def __init__(
-        self,
-        *,
-        n_trees: int | None = None,
-        n_lines: int | None = None,
-        delta: float = 2.0,
-        p: float = 1,
-        orthogonal: bool = False,
-        center: Tensor | None = None,
-        root_std: float = 0.1,
-        validate: bool = True,
-        reduction: str = "mean",
-        seed: int | None = None,
-        resample: bool = True,
-    ):
-        super().__init__(
-            n_trees=n_trees,
-            n_lines=n_lines,
-            delta=delta,
-            p=p,
-            orthogonal=orthogonal,
-            center=center,
-            root_std=root_std,
-            validate=validate,
-            reduction=reduction,
-            seed=seed,
-            resample=resample,
-        )
-
-
-class CircularTSWLoss(_RandomizedLoss):
-    """Loss module for :func:`tsw.circular_tsw` (keyword arguments as there).
-
-    Examples
-    --------
-    >>> import torch, tsw
-    >>> loss = tsw.nn.CircularTSWLoss(radius=0.0, n_trees=50, n_lines=4, seed=0)
-    >>> X = torch.randn(10, 3, requires_grad=True)
-    >>> loss(X, torch.randn(12, 3)).backward()
-    >>> X.grad.shape
-    torch.Size([10, 3])
-    """
-
-    _fn = staticmethod(circular_tsw)
-
-    def __init__(
-        self,
-        *,
-        radius: float,
-        n_trees: int | None = None,
-        n_lines: int | None = None,
-        delta: float = 2.0,
-        p: float = 1,
-        split: str = "image",
-        compat: bool = False,
-        center: Tensor | None = None,
-        root_std: float = 0.1,
-        validate: bool = True,
-        reduction: str = "mean",
-        seed: int | None = None,
-        resample: bool = True,
-    ):
-        super().__init__(
-            radius=radius,
-            n_trees=n_trees,
-            n_lines=n_lines,
-            delta=delta,
-            p=p,
-            split=split,
-            compat=compat,
-            center=center,
-            root_std=root_std,
-            validate=validate,
-            reduction=reduction,
-            seed=seed,
-            resample=resample,
-        )
-
-
-class SpatialTSWLoss(_RandomizedLoss):
-    """Loss module for :func:`tsw.spatial_tsw` (keyword arguments as there).
-
-    A ``torch.nn.Module`` mapping is registered as the submodule ``mapping``: its
-    parameters appear in ``loss.parameters()`` and are trained through the loss
-    (for instance maximised adversarially, or learned jointly with a model).
-
-    Examples
-    --------
-    >>> import torch, tsw
-    >>> phi = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-    >>> class Graph(torch.nn.Module):  # h(y) = (y, phi(y)): injective for any phi
-    ...     def __init__(self):
-    ...         super().__init__()
-    ...         self.phi = phi
-    ...     def forward(self, Z):
-    ...         return torch.cat([Z, self.phi(Z)], dim=-1)
-    >>> loss = tsw.nn.SpatialTSWLoss(mapping=Graph(), n_trees=50, seed=0)
-    >>> len(list(loss.parameters()))
-    4
-    >>> loss(torch.randn(10, 2), torch.randn(12, 2)).backward()
-    >>> phi[0].weight.grad is not None
-    True
-    """
-
-    _fn = staticmethod(spatial_tsw)
-
-    def __init__(
-        self,
-        *,
-        mapping: str | Callable[[Tensor], Tensor] = "pow",
-        degree: int | None = None,
-        beta: float | None = None,
-        n_trees: int | None = None,
-        n_lines: int | None = None,
-        delta: float = 2.0,
-        p: float = 1,
-        orthogonal: bool = False,
-        center: Tensor | None = None,
-        root_std: float = 0.1,
-        validate: bool = True,
-        reduction: str = "mean",
-        seed: int | None = None,
-        resample: bool = True,
-    ):
-        super().__init__(
-            mapping=mapping,
-            degree=degree,
-            beta=beta,
-            n_trees=n_trees,
-            n_lines=n_lines,
-            delta=delta,
-            p=p,
-            orthogonal=orthogonal,
-            center=center,
-            root_std=root_std,
-            validate=validate,
-            reduction=reduction,
-            seed=seed,
-            resample=resample,
-        )
-        resolve_mapping(mapping, degree, beta)  # bad options raise here, not at the first call
-        if isinstance(mapping, nn.Module):
-            self.mapping = mapping  # registered: trained through the loss, moved by .to()
-
-
-class PartialTSWLoss(_RandomizedLoss):
-    """Loss module for :func:`tsw.partial_tsw` (keyword arguments as there).
-
-    ``mass_s`` and ``mass_t`` are attributes read at every call: assign a new float to
-    follow a schedule (``loss.mass_t = 1.02``), or pass an ``nn.Parameter`` to learn a
-    mass (it is then registered as a parameter of the module).
-
-    Examples
-    --------
-    >>> import torch, tsw
-    >>> mass = torch.nn.Parameter(torch.tensor(0.8))
-    >>> loss = tsw.nn.PartialTSWLoss(mass_t=mass, n_trees=20, n_lines=3, seed=0)
-    >>> loss(torch.randn(10, 3), torch.randn(12, 3)).backward()
-    >>> mass.grad is not None, [n for n, _ in loss.named_parameters()]
-    (True, ['mass_t'])
-    """
-
-    _fn = staticmethod(partial_tsw)
-
-    def __init__(
-        self,
-        *,
-        mass_s: float | Tensor = 1.0,
-        mass_t: float | Tensor = 1.0,
-        n_trees: int | None = None,
-        n_lines: int | None = None,
-        delta: float = 2.0,
-        p: float = 1,
-        price: float = 0.0,
-        orthogonal: bool = False,
-        center: Tensor | None = None,
-        root_std: float = 0.1,
-        validate: bool = True,
-        reduction: str = "mean",
-        seed: int | None = None,
-        resample: bool = True,
-    ):
-        super().__init__(
-            n_trees=n_trees,
-            n_lines=n_lines,
-            delta=delta,
-            p=p,
-            price=price,
-            orthogonal=orthogonal,
-            center=center,
-            root_std=root_std,
-            validate=validate,
-            reduction=reduction,
-            seed=seed,
-            resample=resample,
-        )
-        self.mass_s = mass_s
-        self.mass_t = mass_t
-
-    def _call_kwargs(self) -> dict[str, Any]:
-        return {**self.kwargs, "mass_s": self.mass_s, "mass_t": self.mass_t}
-
-    def extra_repr(self) -> str:
-        """Show the masses (tensors by their values), then the other hyper-parameters."""
-        masses = [
-            f"{name}={v.tolist() if isinstance(v, Tensor) else v!r}"
-            for name, v in (("mass_s", self.mass_s), ("mass_t", self.mass_t))
-        ]
-        return ", ".join([*masses, super().extra_repr()])
-
-
-class SWLoss(_RandomizedLoss):
-    """Loss module for :func:`tsw.sw` (``orthogonal=True`` for orthogonal SW).
-
-    Examples
-    --------
-    >>> import torch, tsw
-    >>> loss = tsw.nn.SWLoss(n_projections=100, p=2, seed=0)
-    >>> float(loss(torch.zeros(4, 3), torch.zeros(5, 3)))
-    0.0
-    """
-
-    _fn = staticmethod(sw)
-
-    def __init__(
-        self,
-        *,
-        n_projections: int = 50,
-        p: float = 2,
-        orthogonal: bool = False,
-        validate: bool = True,
-        reduction: str = "mean",
-        seed: int | None = None,
-        resample: bool = True,
-    ):
-        super().__init__(
-            n_projections=n_projections,
-            p=p,
-            orthogonal=orthogonal,
-            validate=validate,
-            reduction=reduction,
-            seed=seed,
-            resample=resample,
-        )
-
-
-class MaxSWLoss(_RandomizedLoss):
-    """Loss module for :func:`tsw.max_sw` (keyword arguments as there).
-
-    Examples
-    --------
-    >>> import torch, tsw
-    >>> loss = tsw.nn.MaxSWLoss(n_iter=10, seed=0)
-    >>> loss(torch.zeros(4, 3), torch.ones(5, 3)).item() > 0
-    True
-    """
-
-    _fn = staticmethod(max_sw)
-
-    def __init__(
-        self,
-        *,
-        p: float = 2,
-        n_iter: int = 100,
-        lr: float = 0.05,
-        n_init: int = 16,
-        validate: bool = True,
-        reduction: str = "mean",
-        seed: int | None = None,
-        resample: bool = True,
-    ):
-        super().__init__(
-            p=p,
-            n_iter=n_iter,
-            lr=lr,
-            n_init=n_init,
-            validate=validate,
-            reduction=reduction,
-            seed=seed,
-            resample=resample,
-        )
-
-
-class _RandomizedUnifLoss(_RandomizedLoss):
+class _UnifLoss(_Loss):
     """A distance to the uniform measure on the sphere: ``forward(X_s, a=None)``."""
+
+    _one_measure = True
 
     def forward(self, X_s: Tensor, a: Tensor | None = None) -> Tensor:  # type: ignore[override]
         """Loss between ``(X_s, a)`` and the uniform measure, reduced over a batch.
@@ -483,14 +172,209 @@ class _RandomizedUnifLoss(_RandomizedLoss):
             A 0-d tensor (unbatched input, or ``reduction`` in {"mean", "sum"}) or a
             (B,) tensor (``reduction="none"``).
         """
-        return self._reduce(type(self)._fn(X_s, a, **self.kwargs, **self._randomness()))
+        fn = type(self)._fn
+        return self._reduce(fn(X_s, a, **self.options, **self._randomness()))
 
 
-class STSWLoss(_RandomizedLoss):
-    """Loss module for :func:`tsw.stsw` (keyword arguments as there).
+def function_options(
+    fn: Callable, exclude: frozenset[str] = NOT_OPTIONS
+) -> list[inspect.Parameter]:
+    """List the keyword-only parameters of ``fn`` that a loss module takes, in order."""
+    params = inspect.signature(fn).parameters.values()
+    return [q for q in params if q.kind is q.KEYWORD_ONLY and q.name not in exclude]
 
-    Examples
-    --------
+
+def _bind_options(cls: type, given: dict[str, Any]) -> dict[str, Any]:
+    """Check option names against the class's signature and fill in the defaults."""
+    params = {q.name: q for q in cls._signature_options}
+    unknown = sorted(set(given) - set(params))
+    if unknown:
+        raise TypeError(
+            f"{cls.__name__} got unexpected keyword argument(s) {', '.join(unknown)}; its "
+            f"options are {', '.join(params)}, reduction, seed and resample"
+        )
+    out = {}
+    for name, q in params.items():
+        if name in given:
+            out[name] = given[name]
+        elif q.default is inspect.Parameter.empty:
+            raise TypeError(f"{cls.__name__} missing required keyword argument {name!r}")
+        else:
+            out[name] = q.default
+    return out
+
+
+def _parameter_docs(fn: Callable, names: set[str]) -> str:
+    """Return the entries of ``fn``'s numpydoc Parameters section that document ``names``."""
+    doc = inspect.getdoc(fn) or ""
+    match = re.search(r"^Parameters\n-+\n(.*?)(?=^\w[^\n]*\n-+\n|\Z)", doc, re.S | re.M)
+    entries = re.split(r"\n(?=\S)", match.group(1).strip()) if match else []
+    keep = []
+    for entry in entries:
+        head = entry.split("\n", 1)[0]
+        listed = [n.strip() for n in head.split(" : ", 1)[0].split(",")]
+        if any(n in names for n in listed):
+            keep.append(entry)
+    return "\n".join(keep)
+
+
+def _loss_from(
+    fn: Callable,
+    name: str,
+    summary: str,
+    examples: str,
+    *,
+    base: type[_Loss] = _Loss,
+    exclude: frozenset[str] = NOT_OPTIONS,
+    check: Callable[[dict[str, Any]], None] | None = None,
+) -> type[_Loss]:
+    """Build the loss class ``name`` from the function ``fn`` (options, signature, docs)."""
+    options = function_options(fn, exclude)
+    own = inspect.signature(_Loss.__init__).parameters
+    common = [own[k] for k in ("reduction", "seed", "resample")]
+    signature = inspect.Signature(
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *options, *common]
+    )
+
+    def init(self, **kwargs: Any) -> None:
+        base.__init__(self, **kwargs)
+        if check is not None:
+            check(self.options)
+
+    init.__signature__ = signature  # type: ignore[attr-defined]
+    init.__doc__ = f"See :class:`{name}`."
+    params = _parameter_docs(fn, {q.name for q in options})
+    doc = (
+        f"{summary}\n\nLoss module for :func:`tsw.{fn.__name__}`: the function's options in "
+        "``__init__``, tensors in ``forward``.\n\nParameters\n----------\n"
+        f"{params}\n{_COMMON_DOC}\n\nExamples\n--------\n{inspect.cleandoc(examples)}\n"
+    )
+    namespace = {
+        "__init__": init,
+        "__doc__": doc,
+        "__module__": __name__,
+        "__qualname__": name,
+        "_fn": staticmethod(fn),
+        "_options": tuple(q.name for q in options),
+        "_signature_options": tuple(options),
+    }
+    return type(name, (base,), namespace)
+
+
+def _check_spatial(options: dict[str, Any]) -> None:
+    # bad map options raise here, not at the first call
+    resolve_mapping(options["mapping"], options["degree"], options["beta"])
+
+
+TSWSLLoss = _loss_from(
+    tsw_sl,
+    "TSWSLLoss",
+    "TSW-SL loss: tree-sliced Wasserstein on systems of lines.",
+    """
+    >>> import torch, tsw
+    >>> loss = tsw.nn.TSWSLLoss(n_trees=25, n_lines=4, seed=0)
+    >>> X = torch.randn(10, 2, requires_grad=True)
+    >>> loss(X, torch.randn(12, 2)).backward()
+    >>> X.grad.shape
+    torch.Size([10, 2])
+    """,
+)
+
+DbTSWLoss = _loss_from(
+    db_tsw,
+    "DbTSWLoss",
+    "Db-TSW loss (Db-TSW⊥ with ``orthogonal=True``): distance-based tree-sliced Wasserstein.",
+    """
+    >>> import torch, tsw
+    >>> loss = tsw.nn.DbTSWLoss(n_trees=50, n_lines=4, delta=2.0, seed=0, reduction="none")
+    >>> loss(torch.randn(3, 10, 5), torch.randn(3, 8, 5)).shape
+    torch.Size([3])
+    """,
+)
+
+CircularTSWLoss = _loss_from(
+    circular_tsw,
+    "CircularTSWLoss",
+    "CircularTSW loss: the circular Radon transform on systems of lines.",
+    """
+    >>> import torch, tsw
+    >>> loss = tsw.nn.CircularTSWLoss(radius=0.0, n_trees=50, n_lines=4, seed=0)
+    >>> X = torch.randn(10, 3, requires_grad=True)
+    >>> loss(X, torch.randn(12, 3)).backward()
+    >>> X.grad.shape
+    torch.Size([10, 3])
+    """,
+)
+
+SpatialTSWLoss = _loss_from(
+    spatial_tsw,
+    "SpatialTSWLoss",
+    "SpatialTSW loss: Db-TSW on an injective map of the supports; an ``nn.Module`` mapping "
+    "is registered as the submodule ``mapping`` (its parameters train through the loss).",
+    """
+    >>> import torch, tsw
+    >>> phi = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    >>> class Graph(torch.nn.Module):  # h(y) = (y, phi(y)): injective for any phi
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.phi = phi
+    ...     def forward(self, Z):
+    ...         return torch.cat([Z, self.phi(Z)], dim=-1)
+    >>> loss = tsw.nn.SpatialTSWLoss(mapping=Graph(), n_trees=50, seed=0)
+    >>> len(list(loss.parameters()))
+    4
+    >>> loss(torch.randn(10, 2), torch.randn(12, 2)).backward()
+    >>> phi[0].weight.grad is not None
+    True
+    """,
+    check=_check_spatial,
+)
+
+PartialTSWLoss = _loss_from(
+    partial_tsw,
+    "PartialTSWLoss",
+    "PartialTSW loss for measures of unequal mass. ``mass_s`` and ``mass_t`` are read at "
+    "every call: assign a new float to follow a schedule (``loss.mass_t = 1.02``), or pass "
+    "an ``nn.Parameter`` to learn a mass (it is then a parameter of the module).",
+    """
+    >>> import torch, tsw
+    >>> mass = torch.nn.Parameter(torch.tensor(0.8))
+    >>> loss = tsw.nn.PartialTSWLoss(mass_t=mass, n_trees=20, n_lines=3, seed=0)
+    >>> loss(torch.randn(10, 3), torch.randn(12, 3)).backward()
+    >>> mass.grad is not None, [n for n, _ in loss.named_parameters()]
+    (True, ['mass_t'])
+    """,
+)
+
+SWLoss = _loss_from(
+    sw,
+    "SWLoss",
+    "Sliced Wasserstein loss (orthogonal SW with ``orthogonal=True``).",
+    """
+    >>> import torch, tsw
+    >>> loss = tsw.nn.SWLoss(n_projections=100, p=2, seed=0)
+    >>> float(loss(torch.zeros(4, 3), torch.zeros(5, 3)))
+    0.0
+    """,
+)
+
+MaxSWLoss = _loss_from(
+    max_sw,
+    "MaxSWLoss",
+    "Max-sliced Wasserstein loss (the direction by Riemannian ascent at every call).",
+    """
+    >>> import torch, tsw
+    >>> loss = tsw.nn.MaxSWLoss(n_iter=10, seed=0)
+    >>> loss(torch.zeros(4, 3), torch.ones(5, 3)).item() > 0
+    True
+    """,
+)
+
+STSWLoss = _loss_from(
+    stsw,
+    "STSWLoss",
+    "STSW loss between measures on the sphere.",
+    """
     >>> import torch, tsw
     >>> loss = tsw.nn.STSWLoss(n_trees=50, n_lines=5, seed=0)
     >>> X = torch.nn.functional.normalize(torch.randn(10, 3), dim=-1).requires_grad_()
@@ -498,202 +382,68 @@ class STSWLoss(_RandomizedLoss):
     >>> loss(X, Y).backward()
     >>> X.grad.shape
     torch.Size([10, 3])
+    """,
+)
+
+SpatialSTSWLoss = _loss_from(
+    spatial_stsw,
+    "SpatialSTSWLoss",
+    "SpatialSTSW loss; an ``nn.Module`` mapping is registered as the submodule ``mapping``.",
     """
-
-    _fn = staticmethod(stsw)
-
-    def __init__(
-        self,
-        *,
-        n_trees: int | None = None,
-        n_lines: int | None = None,
-        delta: float = 2.0,
-        p: float = 1,
-        validate: bool = True,
-        renormalize: bool = False,
-        reduction: str = "mean",
-        seed: int | None = None,
-        resample: bool = True,
-    ):
-        super().__init__(
-            n_trees=n_trees,
-            n_lines=n_lines,
-            delta=delta,
-            p=p,
-            validate=validate,
-            renormalize=renormalize,
-            reduction=reduction,
-            seed=seed,
-            resample=resample,
-        )
-
-
-class SpatialSTSWLoss(_RandomizedLoss):
-    """Loss module for :func:`tsw.spatial_stsw` (keyword arguments as there).
-
-    A ``torch.nn.Module`` mapping is registered as the submodule ``mapping``.
-
-    Examples
-    --------
     >>> import torch, tsw
     >>> loss = tsw.nn.SpatialSTSWLoss(n_trees=20, seed=0)
     >>> X = torch.nn.functional.normalize(torch.randn(10, 3), dim=-1)
     >>> Y = torch.nn.functional.normalize(torch.randn(12, 3), dim=-1)
     >>> loss(X, Y).item() > 0
     True
+    """,
+)
+
+STSWUnifLoss = _loss_from(
+    stsw_unif,
+    "STSWUnifLoss",
+    "STSW to the uniform measure on the sphere (a uniformity regulariser): ``loss(X_s, a=None)``.",
     """
-
-    _fn = staticmethod(spatial_stsw)
-
-    def __init__(
-        self,
-        *,
-        mapping: str | Callable[[Tensor], Tensor] = "lift",
-        n_trees: int | None = None,
-        n_lines: int | None = None,
-        delta: float = 2.0,
-        p: float = 1,
-        validate: bool = True,
-        renormalize: bool = False,
-        reduction: str = "mean",
-        seed: int | None = None,
-        resample: bool = True,
-    ):
-        super().__init__(
-            mapping=mapping,
-            n_trees=n_trees,
-            n_lines=n_lines,
-            delta=delta,
-            p=p,
-            validate=validate,
-            renormalize=renormalize,
-            reduction=reduction,
-            seed=seed,
-            resample=resample,
-        )
-        if isinstance(mapping, nn.Module):
-            self.mapping = mapping
-
-
-class STSWUnifLoss(_RandomizedUnifLoss):
-    """Loss module for :func:`tsw.stsw_unif`: ``loss(X_s, a=None)``.
-
-    Examples
-    --------
     >>> import torch, tsw
     >>> loss = tsw.nn.STSWUnifLoss(n_trees=50, seed=0, reduction="none")
     >>> loss(torch.nn.functional.normalize(torch.randn(4, 10, 3), dim=-1)).shape
     torch.Size([4])
+    """,
+    base=_UnifLoss,
+)
+
+SSWLoss = _loss_from(
+    ssw,
+    "SSWLoss",
+    "Spherical sliced Wasserstein loss (POT's SSW).",
     """
-
-    _fn = staticmethod(stsw_unif)
-
-    def __init__(
-        self,
-        *,
-        n_trees: int | None = None,
-        n_lines: int | None = None,
-        delta: float = 2.0,
-        p: float = 1,
-        n_grid: int | None = None,
-        n_quad: int = 128,
-        validate: bool = True,
-        renormalize: bool = False,
-        reduction: str = "mean",
-        seed: int | None = None,
-        resample: bool = True,
-    ):
-        super().__init__(
-            n_trees=n_trees,
-            n_lines=n_lines,
-            delta=delta,
-            p=p,
-            n_grid=n_grid,
-            n_quad=n_quad,
-            validate=validate,
-            renormalize=renormalize,
-            reduction=reduction,
-            seed=seed,
-            resample=resample,
-        )
-
-
-class SSWLoss(_RandomizedLoss):
-    """Loss module for :func:`tsw.ssw` (keyword arguments as there).
-
-    Examples
-    --------
     >>> import torch, tsw
     >>> loss = tsw.nn.SSWLoss(n_projections=20, seed=0)
     >>> X = torch.nn.functional.normalize(torch.randn(10, 3), dim=-1)
     >>> float(loss(X, X))
     0.0
+    """,
+)
+
+SSWUnifLoss = _loss_from(
+    ssw_unif,
+    "SSWUnifLoss",
+    "SSW_2 to the uniform measure on the sphere: ``loss(X_s, a=None)``.",
     """
-
-    _fn = staticmethod(ssw)
-
-    def __init__(
-        self,
-        *,
-        n_projections: int = 50,
-        p: float = 2,
-        validate: bool = True,
-        renormalize: bool = False,
-        reduction: str = "mean",
-        seed: int | None = None,
-        resample: bool = True,
-    ):
-        super().__init__(
-            n_projections=n_projections,
-            p=p,
-            validate=validate,
-            renormalize=renormalize,
-            reduction=reduction,
-            seed=seed,
-            resample=resample,
-        )
-
-
-class SSWUnifLoss(_RandomizedUnifLoss):
-    """Loss module for :func:`tsw.ssw_unif`: ``loss(X_s, a=None)``.
-
-    Examples
-    --------
     >>> import torch, tsw
     >>> loss = tsw.nn.SSWUnifLoss(n_projections=20, seed=0)
     >>> loss(torch.nn.functional.normalize(torch.randn(10, 3), dim=-1)).shape
     torch.Size([])
+    """,
+    base=_UnifLoss,
+)
+
+S3WLoss = _loss_from(
+    s3w,
+    "S3WLoss",
+    "S3W loss (``n_rotations=0``) or RI-S3W (``n_rotations >= 1``); with ``resample=True`` "
+    "every call draws new rotations and directions.",
     """
-
-    _fn = staticmethod(ssw_unif)
-
-    def __init__(
-        self,
-        *,
-        n_projections: int = 50,
-        validate: bool = True,
-        renormalize: bool = False,
-        reduction: str = "mean",
-        seed: int | None = None,
-        resample: bool = True,
-    ):
-        super().__init__(
-            n_projections=n_projections,
-            validate=validate,
-            renormalize=renormalize,
-            reduction=reduction,
-            seed=seed,
-            resample=resample,
-        )
-
-
-class S3WLoss(_RandomizedLoss):
-    """Loss module for :func:`tsw.s3w`: S3W (``n_rotations=0``) or RI-S3W (``n_rotations >= 1``).
-
-    With ``resample=True`` every call draws new rotations and directions.
-
-    Examples
-    --------
     >>> import torch, tsw
     >>> loss = tsw.nn.S3WLoss(n_projections=50, n_rotations=5, seed=0)
     >>> X = torch.nn.functional.normalize(torch.randn(10, 3), dim=-1).requires_grad_()
@@ -701,37 +451,32 @@ class S3WLoss(_RandomizedLoss):
     >>> loss(X, Y).backward()
     >>> X.grad.shape
     torch.Size([10, 3])
+    """,
+)
+
+S3WUnifLoss = _loss_from(
+    s3w_unif,
+    "S3WUnifLoss",
+    "S3W / RI-S3W to a sample of the uniform measure on the sphere: ``loss(X_s, a=None)``.",
     """
+    >>> import torch, tsw
+    >>> loss = tsw.nn.S3WUnifLoss(n_samples=500, n_rotations=3, seed=0, reduction="none")
+    >>> loss(torch.nn.functional.normalize(torch.randn(4, 10, 3), dim=-1)).shape
+    torch.Size([4])
+    """,
+    base=_UnifLoss,
+)
 
-    _fn = staticmethod(s3w)
-
-    def __init__(
-        self,
-        *,
-        n_projections: int = 50,
-        p: float = 2,
-        n_rotations: int = 0,
-        compat: bool = False,
-        validate: bool = True,
-        renormalize: bool = False,
-        reduction: str = "mean",
-        seed: int | None = None,
-        resample: bool = True,
-    ):
-        super().__init__(
-            n_projections=n_projections,
-            p=p,
-            n_rotations=n_rotations,
-            compat=compat,
-            validate=validate,
-            renormalize=renormalize,
-            reduction=reduction,
-            seed=seed,
-            resample=resample,
-        )
+_S3WPoolBase = _loss_from(
+    s3w,
+    "_S3WPoolBase",
+    "S3W with rotations from a pool.",
+    "",
+    exclude=NOT_OPTIONS | {"n_rotations"},
+)
 
 
-class ARIS3WLoss(_RandomizedLoss):
+class ARIS3WLoss(_S3WPoolBase):
     """ARI-S3W: RI-S3W with its rotations drawn from a pool sampled once (Tran et al. 2024).
 
     At construction the module samples ``pool_size`` Haar rotations of ``R^dim``
@@ -783,33 +528,9 @@ class ARIS3WLoss(_RandomizedLoss):
     0.0
     """
 
-    _fn = staticmethod(s3w)
-
-    def __init__(
-        self,
-        *,
-        dim: int,
-        pool_size: int = 100,
-        n_rotations: int = 1,
-        n_projections: int = 50,
-        p: float = 2,
-        compat: bool = False,
-        validate: bool = True,
-        renormalize: bool = False,
-        reduction: str = "mean",
-        seed: int | None = None,
-        resample: bool = True,
-    ):
-        super().__init__(
-            n_projections=n_projections,
-            p=p,
-            compat=compat,
-            validate=validate,
-            renormalize=renormalize,
-            reduction=reduction,
-            seed=seed,
-            resample=resample,
-        )
+    def __init__(self, *, dim: int, pool_size: int = 100, n_rotations: int = 1, **options):
+        super().__init__(**options)
+        seed = self.seed
         check_positive_int(pool_size, "pool_size")
         check_positive_int(n_rotations, "n_rotations")
         if n_rotations > pool_size:
@@ -863,7 +584,7 @@ class ARIS3WLoss(_RandomizedLoss):
         rotations = self.pool[idx.to(self.pool.device)]
         if isinstance(X_s, Tensor) and X_s.is_floating_point():
             rotations = rotations.to(device=X_s.device, dtype=X_s.dtype)
-        return self._reduce(s3w(X_s, X_t, a, b, **self.kwargs, rotations=rotations, generator=gen))
+        return self._reduce(s3w(X_s, X_t, a, b, **self.options, rotations=rotations, generator=gen))
 
     def extra_repr(self) -> str:
         """Show the pool's dimension and size, then the other hyper-parameters."""
@@ -871,42 +592,16 @@ class ARIS3WLoss(_RandomizedLoss):
         return ", ".join([head, super().extra_repr()])
 
 
-class S3WUnifLoss(_RandomizedUnifLoss):
-    """Loss module for :func:`tsw.s3w_unif`: ``loss(X_s, a=None)``.
+_pool_options = [
+    inspect.Parameter("dim", inspect.Parameter.KEYWORD_ONLY, annotation="int"),
+    inspect.Parameter("pool_size", inspect.Parameter.KEYWORD_ONLY, default=100, annotation="int"),
+    inspect.Parameter("n_rotations", inspect.Parameter.KEYWORD_ONLY, default=1, annotation="int"),
+]
+_base = inspect.signature(_S3WPoolBase.__init__).parameters.values()
+_self, *_rest = _base
+ARIS3WLoss.__init__.__signature__ = inspect.Signature([_self, *_pool_options, *_rest])
+del _base, _self, _rest, _pool_options
 
-    Examples
-    --------
-    >>> import torch, tsw
-    >>> loss = tsw.nn.S3WUnifLoss(n_samples=500, n_rotations=3, seed=0, reduction="none")
-    >>> loss(torch.nn.functional.normalize(torch.randn(4, 10, 3), dim=-1)).shape
-    torch.Size([4])
-    """
 
-    _fn = staticmethod(s3w_unif)
-
-    def __init__(
-        self,
-        *,
-        n_samples: int = 1000,
-        n_projections: int = 50,
-        p: float = 2,
-        n_rotations: int = 0,
-        compat: bool = False,
-        validate: bool = True,
-        renormalize: bool = False,
-        reduction: str = "mean",
-        seed: int | None = None,
-        resample: bool = True,
-    ):
-        super().__init__(
-            n_samples=n_samples,
-            n_projections=n_projections,
-            p=p,
-            n_rotations=n_rotations,
-            compat=compat,
-            validate=validate,
-            renormalize=renormalize,
-            reduction=reduction,
-            seed=seed,
-            resample=resample,
-        )
+def __dir__() -> list[str]:
+    return list(__all__)
