@@ -14,6 +14,7 @@ from torch import Tensor
 
 from tsw.core._safe import LineDistance, SafeSqrt
 from tsw.core._slices import with_batch_axis
+from tsw.core._validation import Measures
 from tsw.core.trees import ConcurrentLines, TreeSystem
 
 #: Up to this dimension the point-to-line residual is formed explicitly
@@ -43,12 +44,64 @@ class Offsets(NamedTuple):
     sq: Tensor | None
 
 
-def _line_coordinates(Z: Tensor, dirs: Tensor, sources: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+class _RowProducts(torch.autograd.Function):
+    """``rows @ Y^T`` of shape (B, R, m), with the gradient of ``Y`` formed contiguous.
+
+    ``rows`` (B|1, R, d), ``Y`` (B, m, d). Autograd's own backward of this product gives
+    the gradient of ``Y`` as a transposed (d, m) matrix; summed with the other gradients
+    of the points (the squared norms of the distances), that strided accumulation cost
+    more than the matmul itself at d = 3072. Here it is ``g^T @ rows``, contiguous.
+    """
+
+    @staticmethod
+    def forward(ctx, rows: Tensor, Y: Tensor) -> Tensor:
+        ctx.save_for_backward(rows, Y)
+        if rows.shape[0] == 1 and Y.shape[0] == 1:  # a plain 2-D mm
+            return torch.mm(rows[0], Y[0].T).unsqueeze(0)
+        return torch.matmul(rows, Y.transpose(-1, -2))
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        rows, Y = ctx.saved_tensors
+        grad_rows = grad_Y = None
+        if ctx.needs_input_grad[1]:
+            if rows.shape[0] == 1 and Y.shape[0] == 1:
+                grad_Y = torch.mm(g[0].T, rows[0]).unsqueeze(0)
+            else:
+                grad_Y = torch.matmul(g.transpose(-1, -2), rows)
+        if ctx.needs_input_grad[0]:
+            grad_rows = torch.matmul(g, Y)
+            if rows.shape[0] == 1:
+                grad_rows = grad_rows.sum(0, keepdim=True)
+        return grad_rows, grad_Y
+
+
+def _centred_products(
+    supports: tuple[Tensor, ...], rows: Tensor, c0: Tensor
+) -> tuple[Tensor, Tensor]:
+    """``<z - c0, row>`` for every row and every point of every support.
+
+    ``supports`` are (B, n_i, d) point sets, ``rows`` (B|1, R, d), ``c0`` (B|1, 1, d).
+    Returns the products (B, R, n) with ``n = sum n_i`` and the centred points (B, n, d).
+    One product per support: a support that needs no gradient (a fixed target) costs no
+    backward matmul, and identical points of the two measures get bit-identical
+    coordinates.
+    """
+    centred = [Y - c0 for Y in supports]
+    prods = [_RowProducts.apply(rows, Y) for Y in centred]
+    return torch.cat(prods, dim=-1), torch.cat(centred, dim=-2)
+
+
+def _line_coordinates(
+    supports: tuple[Tensor, ...], dirs: Tensor, sources: Tensor, roots: Tensor | None = None
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """``<z - source_l, theta_l>`` for every line, on data centred on the mean root.
 
-    ``dirs`` (B|1, T, k, d), ``sources`` (B|1, T, k|1, d) with the root at index 0 of the
-    line axis. Centring on the mean root is translation-invariant and keeps expanded
-    squares well conditioned when the data sit far from the origin.
+    ``supports`` (B, n_i, d) each, ``dirs`` (B|1, T, k, d), ``sources`` (B|1, T, k|1, d)
+    with the root at index 0 of the line axis; ``roots`` (B|1, T, d), optional, adds
+    ``<z - c0, x_tau - c0>`` to the same matmul. Centring on the mean root is
+    translation-invariant and keeps expanded squares well conditioned when the data sit
+    far from the origin.
 
     Returns
     -------
@@ -57,28 +110,33 @@ def _line_coordinates(Z: Tensor, dirs: Tensor, sources: Tensor) -> tuple[Tensor,
         The centred points.
     c0 : Tensor of shape (B|1, 1, d)
         The (detached) centre.
+    zr : Tensor of shape (B, T, n) or None
+        ``<z - c0, x_tau - c0>`` when ``roots`` is given.
     """
     c0 = sources[..., 0, :].detach().mean(dim=-2, keepdim=True)  # (B|1, 1, d)
-    Zc = Z - c0
-    B, n, d = Z.shape
-    T, k = dirs.shape[-3], dirs.shape[-2]
-    if dirs.shape[0] == 1 and B == 1:
-        # a plain 2-D mm: the backward of a batch-of-1 matmul is several times slower
-        # for large d (measured 3.8x its forward at d = 3072)
-        proj = torch.mm(dirs.reshape(T * k, d), Zc[0].T).unsqueeze(0)
-    else:
-        proj = torch.matmul(dirs.reshape(dirs.shape[0], T * k, d), Zc.transpose(-1, -2))
+    T, k, d = dirs.shape[-3], dirs.shape[-2], dirs.shape[-1]
+    rows = dirs.reshape(dirs.shape[0], T * k, d)
+    zr = None
+    if roots is not None and roots.shape[0] == rows.shape[0]:
+        # one matmul for the directions and the roots: (B|1, Tk + T, d)
+        prods, Zc = _centred_products(supports, torch.cat([rows, roots - c0], dim=-2), c0)
+        zr = prods[:, T * k :]
+    else:  # e.g. shared directions, roots translated to each item's centre
+        prods, Zc = _centred_products(supports, rows, c0)
+        if roots is not None:
+            zr = _centred_products(supports, roots - c0, c0)[0]
+    B, n = prods.shape[0], prods.shape[-1]
     offset = (dirs * (sources - c0.unsqueeze(-2))).sum(-1).unsqueeze(-1)
-    return proj.reshape(B, T, k, n) - offset, Zc, c0
+    return prods[:, : T * k].view(B, T, k, n) - offset, Zc, c0, zr
 
 
-def offsets(Z: Tensor, trees: ConcurrentLines) -> Offsets:
-    """Linear coordinates of points on concurrent lines and what distances need.
+def offsets(measures: Measures, trees: ConcurrentLines) -> Offsets:
+    """Linear coordinates of the atoms on concurrent lines and what distances need.
 
     Parameters
     ----------
-    Z : Tensor of shape (B, n, d)
-        Points.
+    measures : Measures
+        Validated measures; the atoms are ``cat(X_s, X_t)``, source first.
     trees : ConcurrentLines
         ``T`` trees of ``k`` lines, shared or with batch size ``B``.
 
@@ -89,16 +147,15 @@ def offsets(Z: Tensor, trees: ConcurrentLines) -> Offsets:
     """
     dirs = with_batch_axis(trees.directions, 3)  # (B|1, T, k, d)
     roots = with_batch_axis(trees.roots, 2)  # (B|1, T, d)
-    coords, Zc, c0 = _line_coordinates(Z, dirs, roots.unsqueeze(-2))
-    Rc = roots - c0  # (B|1, T, d)
-    d = Z.shape[-1]
+    d = dirs.shape[-1]
+    supports = (measures.X_s, measures.X_t)
     if d <= EXPLICIT_RESIDUAL_MAX_DIM:
-        return Offsets(coords, dirs, Zc.unsqueeze(1) - Rc.unsqueeze(-2), None)
-    sq = (
-        (Zc * Zc).sum(-1).unsqueeze(1)
-        - 2 * torch.matmul(Rc, Zc.transpose(-1, -2))
-        + (Rc * Rc).sum(-1).unsqueeze(-1)
-    )  # (B, T, n) = |z - x_tau|^2
+        coords, Zc, c0, _ = _line_coordinates(supports, dirs, roots.unsqueeze(-2))
+        return Offsets(coords, dirs, Zc.unsqueeze(1) - (roots - c0).unsqueeze(-2), None)
+    coords, Zc, c0, zr = _line_coordinates(supports, dirs, roots.unsqueeze(-2), roots)
+    Rc = roots - c0  # (B|1, T, d)
+    # |z - x_tau|^2 = |z - c0|^2 - 2 <z - c0, x_tau - c0> + |x_tau - c0|^2, shape (B, T, n)
+    sq = (Zc * Zc).sum(-1).unsqueeze(1) - 2 * zr + (Rc * Rc).sum(-1).unsqueeze(-1)
     return Offsets(coords, dirs, None, sq.unsqueeze(2))
 
 
@@ -136,13 +193,15 @@ def radial_distance(off: Offsets) -> Tensor:
     return SafeSqrt.apply(off.sq)
 
 
-def project(Z: Tensor, trees: TreeSystem, *, distances: bool) -> tuple[Tensor, Tensor | None]:
-    """Coordinates of points on every line, and optionally distances to the lines.
+def project(
+    measures: Measures, trees: TreeSystem, *, distances: bool
+) -> tuple[Tensor, Tensor | None]:
+    """Coordinates of the atoms on every line, and optionally distances to the lines.
 
     Parameters
     ----------
-    Z : Tensor of shape (B, n, d)
-        Points.
+    measures : Measures
+        Validated measures; the atoms are ``cat(X_s, X_t)``, source first.
     trees : ConcurrentLines or ChainLines
         ``T`` trees of ``k`` lines, shared or with batch size ``B``.
     distances : bool
@@ -158,12 +217,12 @@ def project(Z: Tensor, trees: TreeSystem, *, distances: bool) -> tuple[Tensor, T
     if distances:
         if not isinstance(trees, ConcurrentLines):
             raise TypeError("point-to-line distances are implemented for ConcurrentLines only")
-        off = offsets(Z, trees)
+        off = offsets(measures, trees)
         return off.coords, line_distance(off)
     dirs = with_batch_axis(trees.directions, 3)  # (B|1, T, k, d)
     if isinstance(trees, ConcurrentLines):
         sources = with_batch_axis(trees.roots, 2).unsqueeze(-2)  # (B|1, T, 1, d)
     else:
         sources = with_batch_axis(trees.sources, 3)  # (B|1, T, k, d)
-    coords, _, _ = _line_coordinates(Z, dirs, sources)
+    coords, _, _, _ = _line_coordinates((measures.X_s, measures.X_t), dirs, sources)
     return coords, None

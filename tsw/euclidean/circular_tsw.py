@@ -13,7 +13,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from tsw.core._driver import STAR, Problem, Projection, atoms, signed_masses
+from tsw.core._driver import STAR, Problem, Projection, signed_masses
 from tsw.core._slices import resolve_trees
 from tsw.core._validation import Measures, check_bool, check_choice, check_nonnegative_float
 from tsw.core.splits import distance_split, uniform_split
@@ -206,12 +206,11 @@ def circular_projection(
     measures: Measures, trees: ConcurrentLines, radius: float, delta: float, split: str
 ) -> Projection:
     """Coordinates ``|y - x - r theta_l|`` on the rays and the distance-based split."""
-    Z = atoms(measures)
-    off = offsets(Z, trees)
+    off = offsets(measures, trees)
     # (B, T, 1, n) for r = 0: one sort per tree in the closed form
     t = radial_distance(off) if radius == 0 else point_distance(off, radius)
     if delta == 0:
-        alpha = uniform_split(trees.n_lines, Z)
+        alpha = uniform_split(trees.n_lines, t)
     elif split == "image":
         alpha = distance_split(point_distance(off, t), delta)
     else:

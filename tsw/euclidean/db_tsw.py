@@ -7,7 +7,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from tsw.core._driver import STAR, Problem, Projection, atoms, signed_masses
+from tsw.core._driver import STAR, Problem, Projection, signed_masses
 from tsw.core._slices import resolve_trees
 from tsw.core._validation import Measures, check_nonnegative_float
 from tsw.core.splits import distance_split, uniform_split
@@ -181,11 +181,10 @@ def db_projection(measures: Measures, trees: ConcurrentLines, delta: float) -> P
     computed). The measures' totals need not agree: an imbalance is absorbed at each
     tree's root (as :func:`tsw.partial_tsw` uses).
     """
-    Z = atoms(measures)
     if delta == 0:
-        coords, _ = project(Z, trees, distances=False)
-        alpha = uniform_split(trees.n_lines, Z)
+        coords, _ = project(measures, trees, distances=False)
+        alpha = uniform_split(trees.n_lines, coords)
     else:
-        coords, dist = project(Z, trees, distances=True)
+        coords, dist = project(measures, trees, distances=True)
         alpha = distance_split(dist, delta)
     return Projection(coords, alpha * signed_masses(measures)[:, None, None, :], STAR)

@@ -7,7 +7,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from tsw.core._driver import CHAIN, STAR, Problem, Projection, atoms, signed_masses
+from tsw.core._driver import CHAIN, STAR, Problem, Projection, signed_masses
 from tsw.core._slices import resolve_trees, with_batch_axis
 from tsw.core._validation import Measures, check_choice
 from tsw.core.splits import check_alpha, constant_split, uniform_split
@@ -154,7 +154,7 @@ def constant_split_projection(
     measures: Measures, trees: ChainLines | ConcurrentLines, split: Tensor
 ) -> Projection:
     """Line coordinates, and the masses split by the constant ``split`` (..., k, 1)."""
-    coords, _ = project(atoms(measures), trees, distances=False)
+    coords, _ = project(measures, trees, distances=False)
     masses = split * signed_masses(measures)[:, None, None, :]
     if isinstance(trees, ChainLines):
         return Projection(coords, masses, CHAIN, with_batch_axis(trees.attachments, 2))
