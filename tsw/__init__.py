@@ -17,6 +17,8 @@ See ``ARCHITECTURE.md``. Sliced baselines for unequal masses (POT's solvers):
 :func:`partial_sw`, :func:`unbalanced_sw`.
 """
 
+import sys as _sys
+
 from tsw import nn
 from tsw.core.tree_wasserstein import line_system_cost, tree_wasserstein
 from tsw.core.trees import (
@@ -42,6 +44,29 @@ from tsw.sphere.spatial_stsw import spatial_stsw
 from tsw.sphere.stsw import stsw, stsw_unif
 
 __version__ = "0.1.0"
+
+# The module paths of the flat layout before the subpackages (``from tsw.trees import
+# ...``) keep working: each names the module that now holds its code.
+_MOVED = {
+    "circular": "tsw.euclidean.circular_tsw",
+    "db_tsw": "tsw.euclidean.db_tsw",
+    "mappings": "tsw.euclidean.mappings",
+    "one_d": "tsw.core.wasserstein_1d",
+    "partial_tsw": "tsw.euclidean.partial_tsw",
+    "s3w": "tsw.sliced.s3w",
+    "spatial": "tsw.euclidean.spatial_tsw",
+    "spatial_sphere": "tsw.sphere.spatial_stsw",
+    "splits": "tsw.core.splits",
+    "ssw": "tsw.sliced.ssw",
+    "stsw": "tsw.sphere.stsw",
+    "tree_wasserstein": "tsw.core.tree_wasserstein",
+    "trees": "tsw.core.trees",
+    "tsw_sl": "tsw.euclidean.tsw_sl",
+    "unbalanced_sliced": "tsw.sliced.unbalanced_sw",
+}
+for _old, _new in _MOVED.items():
+    _sys.modules[f"tsw.{_old}"] = _sys.modules[_new]
+del _old, _new
 
 __all__ = [
     "ChainLines",
