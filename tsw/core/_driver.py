@@ -16,7 +16,7 @@ module holds its mathematics only; its public function reads::
 
     problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator,
                          validate=validate)
-    trees = problem.slices(trees, ...)          # explicit, checked; or drawn
+    trees = resolve_trees(problem.measures, trees, ..., rng=problem.rng)  # checked or drawn
     return problem.evaluate(my_projection, trees)
 
 ``ARCHITECTURE.md`` at the repository root walks through adding a distance.
