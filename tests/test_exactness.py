@@ -558,3 +558,48 @@ class TestOracles:
                 ref.star_sobolev(coords[0], masses[0], p),
                 atol=1e-12,
             )
+
+
+# --------------------------------------------------------------------------- 9. per-tree values
+
+
+class TestPerTreeLog:
+    """``log["per_tree"]`` holds each tree's cost: checked tree by tree against the oracles."""
+
+    @pytest.mark.parametrize("p", [1, 2])
+    def test_db_tsw_per_tree_equals_oracle(self, p):
+        rng = np.random.default_rng(9000 + p)
+        n, m = distinct_sizes(rng)
+        X, Y, a, b = random_problem(rng, 4, n, m)
+        roots, dirs = star_trees(rng, 3, 3, 4)
+        args = (t64(X), t64(Y), t64(a), t64(b))
+        value, log = tsw.db_tsw(*args, trees=concurrent(roots, dirs), delta=1.5, p=p, log=True)
+        expected = [
+            star_oracle(X, Y, a, b, roots[i], dirs[i], delta=1.5, p=p) for i in range(3)
+        ]
+        assert_close(log["per_tree"], expected)
+        assert_close(value, mean_root(np.array(expected), p))
+        power = tsw.db_tsw(*args, trees=concurrent(roots, dirs), delta=1.5, p=p, power=True)
+        assert_close(power, np.mean(expected))
+        assert log["trees"].n_trees == 3
+
+    def test_tsw_sl_chain_per_tree_equals_oracle(self):
+        rng = np.random.default_rng(9100)
+        n, m = distinct_sizes(rng)
+        X, Y, a, b = random_problem(rng, 3, n, m)
+        pairs = [random_chain(rng, 3, 3) for _ in range(2)]
+        trees = chains(np.stack([s for s, _ in pairs]), np.stack([d for _, d in pairs]))
+        _, log = tsw.tsw_sl(t64(X), t64(Y), t64(a), t64(b), trees=trees, log=True)
+        expected = [tree_oracle(X, Y, a, b, s, d, chain=True) for s, d in pairs]
+        assert_close(log["per_tree"], expected)
+
+    @pytest.mark.parametrize("p", [1, 2])
+    def test_sw_log_has_pots_keys_and_values(self, p):
+        rng = np.random.default_rng(9200 + p)
+        X, Y = rng.normal(size=(9, 3)), rng.normal(size=(7, 3)) + 1
+        proj = tsw.sample_projections(3, 5, seed=0, dtype=torch.float64)
+        _, log = tsw.sw(t64(X), t64(Y), projections=proj, p=p, log=True)
+        _, pot = ot.sliced_wasserstein_distance(X, Y, projections=proj.numpy(), p=p, log=True)
+        assert_close(log["projected_emds"], pot["projected_emds"])
+        assert_close(log["per_tree"], pot["projected_emds"])
+        assert torch.equal(log["projections"], proj)

@@ -13,8 +13,8 @@ import tsw
 EXTRA = {
     "ARIS3WLoss": {"dim", "pool_size", "n_rotations"},  # the rotation pool replaces rotations=
 }
-#: keyword parameters of a function that no module takes: randomness and explicit slices
-NOT_OPTIONS = {"seed", "generator", "trees", "projections", "rotations"}
+#: keyword parameters of a function that no module takes: randomness, explicit slices, log
+NOT_OPTIONS = {"seed", "generator", "trees", "projections", "rotations", "log"}
 COMMON = {"reduction": "mean", "seed": None, "resample": True}
 FUNCTIONS = {
     "TSWSLLoss": tsw.tsw_sl,

@@ -1,15 +1,15 @@
 """``torch.nn.Module`` losses: hyper-parameters in ``__init__``, tensors in ``forward``.
 
 Every loss is built from the function of the same name by one mechanism
-(:func:`_loss_from`): its ``__init__`` takes exactly the function's keyword options
-(names and defaults, read from the function's signature, so they cannot drift), except the
-randomness (``seed``, ``generator``) and explicit slices (``trees``, ``projections``,
-``rotations``), plus ``reduction``, ``seed`` and ``resample``; its Parameters section is
-the function's. Its value equals the function's for the same trees. Options are attributes:
-assign a new value to follow a schedule (``loss.mass_t = 1.02``); an ``nn.Parameter`` or
-``nn.Module`` option is registered (trained through the loss, moved by ``.to()``), and a
-plain tensor option is a non-persistent buffer (moved and cast by ``.to()``; assign a
-tensor to change it).
+(:func:`_loss_from`): its ``__init__`` takes exactly the function's keyword options (names
+and defaults, read from the function's signature, so they cannot drift), except the
+randomness (``seed``, ``generator``), explicit slices (``trees``, ``projections``,
+``rotations``) and ``log`` (a loss returns a tensor), plus ``reduction``, ``seed`` and
+``resample``; its Parameters section is the function's. Its value equals the function's
+for the same trees. Options are attributes: assign a new value to follow a schedule
+(``loss.mass_t = 1.02``); an ``nn.Parameter`` or ``nn.Module`` option is registered
+(trained through the loss, moved by ``.to()``), and a plain tensor option is a
+non-persistent buffer (moved and cast by ``.to()``; assign a tensor to change it).
 
 Randomness:
 
@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from tsw.core._random import check_seed
 from tsw.core._validation import check_choice, check_positive_int
 from tsw.euclidean.circular_tsw import circular_tsw
 from tsw.euclidean.db_tsw import db_tsw
@@ -64,7 +65,7 @@ __all__ = [
 ]
 
 #: keyword options of a function that a loss module does not take
-NOT_OPTIONS = frozenset({"seed", "generator", "trees", "projections", "rotations"})
+NOT_OPTIONS = frozenset({"seed", "generator", "trees", "projections", "rotations", "log"})
 
 _COMMON_DOC = """\
 reduction : {"mean", "sum", "none"}, default "mean"
@@ -89,9 +90,7 @@ class _Loss(nn.Module):
     ):
         super().__init__()
         self.reduction = check_choice(reduction, "reduction", ("mean", "sum", "none"))
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise TypeError(f"seed must be an int or None; got {type(seed).__name__}")
-        self.seed = seed
+        self.seed = seed = check_seed(seed)
         self.resample = bool(resample)
         for name, value in _bind_options(type(self), options).items():
             if isinstance(value, Tensor) and not isinstance(value, nn.Parameter):
@@ -506,7 +505,7 @@ class ARIS3WLoss(_S3WPoolBase):
     n_rotations : int, default 1
         Rotations per call, ``<= pool_size`` (the official default; the papers use 30
         for gradient flows, 5 for SSL and the SWAE, 50 for density estimation).
-    n_projections, p, compat, validate, renormalize
+    n_projections, p, compat, validate, renormalize, power
         As in :func:`tsw.s3w`.
     reduction, seed, resample
         As for every loss module.

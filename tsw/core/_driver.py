@@ -25,6 +25,7 @@ module holds its mathematics only; its public function reads::
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -33,11 +34,20 @@ from torch import Tensor
 
 from tsw.core._random import Sampler, resolve_sampler
 from tsw.core._safe import safe_root
-from tsw.core._validation import Measures, check_measure, check_measures, check_p
+from tsw.core._validation import Measures, check_bool, check_measure, check_measures, check_p
 from tsw.core.tree_wasserstein import line_cost, line_system_cost
 from tsw.core.wasserstein_1d import wasserstein_1d
 
-__all__ = ["CHAIN", "LINE", "RAYS", "STAR", "Problem", "Projection", "closed_form"]
+__all__ = [
+    "CHAIN",
+    "LINE",
+    "RAYS",
+    "STAR",
+    "Problem",
+    "Projection",
+    "closed_form",
+    "driver_options",
+]
 
 #: concurrent lines through one root: every line rooted at its coordinate 0
 STAR = "star"
@@ -115,9 +125,54 @@ def closed_form(projection: Projection, p: float) -> Tensor:
     return line_system_cost(c, m, None, p)
 
 
+#: the documentation of the options every distance takes from the driver, inserted into
+#: each public function's Parameters section by :func:`driver_options`
+DRIVER_OPTIONS_DOC = """\
+power : bool, default False
+    Return the ``p``-th power of the value, the mean over the slices of the per-slice
+    costs, without the ``1/p`` root: the usual training objective (``SW_2^2`` in SWAE
+    and SW generators). Its gradient stays bounded where the two measures meet; the
+    root's is unbounded there for ``p > 1``. Both forms are equal at ``p = 1``.
+log : bool, default False
+    Return ``(value, log)``. ``log["per_tree"]``, shape (T,) or (B, T), holds the
+    per-slice costs (differentiable): their mean, to the power ``1/p`` unless ``power``,
+    is the value. ``log["trees"]`` holds the slices used (pass them back as explicit
+    slices to recompute the value). ``log["std_error"]`` is the Monte-Carlo standard
+    error of the returned value: the standard error of the mean over the slices,
+    ``std(per_tree, ddof=1) / sqrt(T)`` (NaN for one slice), carried through the
+    ``1/p`` root by the delta method, ``se / (p * mean^(1 - 1/p))`` (0 when the mean
+    is 0); detached."""
+
+#: the extra keys of the sliced baselines, with POT's meaning
+SLICED_LOG_DOC = """\
+    Sliced baselines also give POT's keys: ``log["projections"]``, the directions
+    used, and ``log["projected_emds"]``, the per-direction costs (``W_p^p``, as
+    ``log["per_tree"]``)."""
+
+
+def driver_options(sliced: bool = False) -> Callable[[Callable], Callable]:
+    """Insert :data:`DRIVER_OPTIONS_DOC` into a function's numpydoc Parameters section.
+
+    Written once here, documented in every distance (and in the loss modules built from
+    them, which read the function's Parameters).
+    """
+    text = DRIVER_OPTIONS_DOC + ("\n" + SLICED_LOG_DOC if sliced else "")
+    block = "".join(f"    {line}\n" if line else "\n" for line in text.splitlines())
+
+    def decorate(fn: Callable) -> Callable:
+        doc = fn.__doc__ or ""
+        marker = "\n\n    Returns\n    -------\n"
+        if marker not in doc:
+            raise ValueError(f"{fn.__name__}'s docstring has no Returns section")
+        fn.__doc__ = doc.replace(marker, "\n" + block + marker[1:], 1)
+        return fn
+
+    return decorate
+
+
 @dataclasses.dataclass(frozen=True)
 class Problem:
-    """A validated call: measures in batched form, ``p``, the randomness, ``validate``.
+    """A validated call: measures in batched form, ``p``, the randomness and the options.
 
     Build it with :meth:`of` (two measures) or :meth:`of_one` (a measure against a fixed
     reference, such as the uniform measure on the sphere); methods that transform the
@@ -128,6 +183,8 @@ class Problem:
     p: float
     rng: Sampler
     validate: bool
+    power: bool = False
+    log: bool = False
 
     @classmethod
     def of(
@@ -142,10 +199,12 @@ class Problem:
         generator: torch.Generator | None,
         validate: bool,
         balanced: bool = True,
+        power: bool = False,
+        log: bool = False,
     ) -> Problem:
-        """Validate two measures, ``p`` and the randomness (see :func:`check_measures`)."""
+        """Validate two measures, ``p``, the randomness and the driver's options."""
         measures = check_measures(X_s, X_t, a, b, balanced=balanced, validate=validate)
-        return cls._build(measures, p, seed, generator, validate)
+        return cls._build(measures, p, seed, generator, validate, power, log)
 
     @classmethod
     def of_one(
@@ -157,19 +216,21 @@ class Problem:
         seed: int | None,
         generator: torch.Generator | None,
         validate: bool,
+        power: bool = False,
+        log: bool = False,
     ) -> Problem:
         """Validate one measure; ``measures.X_t`` and ``measures.b`` are then empty."""
         X, w, batched = check_measure(X_s, a, validate=validate)
         measures = Measures(X, X[..., :0, :], w, w[..., :0], batched)
-        return cls._build(measures, p, seed, generator, validate)
+        return cls._build(measures, p, seed, generator, validate, power, log)
 
     @classmethod
-    def _build(cls, measures, p, seed, generator, validate) -> Problem:
+    def _build(cls, measures, p, seed, generator, validate, power, log) -> Problem:
         p = check_p(p)
+        power, log = check_bool(power, "power"), check_bool(log, "log")
         X = measures.X_s
-        return cls(
-            measures, p, resolve_sampler(seed, generator, dtype=X.dtype, device=X.device), validate
-        )
+        rng = resolve_sampler(seed, generator, dtype=X.dtype, device=X.device)
+        return cls(measures, p, rng, validate, power, log)
 
     def replace(self, **changes: Any) -> Problem:
         """Return a copy with some fields replaced (e.g. mapped or spherical measures)."""
@@ -180,11 +241,44 @@ class Problem:
         project: Callable[[Measures, Any], Projection],
         slices: Any,
         cost: Callable[[Projection, float], Tensor] = closed_form,
-    ) -> Tensor:
-        """Project, apply the closed form, and finish: the value, shape () or (B,)."""
-        return self.finish(cost(project(self.measures, slices), self.p))
+        *,
+        projections: Tensor | None = None,
+    ) -> Tensor | tuple[Tensor, dict[str, Any]]:
+        """Project, apply the closed form, and finish (see :meth:`finish`)."""
+        return self.finish(cost(project(self.measures, slices), self.p), slices, projections)
 
-    def finish(self, per_slice: Tensor) -> Tensor:
-        """``(mean over slices) ** (1/p)`` of (B, T) costs, unbatched if the input was."""
-        value = safe_root(per_slice.mean(-1), self.p)
-        return value if self.measures.batched else value[0]
+    def finish(
+        self, per_slice: Tensor, slices: Any = None, projections: Tensor | None = None
+    ) -> Tensor | tuple[Tensor, dict[str, Any]]:
+        r"""Return the value from (B, T) per-slice costs, unbatched if the input was.
+
+        ``(mean over slices) ** (1/p)`` with a zero subgradient at 0, or the mean itself
+        with ``power``. With ``log``, ``(value, log)`` (see :data:`DRIVER_OPTIONS_DOC`);
+        ``projections`` adds POT's keys of the sliced baselines.
+        """
+        mean = per_slice.mean(-1)
+        value = mean if self.power else safe_root(mean, self.p)
+        unbatch = (lambda t: t) if self.measures.batched else (lambda t: t[0])
+        if not self.log:
+            return unbatch(value)
+        info: dict[str, Any] = {
+            "per_tree": unbatch(per_slice),
+            "trees": slices,
+            "std_error": unbatch(self._std_error(per_slice.detach(), mean.detach())),
+        }
+        if projections is not None:
+            info["projections"] = projections
+            info["projected_emds"] = info["per_tree"]
+        return unbatch(value), info
+
+    def _std_error(self, per_slice: Tensor, mean: Tensor) -> Tensor:
+        """Return the standard error of the value: of the mean over slices, through the root."""
+        T = per_slice.shape[-1]
+        if T < 2:
+            return torch.full_like(mean, math.nan)
+        se = per_slice.std(-1, correction=1) / math.sqrt(T)
+        if self.power or self.p == 1:
+            return se
+        # d/dm m^(1/p) = m^(1/p - 1) / p, and se = 0 when every slice costs 0
+        scale = torch.where(mean > 0, mean, torch.ones_like(mean)).pow(1 / self.p - 1) / self.p
+        return torch.where(mean > 0, se * scale, torch.zeros_like(se))

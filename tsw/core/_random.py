@@ -14,12 +14,28 @@ The seeding contract of the whole library lives here:
 
 from __future__ import annotations
 
+import numbers
 import secrets
 
 import torch
 from torch import Tensor
 
-__all__ = ["Sampler", "resolve_sampler"]
+__all__ = ["Sampler", "check_seed", "resolve_sampler"]
+
+#: the seeds a torch.Generator accepts
+SEED_RANGE = (-(2**63), 2**64)
+
+
+def check_seed(seed: object) -> int | None:
+    """Return ``seed`` as a Python int (numpy integers accepted), or None; else raise."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an int or None; got {type(seed).__name__}")
+    seed = int(seed)
+    if not SEED_RANGE[0] <= seed < SEED_RANGE[1]:
+        raise ValueError(f"seed must be an int in [-2**63, 2**64); got {seed}")
+    return seed
 
 
 class Sampler:
@@ -116,9 +132,8 @@ def resolve_sampler(
     device = torch.device(device)
     if seed is not None and generator is not None:
         raise ValueError("pass at most one of seed and generator; got both")
+    seed = check_seed(seed)
     if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(f"seed must be an int or None; got {type(seed).__name__}")
         gen = torch.Generator(device="cpu")
         gen.manual_seed(seed)
         return Sampler(gen, dtype, device)

@@ -102,9 +102,14 @@ def resolve_counts(
 
 
 def resolve_center(center: Tensor | None, measures: Measures) -> Tensor:
-    """Centre of the roots: the given one, or the detached weighted mean of both measures."""
+    """Centre of the roots: the given one, or the detached weighted mean of both measures.
+
+    Shape (d,) for unbatched measures (so that the drawn trees are unbatched too), (B, d)
+    or (d,) for batched ones.
+    """
     if center is None:
-        return weighted_center(measures)
+        center = weighted_center(measures)
+        return center if measures.batched else center[0]
     check_tensor(center, "center")
     d = measures.X_s.shape[-1]
     B = measures.X_s.shape[0]

@@ -13,7 +13,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from tsw.core._driver import STAR, Problem, Projection, signed_masses
+from tsw.core._driver import STAR, Problem, Projection, driver_options, signed_masses
 from tsw.core._slices import resolve_trees
 from tsw.core._validation import Measures, check_bool, check_choice, check_nonnegative_float
 from tsw.core.splits import distance_split, uniform_split
@@ -25,6 +25,7 @@ __all__ = ["circular_tsw"]
 SPLITS = ("image", "line")
 
 
+@driver_options()
 def circular_tsw(
     X_s: Tensor,
     X_t: Tensor,
@@ -44,7 +45,9 @@ def circular_tsw(
     seed: int | None = None,
     generator: torch.Generator | None = None,
     validate: bool = True,
-) -> Tensor:
+    power: bool = False,
+    log: bool = False,
+) -> Tensor | tuple[Tensor, dict]:
     r"""Circular tree-sliced Wasserstein distance (CircularTSW, CircularTSW\ :sub:`r=0`).
 
     Each of ``T`` random trees is a star of ``k`` lines through a root ``x``. A
@@ -180,7 +183,9 @@ def circular_tsw(
     >>> tsw.circular_tsw(torch.tensor([[1.0]]), torch.tensor([[3.0]]), radius=0.0, trees=ray)
     tensor(2.)
     """
-    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate)
+    problem = Problem.of(
+        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
+    )
     radius = check_nonnegative_float(radius, "radius")
     delta = check_nonnegative_float(delta, "delta")
     split = check_choice(split, "split", SPLITS)

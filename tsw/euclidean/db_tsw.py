@@ -7,7 +7,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from tsw.core._driver import STAR, Problem, Projection, signed_masses
+from tsw.core._driver import STAR, Problem, Projection, driver_options, signed_masses
 from tsw.core._slices import resolve_trees
 from tsw.core._validation import Measures, check_nonnegative_float
 from tsw.core.splits import distance_split, uniform_split
@@ -17,6 +17,7 @@ from tsw.euclidean._lines import project
 __all__ = ["db_tsw"]
 
 
+@driver_options()
 def db_tsw(
     X_s: Tensor,
     X_t: Tensor,
@@ -34,7 +35,9 @@ def db_tsw(
     seed: int | None = None,
     generator: torch.Generator | None = None,
     validate: bool = True,
-) -> Tensor:
+    power: bool = False,
+    log: bool = False,
+) -> Tensor | tuple[Tensor, dict]:
     r"""Distance-based tree-sliced Wasserstein distance (Db-TSW, Db-TSW⊥).
 
     Each of ``T`` random trees is a star of ``k`` concurrent lines through a root
@@ -132,7 +135,9 @@ def db_tsw(
     >>> value.shape, bool(value > 0)
     (torch.Size([]), True)
     """
-    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate)
+    problem = Problem.of(
+        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
+    )
     delta = check_nonnegative_float(delta, "delta")
     trees = resolve_db_trees(
         problem,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, Projection, closed_form
+from tsw.core._driver import Problem, Projection, closed_form, driver_options
 from tsw.core._validation import Measures, check_mass, check_nonnegative_float
 from tsw.core.trees import ConcurrentLines
 from tsw.euclidean.db_tsw import db_projection, resolve_db_trees
@@ -21,6 +21,7 @@ from tsw.euclidean.db_tsw import db_projection, resolve_db_trees
 __all__ = ["partial_tsw"]
 
 
+@driver_options()
 def partial_tsw(
     X_s: Tensor,
     X_t: Tensor,
@@ -41,7 +42,9 @@ def partial_tsw(
     seed: int | None = None,
     generator: torch.Generator | None = None,
     validate: bool = True,
-) -> Tensor:
+    power: bool = False,
+    log: bool = False,
+) -> Tensor | tuple[Tensor, dict]:
     r"""Partial tree-sliced Wasserstein distance (PartialTSW) for unequal total masses.
 
     The source is :math:`\mu = m_s \sum_i \hat a_i \delta_{x_i}` and the target
@@ -187,7 +190,17 @@ def partial_tsw(
     """
     given_a, given_b = a is not None, b is not None
     problem = Problem.of(
-        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, balanced=False
+        X_s,
+        X_t,
+        a,
+        b,
+        p=p,
+        seed=seed,
+        generator=generator,
+        validate=validate,
+        power=power,
+        log=log,
+        balanced=False,
     )
     measures = problem.measures
     delta = check_nonnegative_float(delta, "delta")

@@ -8,7 +8,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem
+from tsw.core._driver import Problem, driver_options
 from tsw.core._validation import check_nonnegative_float
 from tsw.core.trees import ConcurrentLines
 from tsw.euclidean.db_tsw import db_projection, resolve_db_trees
@@ -17,6 +17,7 @@ from tsw.euclidean.mappings import map_measures, resolve_mapping
 __all__ = ["spatial_tsw"]
 
 
+@driver_options()
 def spatial_tsw(
     X_s: Tensor,
     X_t: Tensor,
@@ -37,7 +38,9 @@ def spatial_tsw(
     seed: int | None = None,
     generator: torch.Generator | None = None,
     validate: bool = True,
-) -> Tensor:
+    power: bool = False,
+    log: bool = False,
+) -> Tensor | tuple[Tensor, dict]:
     r"""Spatial tree-sliced Wasserstein distance (SpatialTSW).
 
     The spatial Radon transform on systems of lines (SRTSL) is the linear one applied
@@ -125,7 +128,9 @@ def spatial_tsw(
     >>> phi.weight.grad.shape
     torch.Size([2, 3])
     """
-    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate)
+    problem = Problem.of(
+        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
+    )
     h = resolve_mapping(mapping, degree, beta)
     measures = problem.measures
     mapped = map_measures(measures, h, validate)

@@ -7,7 +7,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from tsw.core._driver import CHAIN, STAR, Problem, Projection, signed_masses
+from tsw.core._driver import CHAIN, STAR, Problem, Projection, driver_options, signed_masses
 from tsw.core._slices import resolve_trees, with_batch_axis
 from tsw.core._validation import Measures, check_choice
 from tsw.core.splits import check_alpha, constant_split, uniform_split
@@ -17,6 +17,7 @@ from tsw.euclidean._lines import project
 __all__ = ["tsw_sl"]
 
 
+@driver_options()
 def tsw_sl(
     X_s: Tensor,
     X_t: Tensor,
@@ -35,7 +36,9 @@ def tsw_sl(
     seed: int | None = None,
     generator: torch.Generator | None = None,
     validate: bool = True,
-) -> Tensor:
+    power: bool = False,
+    log: bool = False,
+) -> Tensor | tuple[Tensor, dict]:
     r"""Tree-sliced Wasserstein distance on systems of lines (TSW-SL).
 
     A point ``y`` of weight ``a_y`` puts mass ``a_y alpha_l`` on line ``l`` of each tree,
@@ -125,7 +128,9 @@ def tsw_sl(
     >>> bool(tsw.tsw_sl(X, Y, n_trees=25, n_lines=4, seed=0) > 0)
     True
     """
-    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate)
+    problem = Problem.of(
+        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
+    )
     tree = check_choice(tree, "tree", ("chain", "concurrent"))
     if tree == "chain":
         sampler = partial(sample_chain_lines, source_range=source_range)

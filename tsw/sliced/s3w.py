@@ -26,7 +26,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from tsw.core._driver import LINE, Problem, Projection, line_coordinates
+from tsw.core._driver import LINE, Problem, Projection, driver_options, line_coordinates
 from tsw.core._random import Sampler, resolve_sampler
 from tsw.core._validation import (
     Measures,
@@ -259,7 +259,8 @@ def _s3w(
     # projections live in the mapped dimension d: checked against a d-dimensional view
     view = measures._replace(X_s=X_s[..., :-1], X_t=measures.X_t[..., :-1])
     proj = resolve_projections(view, projections, n_projections, False, problem.rng)
-    return problem.evaluate(partial(s3w_projection, compat=compat), (rot, proj))
+    project = partial(s3w_projection, compat=compat)
+    return problem.evaluate(project, (rot, proj), projections=proj)
 
 
 def s3w_projection(
@@ -285,6 +286,7 @@ def s3w_projection(
     return Projection(coords, weights, LINE, n_source=measures.X_s.shape[-2])
 
 
+@driver_options(sliced=True)
 def s3w(
     X_s: Tensor,
     X_t: Tensor,
@@ -301,7 +303,9 @@ def s3w(
     generator: torch.Generator | None = None,
     validate: bool = True,
     renormalize: bool = False,
-) -> Tensor:
+    power: bool = False,
+    log: bool = False,
+) -> Tensor | tuple[Tensor, dict]:
     r"""Stereographic spherical sliced Wasserstein distance: S3W, RI-S3W, ARI-S3W.
 
     With the map :math:`h` of :func:`s3w_map` and unit directions
@@ -405,7 +409,9 @@ def s3w(
     >>> bool(tsw.s3w(X, Y, n_rotations=10, seed=0) > 0)
     True
     """
-    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate)
+    problem = Problem.of(
+        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
+    )
     problem = problem.replace(
         measures=check_measures_on_sphere(
             problem.measures, renormalize=renormalize, validate=validate
@@ -424,6 +430,7 @@ def s3w(
     )
 
 
+@driver_options(sliced=True)
 def s3w_unif(
     X_s: Tensor,
     a: Tensor | None = None,
@@ -439,7 +446,9 @@ def s3w_unif(
     generator: torch.Generator | None = None,
     validate: bool = True,
     renormalize: bool = False,
-) -> Tensor:
+    power: bool = False,
+    log: bool = False,
+) -> Tensor | tuple[Tensor, dict]:
     r"""S3W (or RI-S3W) between a measure on the sphere and a sample of the uniform measure.
 
     :func:`s3w` between :math:`(X_s, a)` and ``n_samples`` i.i.d. uniform points of
@@ -487,7 +496,9 @@ def s3w_unif(
     >>> bool(tsw.s3w_unif(U, seed=0) < tsw.s3w_unif(C, seed=0))
     True
     """
-    problem = Problem.of_one(X_s, a, p=p, seed=seed, generator=generator, validate=validate)
+    problem = Problem.of_one(
+        X_s, a, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
+    )
     measures = check_measures_on_sphere(
         problem.measures, renormalize=renormalize, validate=validate
     )

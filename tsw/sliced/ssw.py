@@ -24,7 +24,7 @@ import ot
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem
+from tsw.core._driver import Problem, driver_options
 from tsw.core._random import resolve_sampler
 from tsw.core._validation import check_measures_on_sphere, check_positive_int, check_stack
 
@@ -98,6 +98,7 @@ def _pot_input(X: Tensor) -> Tensor:
     return X / torch.linalg.vector_norm(X, dim=-1, keepdim=True)
 
 
+@driver_options(sliced=True)
 def ssw(
     X_s: Tensor,
     X_t: Tensor,
@@ -111,7 +112,9 @@ def ssw(
     generator: torch.Generator | None = None,
     validate: bool = True,
     renormalize: bool = False,
-) -> Tensor:
+    power: bool = False,
+    log: bool = False,
+) -> Tensor | tuple[Tensor, dict]:
     r"""Spherical sliced Wasserstein distance :math:`SSW_p` (Bonet et al. 2023).
 
     .. math::
@@ -177,7 +180,9 @@ def ssw(
     >>> float(tsw.ssw(X, X, seed=0))
     0.0
     """
-    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate)
+    problem = Problem.of(
+        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
+    )
     measures = check_measures_on_sphere(
         problem.measures, renormalize=renormalize, validate=validate
     )
@@ -189,8 +194,9 @@ def ssw(
         finite = torch.isfinite(Xs).all() & torch.isfinite(Xt).all()
         finite &= torch.isfinite(measures.a).all() & torch.isfinite(measures.b).all()
         if not bool(finite):
-            nan = torch.full(Xs.shape[:1], math.nan, dtype=Xs.dtype, device=Xs.device)
-            return nan if measures.batched else nan[0]
+            L = proj.shape[-3]
+            nan = torch.full((Xs.shape[0], L), math.nan, dtype=Xs.dtype, device=Xs.device)
+            return problem.finish(nan, proj, projections=proj)
     proj = proj.to(torch.float64)
     a, b = measures.a.to(torch.float64), measures.b.to(torch.float64)
     per_circle = []
@@ -208,7 +214,9 @@ def ssw(
         )
         per_circle.append(log["projected_emds"] * mass)
     # the mean and the root are the driver's (zero subgradient at 0; POT's gives NaN)
-    return problem.finish(torch.stack(per_circle)).to(Xs.dtype)
+    per_circle = torch.stack(per_circle).to(Xs.dtype)
+    proj = proj.to(Xs.dtype)
+    return problem.finish(per_circle, proj, projections=proj)
 
 
 def _circle_coordinates(X: Tensor, projections: Tensor) -> Tensor:
@@ -222,6 +230,7 @@ def _circle_coordinates(X: Tensor, projections: Tensor) -> Tensor:
     return (angle / (2 * math.pi)).transpose(-1, -2)
 
 
+@driver_options(sliced=True)
 def ssw_unif(
     X_s: Tensor,
     a: Tensor | None = None,
@@ -232,7 +241,9 @@ def ssw_unif(
     generator: torch.Generator | None = None,
     validate: bool = True,
     renormalize: bool = False,
-) -> Tensor:
+    power: bool = False,
+    log: bool = False,
+) -> Tensor | tuple[Tensor, dict]:
     r""":math:`SSW_2` between a measure on the sphere and the uniform measure on it.
 
     The uniform measure projects to the uniform law on every great circle, and the
@@ -282,7 +293,9 @@ def ssw_unif(
     >>> bool(tsw.ssw_unif(X, seed=0) < 0.02)
     True
     """
-    problem = Problem.of_one(X_s, a, p=2, seed=seed, generator=generator, validate=validate)
+    problem = Problem.of_one(
+        X_s, a, p=2, seed=seed, generator=generator, validate=validate, power=power, log=log
+    )
     problem = problem.replace(
         measures=check_measures_on_sphere(
             problem.measures, renormalize=renormalize, validate=validate
@@ -299,4 +312,4 @@ def ssw_unif(
     mean = (ws * x).sum(-1)
     w2 = (ws * x * x).sum(-1) - mean * mean + (ws * x * (1 - ws - 2 * before)).sum(-1) + 1 / 12
     # W2^2 >= 0 per circle; rounding may leave a tiny negative value
-    return problem.finish((w2 * mass.unsqueeze(-1)).clamp_min(0))
+    return problem.finish((w2 * mass.unsqueeze(-1)).clamp_min(0), proj, projections=proj)

@@ -15,7 +15,14 @@ import math
 import torch
 from torch import Tensor
 
-from tsw.core._driver import LINE, Problem, Projection, closed_form, line_coordinates
+from tsw.core._driver import (
+    LINE,
+    Problem,
+    Projection,
+    closed_form,
+    driver_options,
+    line_coordinates,
+)
 from tsw.core._random import Sampler, resolve_sampler
 from tsw.core._validation import (
     Measures,
@@ -127,6 +134,7 @@ def _direction_costs(measures: Measures, projections: Tensor, p: float) -> Tenso
     return closed_form(line_projection(measures, projections), p)
 
 
+@driver_options(sliced=True)
 def sw(
     X_s: Tensor,
     X_t: Tensor,
@@ -140,7 +148,9 @@ def sw(
     seed: int | None = None,
     generator: torch.Generator | None = None,
     validate: bool = True,
-) -> Tensor:
+    power: bool = False,
+    log: bool = False,
+) -> Tensor | tuple[Tensor, dict]:
     r"""Monte-Carlo sliced Wasserstein distance :math:`SW_p`.
 
     .. math::
@@ -193,13 +203,16 @@ def sw(
     >>> tsw.sw(X, Y, projections=torch.tensor([[1.0], [0.0]]))
     tensor(3.)
     """
-    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate)
+    problem = Problem.of(
+        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
+    )
     projections = resolve_projections(
         problem.measures, projections, n_projections, orthogonal, problem.rng
     )
-    return problem.evaluate(line_projection, projections)
+    return problem.evaluate(line_projection, projections, projections=projections)
 
 
+@driver_options(sliced=True)
 def max_sw(
     X_s: Tensor,
     X_t: Tensor,
@@ -213,7 +226,9 @@ def max_sw(
     seed: int | None = None,
     generator: torch.Generator | None = None,
     validate: bool = True,
-) -> Tensor:
+    power: bool = False,
+    log: bool = False,
+) -> Tensor | tuple[Tensor, dict]:
     r"""Max-sliced Wasserstein distance by projected gradient ascent.
 
     .. math::
@@ -263,7 +278,9 @@ def max_sw(
     >>> round(float(tsw.max_sw(X, Y, seed=0)), 3)
     2.0
     """
-    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate)
+    problem = Problem.of(
+        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
+    )
     measures, p = problem.measures, problem.p
     if isinstance(n_iter, bool) or not isinstance(n_iter, int) or n_iter < 0:
         raise ValueError(f"n_iter must be an int >= 0; got {n_iter!r}")
@@ -298,4 +315,5 @@ def max_sw(
             best_cost = torch.where(better, cost, best_cost)
             eta = torch.where(better, (1.5 * eta).clamp_max(1.0), 0.5 * eta)
     # the value along the final direction goes through the driver (one slice per item)
-    return problem.evaluate(line_projection, theta.detach().unsqueeze(-1))
+    best = theta.detach().unsqueeze(-1)  # (B, d, 1)
+    return problem.evaluate(line_projection, best, projections=best)

@@ -25,7 +25,7 @@ import ot
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem
+from tsw.core._driver import Problem, driver_options
 from tsw.core._validation import check_mass, check_positive_int
 from tsw.core.wasserstein_1d import wasserstein_1d
 from tsw.sliced.sw import line_projection, resolve_projections
@@ -38,15 +38,16 @@ def _line_coordinates(
     projections: Tensor | None,
     n_projections: int,
     orthogonal: bool,
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor]:
     """Projected supports (B, L, N) and (B, L, M) on explicit or drawn directions."""
     measures = problem.measures
     proj = resolve_projections(measures, projections, n_projections, orthogonal, problem.rng)
     coords = line_projection(measures, proj).coords
     N = measures.X_s.shape[-2]
-    return coords[..., :N], coords[..., N:]
+    return coords[..., :N], coords[..., N:], proj
 
 
+@driver_options(sliced=True)
 def partial_sw(
     X_s: Tensor,
     X_t: Tensor,
@@ -61,7 +62,9 @@ def partial_sw(
     seed: int | None = None,
     generator: torch.Generator | None = None,
     validate: bool = True,
-) -> Tensor:
+    power: bool = False,
+    log: bool = False,
+) -> Tensor | tuple[Tensor, dict]:
     r"""Sliced partial Wasserstein distance between point clouds of unit-mass atoms.
 
     Every atom of either cloud carries mass :math:`1/k`, with :math:`k` = ``n_transported``
@@ -149,6 +152,8 @@ def partial_sw(
         seed=seed,
         generator=generator,
         validate=validate,
+        power=power,
+        log=log,
         balanced=False,
     )
     measures, p = problem.measures, problem.p
@@ -161,7 +166,7 @@ def partial_sw(
     k = min(N, M) if n_transported is None else check_positive_int(n_transported, "n_transported")
     if k > min(N, M):
         raise ValueError(f"n_transported must be <= min(N, M) = {min(N, M)}; got n_transported={k}")
-    us, vs = _line_coordinates(problem, projections, n_projections, orthogonal)
+    us, vs, proj = _line_coordinates(problem, projections, n_projections, orthogonal)
     u_np = us.detach().cpu().to(torch.float64).numpy()
     v_np = vs.detach().cpu().to(torch.float64).numpy()
     B, L = us.shape[0], us.shape[1]
@@ -176,7 +181,8 @@ def partial_sw(
     sel_s = torch.gather(us, -1, torch.from_numpy(idx_s).to(us.device))
     sel_t = torch.gather(vs, -1, torch.from_numpy(idx_t).to(vs.device))
     diff = (torch.sort(sel_s, dim=-1).values - torch.sort(sel_t, dim=-1).values).abs()
-    return problem.finish((diff if p == 1.0 else diff.pow(p)).sum(-1) / k)  # (B, L)
+    cost = (diff if p == 1.0 else diff.pow(p)).sum(-1) / k  # (B, L)
+    return problem.finish(cost, proj, projections=proj)
 
 
 def _check_reg_m(reg_m: object) -> tuple[float, float]:
@@ -201,6 +207,7 @@ def _kl(p: Tensor, q: Tensor) -> Tensor:
     return (torch.where(pos, p * torch.log(ratio), 0) - p + q).sum(-1)
 
 
+@driver_options(sliced=True)
 def unbalanced_sw(
     X_s: Tensor,
     X_t: Tensor,
@@ -218,7 +225,9 @@ def unbalanced_sw(
     seed: int | None = None,
     generator: torch.Generator | None = None,
     validate: bool = True,
-) -> Tensor:
+    power: bool = False,
+    log: bool = False,
+) -> Tensor | tuple[Tensor, dict]:
     r"""Sliced unbalanced optimal transport with KL marginal penalties (SUOT).
 
     With :math:`\mu = m_s \sum_i \hat a_i \delta_{x_i}` and
@@ -291,7 +300,17 @@ def unbalanced_sw(
     """
     given_a, given_b = a is not None, b is not None
     problem = Problem.of(
-        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, balanced=False
+        X_s,
+        X_t,
+        a,
+        b,
+        p=p,
+        seed=seed,
+        generator=generator,
+        validate=validate,
+        power=power,
+        log=log,
+        balanced=False,
     )
     measures, p = problem.measures, problem.p
     rho = _check_reg_m(reg_m)
@@ -301,7 +320,7 @@ def unbalanced_sw(
     a_hat = measures.a / measures.a.sum(-1, keepdim=True) if given_a else measures.a
     b_hat = measures.b / measures.b.sum(-1, keepdim=True) if given_b else measures.b
     wa, wb = a_hat * m_s, b_hat * m_t  # (B, N), (B, M)
-    us, vs = _line_coordinates(problem, projections, n_projections, orthogonal)
+    us, vs, proj = _line_coordinates(problem, projections, n_projections, orthogonal)
     pi_s, pi_t = [], []
     for i in range(us.shape[0]):
         # POT solves on detached inputs; its solver differentiates internally, which
@@ -327,4 +346,4 @@ def unbalanced_sw(
         cost = cost + rho[0] * _kl(pi_s, wa.unsqueeze(-2))
     if rho[1] != math.inf:
         cost = cost + rho[1] * _kl(pi_t, wb.unsqueeze(-2))
-    return problem.finish(cost)
+    return problem.finish(cost, proj, projections=proj)

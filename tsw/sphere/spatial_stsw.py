@@ -12,6 +12,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from tsw.core._driver import driver_options
 from tsw.core._validation import check_measures, check_measures_on_sphere
 from tsw.core.trees import SphericalTrees
 from tsw.sphere.stsw import stsw
@@ -55,6 +56,7 @@ def sphere_lift(y: Tensor, eps: float = 1e-6) -> Tensor:
     return torch.cat([torch.cos(phi), torch.sin(phi) * y], dim=-1)
 
 
+@driver_options()
 def spatial_stsw(
     X_s: Tensor,
     X_t: Tensor,
@@ -71,7 +73,9 @@ def spatial_stsw(
     generator: torch.Generator | None = None,
     validate: bool = True,
     renormalize: bool = False,
-) -> Tensor:
+    power: bool = False,
+    log: bool = False,
+) -> Tensor | tuple[Tensor, dict]:
     r"""SpatialSTSW: :func:`tsw.stsw` between the images of the measures under a map.
 
     .. math::
@@ -147,4 +151,6 @@ def spatial_stsw(
         seed=seed,
         generator=generator,
         validate=validate,
+        power=power,
+        log=log,
     )

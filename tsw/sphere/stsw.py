@@ -7,7 +7,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from tsw.core._driver import RAYS, Problem, Projection, atoms, signed_masses
+from tsw.core._driver import RAYS, Problem, Projection, atoms, driver_options, signed_masses
 from tsw.core._slices import resolve_trees
 from tsw.core._validation import (
     Measures,
@@ -77,6 +77,7 @@ def spherical_projection(
     return Projection(t.unsqueeze(-2), masses, RAYS)  # t >= 0: rays
 
 
+@driver_options()
 def stsw(
     X_s: Tensor,
     X_t: Tensor,
@@ -92,7 +93,9 @@ def stsw(
     generator: torch.Generator | None = None,
     validate: bool = True,
     renormalize: bool = False,
-) -> Tensor:
+    power: bool = False,
+    log: bool = False,
+) -> Tensor | tuple[Tensor, dict]:
     r"""Spherical tree-sliced Wasserstein distance (STSW) between measures on a sphere.
 
     Each of ``T`` random spherical trees (:class:`tsw.SphericalTrees`) has a root
@@ -192,7 +195,9 @@ def stsw(
     >>> round(value.item(), 7)
     2.881319
     """
-    problem = Problem.of(X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate)
+    problem = Problem.of(
+        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
+    )
     problem = problem.replace(
         measures=check_measures_on_sphere(
             problem.measures, renormalize=renormalize, validate=validate
@@ -203,6 +208,7 @@ def stsw(
     return problem.evaluate(partial(spherical_projection, delta=delta), trees)
 
 
+@driver_options()
 def stsw_unif(
     X_s: Tensor,
     a: Tensor | None = None,
@@ -218,7 +224,9 @@ def stsw_unif(
     generator: torch.Generator | None = None,
     validate: bool = True,
     renormalize: bool = False,
-) -> Tensor:
+    power: bool = False,
+    log: bool = False,
+) -> Tensor | tuple[Tensor, dict]:
     r"""STSW between a measure on the sphere and the uniform measure on it.
 
     :math:`\mathrm{STSW}_p(\mu, \sigma)` (see :func:`stsw`), with :math:`\sigma` the
@@ -305,7 +313,9 @@ def stsw_unif(
     >>> bool(tsw.stsw_unif(X, seed=0) < 0.1 * tsw.stsw_unif(clustered, seed=0))
     True
     """
-    problem = Problem.of_one(X_s, a, p=p, seed=seed, generator=generator, validate=validate)
+    problem = Problem.of_one(
+        X_s, a, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
+    )
     problem = problem.replace(
         measures=check_measures_on_sphere(
             problem.measures, renormalize=renormalize, validate=validate

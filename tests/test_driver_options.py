@@ -1,0 +1,217 @@
+"""The options every distance takes from the driver: ``power``, ``log``, numpy seeds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import tsw
+
+F64 = torch.float64
+
+
+def _data(d=3, n=12, m=9, seed=0, sphere=False):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(n, d, generator=g, dtype=F64)
+    Y = torch.randn(m, d, generator=g, dtype=F64) + 0.7
+    if sphere:
+        X, Y = torch.nn.functional.normalize(X, dim=-1), torch.nn.functional.normalize(Y, dim=-1)
+    return X, Y
+
+
+#: (name, call(X, Y, **options), p, sphere, one measure, sliced)
+CALLS = [
+    ("tsw_sl", lambda X, Y, **o: tsw.tsw_sl(X, Y, n_trees=6, n_lines=3, **o), 1, False, False),
+    ("db_tsw", lambda X, Y, **o: tsw.db_tsw(X, Y, n_trees=6, p=2, **o), 2, False, False),
+    (
+        "circular_tsw",
+        lambda X, Y, **o: tsw.circular_tsw(X, Y, radius=0.1, n_trees=6, **o),
+        1,
+        False,
+        False,
+    ),
+    (
+        "spatial_tsw",
+        lambda X, Y, **o: tsw.spatial_tsw(X, Y, n_trees=6, p=1.5, **o),
+        1.5,
+        False,
+        False,
+    ),
+    (
+        "partial_tsw",
+        lambda X, Y, **o: tsw.partial_tsw(X, Y, mass_t=0.8, n_trees=6, **o),
+        1,
+        False,
+        False,
+    ),
+    ("sw", lambda X, Y, **o: tsw.sw(X, Y, n_projections=7, **o), 2, False, True),
+    ("max_sw", lambda X, Y, **o: tsw.max_sw(X, Y, n_iter=3, **o), 2, False, True),
+    ("stsw", lambda X, Y, **o: tsw.stsw(X, Y, n_trees=6, p=2, **o), 2, True, False),
+    ("stsw_unif", lambda X, Y, **o: tsw.stsw_unif(X, n_trees=6, **o), 1, True, False),
+    ("spatial_stsw", lambda X, Y, **o: tsw.spatial_stsw(X, Y, n_trees=6, **o), 1, True, False),
+    ("ssw", lambda X, Y, **o: tsw.ssw(X, Y, n_projections=5, **o), 2, True, True),
+    ("ssw_unif", lambda X, Y, **o: tsw.ssw_unif(X, n_projections=5, **o), 2, True, True),
+    ("s3w", lambda X, Y, **o: tsw.s3w(X, Y, n_projections=5, n_rotations=2, **o), 2, True, True),
+    ("s3w_unif", lambda X, Y, **o: tsw.s3w_unif(X, n_samples=50, **o), 2, True, True),
+    ("partial_sw", lambda X, Y, **o: tsw.partial_sw(X, Y, n_projections=5, **o), 2, False, True),
+    (
+        "unbalanced_sw",
+        lambda X, Y, **o: tsw.unbalanced_sw(X, Y, n_projections=5, **o),
+        2,
+        False,
+        True,
+    ),
+]
+IDS = [c[0] for c in CALLS]
+
+
+def test_every_distance_is_listed():
+    listed = {c[0] for c in CALLS}
+    distances = {n for n in tsw.__all__ if callable(getattr(tsw, n)) and n[0].islower()}
+    not_distances = {"sample_chain_lines", "sample_concurrent_lines", "sample_projections"}
+    not_distances |= {"sample_rotations", "sample_sphere_projections", "sample_spherical_trees"}
+    not_distances |= {"s3w_map", "wasserstein_1d", "line_system_cost", "tree_wasserstein"}
+    assert distances - not_distances == listed
+
+
+@pytest.mark.parametrize(("name", "call", "p", "sphere", "sliced"), CALLS, ids=IDS)
+def test_power_and_log(name, call, p, sphere, sliced):
+    X, Y = _data(sphere=sphere)
+    value = call(X, Y, seed=1)
+    power = call(X, Y, seed=1, power=True)
+    torch.testing.assert_close(power, value**p, rtol=1e-12, atol=1e-14)
+    logged, log = call(X, Y, seed=1, log=True)
+    assert torch.equal(logged, value)
+    per_tree = log["per_tree"]
+    assert per_tree.ndim == 1
+    torch.testing.assert_close(per_tree.mean() ** (1 / p), value, rtol=1e-12, atol=1e-14)
+    se = log["std_error"]
+    assert se.shape == ()
+    assert not se.requires_grad
+    if per_tree.shape[0] == 1:  # max_sw: one direction, no spread to estimate
+        assert math.isnan(float(se))
+    else:
+        assert bool(torch.isfinite(se))
+        assert se >= 0
+    assert log["trees"] is not None
+    if sliced:
+        assert torch.equal(log["projected_emds"], per_tree)
+        assert log["projections"] is not None
+    # batched: (B, T) per-tree values, (B,) errors
+    Xb, Yb = torch.stack([X, X.flip(0)]), torch.stack([Y, Y])
+    _, logb = call(Xb, Yb, seed=1, log=True)
+    assert logb["per_tree"].shape[0] == 2
+    assert logb["std_error"].shape == (2,)
+
+
+@pytest.mark.parametrize(
+    ("fn", "key"),
+    [
+        (lambda X, Y, **o: tsw.db_tsw(X, Y, n_trees=5, **o), "trees"),
+        (lambda X, Y, **o: tsw.tsw_sl(X, Y, n_trees=5, **o), "trees"),
+        (lambda X, Y, **o: tsw.sw(X, Y, n_projections=5, **o), "projections"),
+    ],
+)
+def test_logged_slices_recompute_the_value(fn, key):
+    X, Y = _data(d=4)
+    value, log = fn(X, Y, log=True)  # entropy: the logged slices are the only record
+    assert torch.equal(fn(X, Y, **{key: log["trees"]}), value)
+
+
+def test_per_tree_is_differentiable():
+    X, Y = _data()
+    X.requires_grad_(True)
+    _, log = tsw.db_tsw(X, Y, n_trees=4, seed=0, log=True)
+    log["per_tree"][1].backward()
+    single = tsw.db_tsw(X.detach().requires_grad_(True), Y, n_trees=4, seed=0, log=True)
+    assert bool(torch.isfinite(X.grad).all())
+    assert single[1]["per_tree"].shape == (4,)
+
+
+@pytest.mark.parametrize(
+    ("p", "power"),
+    [
+        (2, False),  # through the root: the delta method
+        pytest.param(1, False, marks=pytest.mark.slow),
+        pytest.param(2, True, marks=pytest.mark.slow),
+    ],
+)
+def test_std_error_is_calibrated(p, power):
+    """The reported standard error matches the spread of the value over many seeds."""
+    X, Y = _data(d=5, n=20, m=15)
+    values, errors = [], []
+    for seed in range(300):
+        v, log = tsw.db_tsw(X, Y, n_trees=20, n_lines=3, p=p, power=power, seed=seed, log=True)
+        values.append(float(v))
+        errors.append(float(log["std_error"]))
+    spread = float(np.std(values, ddof=1))
+    reported = float(np.mean(errors))
+    # 300 draws: the sample std is within about 8% of the truth (2 sigma)
+    assert 0.8 < reported / spread < 1.25, (reported, spread)
+
+
+def test_std_error_of_one_tree_is_nan_and_zero_when_all_trees_cost_zero():
+    X, Y = _data()
+    _, log = tsw.db_tsw(X, Y, n_trees=1, seed=0, log=True)
+    assert math.isnan(float(log["std_error"]))
+    _, log = tsw.db_tsw(X, X, n_trees=5, p=2, seed=0, log=True)
+    assert float(log["std_error"]) == 0.0
+
+
+def test_power_gradient_bounded_where_the_measures_meet():
+    """At Y = X + 1e-9 noise the root form's gradient blows up (p = 2), the power form's not.
+
+    The power (Sobolev ST_2^2) has a gradient of the order of the squared point masses,
+    (1/N)^2 per edge; the root divides it by sqrt(cost), which vanishes with the gap.
+    """
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(50, 6, generator=g, dtype=F64)
+    Y = X + 1e-9 * torch.randn(50, 6, generator=g, dtype=F64)
+    grads = {}
+    for power in (False, True):
+        Xs = X.clone().requires_grad_(True)
+        tsw.db_tsw(Xs, Y, n_trees=50, p=2, seed=0, power=power).backward()
+        grads[power] = float(Xs.grad.norm())
+    assert grads[True] < 0.1 / 50
+    assert grads[False] > 1e3 * grads[True]
+
+
+def test_loss_modules_take_power():
+    X, Y = _data()
+    loss = tsw.nn.SWLoss(n_projections=7, seed=0, power=True, resample=False)
+    assert torch.equal(loss(X, Y), tsw.sw(X, Y, n_projections=7, power=True, seed=loss._fixed_seed))
+
+
+def test_tree_wasserstein_power_and_safe_root():
+    lengths = torch.tensor([0.0, 1.0, 2.0], dtype=F64)
+    mu = torch.tensor([0.0, 0.5, 0.5], dtype=F64, requires_grad=True)
+    nu = torch.tensor([0.0, 1.0, 0.0], dtype=F64)
+    power = tsw.tree_wasserstein([-1, 0, 0], lengths, mu, nu, p=2, power=True)
+    assert float(power.detach()) == pytest.approx(1 * 0.25 + 2 * 0.25)
+    # at identical measures the root's subgradient is 0, not NaN
+    tsw.tree_wasserstein([-1, 0, 0], lengths, mu, mu.detach(), p=2).backward()
+    assert torch.equal(mu.grad, torch.zeros(3, dtype=F64))
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+def test_power_and_log_must_be_bools(bad):
+    X, Y = _data()
+    for option in ("power", "log"):
+        with pytest.raises(TypeError, match=option):
+            tsw.db_tsw(X, Y, n_trees=2, **{option: bad})
+
+
+def test_numpy_integer_seeds_and_out_of_range_seeds():
+    X, Y = _data()
+    assert torch.equal(tsw.db_tsw(X, Y, seed=np.int64(3)), tsw.db_tsw(X, Y, seed=3))
+    assert torch.equal(
+        tsw.nn.DbTSWLoss(seed=np.int32(4), resample=False)(X, Y), tsw.db_tsw(X, Y, seed=4)
+    )
+    for bad in (2**64, -(2**63) - 1):
+        with pytest.raises(ValueError, match=r"seed must be an int in \[-2\*\*63, 2\*\*64\)"):
+            tsw.db_tsw(X, Y, seed=bad)
+    with pytest.raises(TypeError, match="seed must be an int or None; got float"):
+        tsw.db_tsw(X, Y, seed=1.0)
