@@ -215,3 +215,43 @@ def test_numpy_integer_seeds_and_out_of_range_seeds():
             tsw.db_tsw(X, Y, seed=bad)
     with pytest.raises(TypeError, match="seed must be an int or None; got float"):
         tsw.db_tsw(X, Y, seed=1.0)
+
+
+@pytest.mark.parametrize(("name", "call", "p", "sphere", "sliced"), CALLS, ids=IDS)
+@pytest.mark.parametrize("np_dtype", [np.float32, np.float64])
+def test_numpy_in_numpy_out(name, call, p, sphere, sliced, np_dtype):
+    X, Y = _data(sphere=sphere)
+    Xn, Yn = X.numpy().astype(np_dtype), Y.numpy().astype(np_dtype)
+    value = call(Xn, Yn, seed=2)
+    assert isinstance(value, np.floating)
+    assert value.dtype == np_dtype
+    expected = call(torch.from_numpy(Xn), torch.from_numpy(Yn), seed=2)
+    assert value == expected.item()
+    batched = call(np.stack([Xn, Xn]), np.stack([Yn, Yn]), seed=2)
+    assert isinstance(batched, np.ndarray)
+    assert batched.shape == (2,)
+    _, log = call(Xn, Yn, seed=2, log=True)
+    assert isinstance(log["per_tree"], np.ndarray)
+
+
+def test_numpy_sw_equals_pot():
+    import ot
+
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(20, 3)), rng.normal(size=(15, 3)) + 1
+    a = rng.uniform(size=20)
+    a /= a.sum()
+    P = rng.normal(size=(3, 10))
+    P /= np.linalg.norm(P, axis=0, keepdims=True)
+    for p in (1, 2):
+        got = tsw.sw(X, Y, a, None, projections=P, p=p)
+        expected = ot.sliced_wasserstein_distance(X, Y, a, None, projections=P, p=p)
+        assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_numpy_integer_arrays_raise_naming_the_argument():
+    X = np.zeros((3, 2), dtype=np.int64)
+    with pytest.raises(TypeError, match=r"X_s must have dtype float32 or float64.*int64"):
+        tsw.db_tsw(X, X.astype(np.float64))
+    with pytest.raises(TypeError, match="b must have dtype float32 or float64"):
+        tsw.sw(X.astype(np.float64), X.astype(np.float64), None, np.ones(3, dtype=np.int32))

@@ -29,6 +29,7 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -86,6 +87,27 @@ class Projection(NamedTuple):
     n_source: int = 0
 
 
+def from_numpy(x: object, name: str) -> object:
+    """Convert a numpy array to a tensor of its float dtype (no gradient); pass the rest.
+
+    Only float32 and float64 arrays are accepted, as for tensors.
+    """
+    if not isinstance(x, np.ndarray):
+        return x
+    if x.dtype not in (np.float32, np.float64):
+        raise TypeError(
+            f"{name} must have dtype float32 or float64 (a numpy array or a tensor); got a "
+            f"numpy array of dtype {x.dtype}"
+        )
+    return torch.from_numpy(np.ascontiguousarray(x))
+
+
+def to_numpy(t: Tensor) -> np.ndarray:
+    """Return a detached CPU copy as numpy: a numpy scalar for a 0-d tensor."""
+    out = t.detach().cpu().numpy()
+    return out[()] if out.ndim == 0 else out
+
+
 def signed_masses(measures: Measures) -> Tensor:
     """Return ``(a, -b)``, shape (B, N + M): the signed masses of the atoms ``cat(X_s, X_t)``."""
     return torch.cat([measures.a, -measures.b], dim=-1)
@@ -141,7 +163,8 @@ log : bool, default False
     error of the returned value: the standard error of the mean over the slices,
     ``std(per_tree, ddof=1) / sqrt(T)`` (NaN for one slice), carried through the
     ``1/p`` root by the delta method, ``se / (p * mean^(1 - 1/p))`` (0 when the mean
-    is 0); detached."""
+    is 0); detached. Inputs given as numpy arrays (float32 or float64, no gradient) give
+    numpy outputs: a numpy scalar (an array for batched inputs), numpy in ``log``."""
 
 #: the extra keys of the sliced baselines, with POT's meaning
 SLICED_LOG_DOC = """\
@@ -185,6 +208,7 @@ class Problem:
     validate: bool
     power: bool = False
     log: bool = False
+    numpy: bool = False
 
     @classmethod
     def of(
@@ -202,9 +226,17 @@ class Problem:
         power: bool = False,
         log: bool = False,
     ) -> Problem:
-        """Validate two measures, ``p``, the randomness and the driver's options."""
+        """Validate two measures, ``p``, the randomness and the driver's options.
+
+        numpy inputs are converted to tensors (no gradient); the value is then returned
+        as numpy (see :meth:`finish`).
+        """
+        numpy = isinstance(X_s, np.ndarray)
+        X_s, X_t, a, b = (
+            from_numpy(x, name) for x, name in ((X_s, "X_s"), (X_t, "X_t"), (a, "a"), (b, "b"))
+        )
         measures = check_measures(X_s, X_t, a, b, balanced=balanced, validate=validate)
-        return cls._build(measures, p, seed, generator, validate, power, log)
+        return cls._build(measures, p, seed, generator, validate, power, log, numpy)
 
     @classmethod
     def of_one(
@@ -220,17 +252,18 @@ class Problem:
         log: bool = False,
     ) -> Problem:
         """Validate one measure; ``measures.X_t`` and ``measures.b`` are then empty."""
-        X, w, batched = check_measure(X_s, a, validate=validate)
+        numpy = isinstance(X_s, np.ndarray)
+        X, w, batched = check_measure(from_numpy(X_s, "X_s"), from_numpy(a, "a"), validate=validate)
         measures = Measures(X, X[..., :0, :], w, w[..., :0], batched)
-        return cls._build(measures, p, seed, generator, validate, power, log)
+        return cls._build(measures, p, seed, generator, validate, power, log, numpy)
 
     @classmethod
-    def _build(cls, measures, p, seed, generator, validate, power, log) -> Problem:
+    def _build(cls, measures, p, seed, generator, validate, power, log, numpy) -> Problem:
         p = check_p(p)
         power, log = check_bool(power, "power"), check_bool(log, "log")
         X = measures.X_s
         rng = resolve_sampler(seed, generator, dtype=X.dtype, device=X.device)
-        return cls(measures, p, rng, validate, power, log)
+        return cls(measures, p, rng, validate, power, log, numpy)
 
     def replace(self, **changes: Any) -> Problem:
         """Return a copy with some fields replaced (e.g. mapped or spherical measures)."""
@@ -258,7 +291,12 @@ class Problem:
         """
         mean = per_slice.mean(-1)
         value = mean if self.power else safe_root(mean, self.p)
-        unbatch = (lambda t: t) if self.measures.batched else (lambda t: t[0])
+        batched = self.measures.batched
+
+        def unbatch(t: Tensor) -> Tensor | np.ndarray:
+            t = t if batched else t[0]
+            return to_numpy(t) if self.numpy else t
+
         if not self.log:
             return unbatch(value)
         info: dict[str, Any] = {
@@ -267,7 +305,7 @@ class Problem:
             "std_error": unbatch(self._std_error(per_slice.detach(), mean.detach())),
         }
         if projections is not None:
-            info["projections"] = projections
+            info["projections"] = to_numpy(projections) if self.numpy else projections
             info["projected_emds"] = info["per_tree"]
         return unbatch(value), info
 

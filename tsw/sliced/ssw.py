@@ -24,7 +24,7 @@ import ot
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, driver_options
+from tsw.core._driver import Problem, driver_options, from_numpy
 from tsw.core._random import resolve_sampler
 from tsw.core._validation import check_measures_on_sphere, check_positive_int, check_stack
 
@@ -78,6 +78,7 @@ def resolve_circles(problem: Problem, projections: Tensor | None, n_projections:
     """Explicit great circles checked against the data, or drawn ones: (L, d+1, 2) or (B, ...)."""
     X = problem.measures.X_s
     D = X.shape[-1]
+    projections = from_numpy(projections, "projections")
     if projections is None:
         return sample_sphere_projections(
             D, n_projections, generator=problem.rng.generator, dtype=X.dtype, device=X.device

@@ -21,6 +21,7 @@ from tsw.core._driver import (
     Projection,
     closed_form,
     driver_options,
+    from_numpy,
     line_coordinates,
 )
 from tsw.core._random import Sampler, resolve_sampler
@@ -110,6 +111,7 @@ def resolve_projections(
     rng: Sampler,
 ) -> Tensor:
     """Explicit projections checked against the data, or drawn ones: (d, L) or (B, d, L)."""
+    projections = from_numpy(projections, "projections")
     if projections is not None:
         return _check_projections(projections, measures)
     return sample_projections(

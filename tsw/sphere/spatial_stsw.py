@@ -1,21 +1,22 @@
 r"""SpatialSTSW: STSW after an injective continuous map of the sphere (spec 4.4).
 
-A composition of public functions: the map, then :func:`tsw.stsw` (which runs the
-driver) on the mapped points, so the mapped points are checked to lie on the sphere.
+The map, then STSW's projection on the mapped points through the driver; the mapped
+points are checked as data (shape, dtype, device, on the sphere).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import Tensor
 
-from tsw.core._driver import driver_options
-from tsw.core._validation import check_measures, check_measures_on_sphere
+from tsw.core._driver import Problem, driver_options
+from tsw.core._validation import check_measures, check_measures_on_sphere, check_nonnegative_float
 from tsw.core.trees import SphericalTrees
-from tsw.sphere.stsw import stsw
+from tsw.sphere.stsw import resolve_spherical_trees, spherical_projection
 
 __all__ = ["spatial_stsw", "sphere_lift"]
 
@@ -132,25 +133,33 @@ def spatial_stsw(
         h = mapping
     else:
         raise TypeError(f"mapping must be 'lift' or a callable; got {type(mapping).__name__}")
-    measures = check_measures_on_sphere(
-        check_measures(X_s, X_t, a, b, validate=validate),
-        renormalize=renormalize,
-        validate=validate,
-    )
-    sq = (lambda t: t) if measures.batched else (lambda t: t[0])
-    return stsw(
-        h(sq(measures.X_s)),
-        h(sq(measures.X_t)),
-        sq(measures.a),
-        sq(measures.b),
-        n_trees=n_trees,
-        n_lines=n_lines,
-        delta=delta,
+    problem = Problem.of(
+        X_s,
+        X_t,
+        a,
+        b,
         p=p,
-        trees=trees,
         seed=seed,
         generator=generator,
         validate=validate,
         power=power,
         log=log,
     )
+    measures = check_measures_on_sphere(
+        problem.measures, renormalize=renormalize, validate=validate
+    )
+    # the map sees the points as the caller passed them; its output is checked as data
+    sq = (lambda t: t) if measures.batched else (lambda t: t[0])
+    mapped = check_measures(
+        h(sq(measures.X_s)),
+        h(sq(measures.X_t)),
+        sq(measures.a),
+        sq(measures.b),
+        validate=validate,
+    )
+    problem = problem.replace(
+        measures=check_measures_on_sphere(mapped, renormalize=False, validate=validate)
+    )
+    delta = check_nonnegative_float(delta, "delta")
+    trees = resolve_spherical_trees(problem, trees, n_trees, n_lines)
+    return problem.evaluate(partial(spherical_projection, delta=delta), trees)
