@@ -32,10 +32,18 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from tsw.core._random import Sampler, resolve_sampler
 from tsw.core._safe import safe_root
-from tsw.core._validation import Measures, check_bool, check_measure, check_measures, check_p
+from tsw.core._validation import (
+    Measures,
+    check_bool,
+    check_measure,
+    check_measures,
+    check_p,
+    check_positive_int,
+)
 from tsw.core.tree_wasserstein import line_cost, line_system_cost
 from tsw.core.wasserstein_1d import wasserstein_1d
 
@@ -108,6 +116,29 @@ def to_numpy(t: Tensor) -> np.ndarray:
     return out[()] if out.ndim == 0 else out
 
 
+#: working memory allowed for one block of slices when ``chunk_size="auto"``
+MEMORY_BUDGET = 2 * 2**30
+#: working elements per (line x atom) of a block, forward and backward: measured about
+#: 54 bytes (13.5 float32 elements) for Db-TSW at d = 64; rounded up
+WORK_ELEMENTS_PER_LINE_POINT = 16
+
+
+def slice_counts(slices: Any) -> tuple[int, int]:
+    """Count ``(slices, lines per slice)`` of trees or (..., d, L) directions; else None."""
+    if isinstance(slices, Tensor):
+        return slices.shape[-1], 1
+    if hasattr(slices, "narrow"):
+        return slices.n_trees, slices.n_lines
+    return None
+
+
+def narrow_slices(slices: Any, start: int, stop: int) -> Any:
+    """Slices ``start`` to ``stop - 1`` of tree systems or (..., d, L) directions."""
+    if isinstance(slices, Tensor):
+        return slices[..., start:stop]
+    return slices.narrow(start, stop)
+
+
 def signed_masses(measures: Measures) -> Tensor:
     """Return ``(a, -b)``, shape (B, N + M): the signed masses of the atoms ``cat(X_s, X_t)``."""
     return torch.cat([measures.a, -measures.b], dim=-1)
@@ -166,6 +197,18 @@ log : bool, default False
     is 0); detached. Inputs given as numpy arrays (float32 or float64, no gradient) give
     numpy outputs: a numpy scalar (an array for batched inputs), numpy in ``log``."""
 
+#: the memory option of the tree distances and SW
+CHUNK_DOC = """\
+chunk_size : int, "auto" or None, default "auto"
+    Trees (directions for SW) evaluated at once. ``None``: all at once. An int: blocks
+    of that many, each projected under activation checkpointing, so that the peak
+    working memory is that of one block (the backward pass recomputes each block's
+    forward: about one more forward pass of time). ``"auto"``: the largest block whose
+    working memory, estimated at 16 elements per (line x atom), stays under 2 GiB;
+    problems below that (e.g. 1000 lines x 1e5 atoms in float32 is 6.4 GB: 4 blocks)
+    run in one block as with ``None``. Values and gradients do not depend on it (up to
+    rounding)."""
+
 #: the extra keys of the sliced baselines, with POT's meaning
 SLICED_LOG_DOC = """\
     Sliced baselines also give POT's keys: ``log["projections"]``, the directions
@@ -173,13 +216,14 @@ SLICED_LOG_DOC = """\
     ``log["per_tree"]``)."""
 
 
-def driver_options(sliced: bool = False) -> Callable[[Callable], Callable]:
+def driver_options(sliced: bool = False, chunked: bool = False) -> Callable[[Callable], Callable]:
     """Insert :data:`DRIVER_OPTIONS_DOC` into a function's numpydoc Parameters section.
 
     Written once here, documented in every distance (and in the loss modules built from
-    them, which read the function's Parameters).
+    them, which read the function's Parameters); ``chunked`` adds :data:`CHUNK_DOC`.
     """
     text = DRIVER_OPTIONS_DOC + ("\n" + SLICED_LOG_DOC if sliced else "")
+    text += "\n" + CHUNK_DOC if chunked else ""
     block = "".join(f"    {line}\n" if line else "\n" for line in text.splitlines())
 
     def decorate(fn: Callable) -> Callable:
@@ -209,6 +253,7 @@ class Problem:
     power: bool = False
     log: bool = False
     numpy: bool = False
+    chunk_size: int | str | None = "auto"
 
     @classmethod
     def of(
@@ -225,6 +270,7 @@ class Problem:
         balanced: bool = True,
         power: bool = False,
         log: bool = False,
+        chunk_size: int | str | None = "auto",
     ) -> Problem:
         """Validate two measures, ``p``, the randomness and the driver's options.
 
@@ -236,7 +282,7 @@ class Problem:
             from_numpy(x, name) for x, name in ((X_s, "X_s"), (X_t, "X_t"), (a, "a"), (b, "b"))
         )
         measures = check_measures(X_s, X_t, a, b, balanced=balanced, validate=validate)
-        return cls._build(measures, p, seed, generator, validate, power, log, numpy)
+        return cls._build(measures, p, seed, generator, validate, power, log, numpy, chunk_size)
 
     @classmethod
     def of_one(
@@ -250,20 +296,25 @@ class Problem:
         validate: bool,
         power: bool = False,
         log: bool = False,
+        chunk_size: int | str | None = "auto",
     ) -> Problem:
         """Validate one measure; ``measures.X_t`` and ``measures.b`` are then empty."""
         numpy = isinstance(X_s, np.ndarray)
         X, w, batched = check_measure(from_numpy(X_s, "X_s"), from_numpy(a, "a"), validate=validate)
         measures = Measures(X, X[..., :0, :], w, w[..., :0], batched)
-        return cls._build(measures, p, seed, generator, validate, power, log, numpy)
+        return cls._build(measures, p, seed, generator, validate, power, log, numpy, chunk_size)
 
     @classmethod
-    def _build(cls, measures, p, seed, generator, validate, power, log, numpy) -> Problem:
+    def _build(
+        cls, measures, p, seed, generator, validate, power, log, numpy, chunk_size
+    ) -> Problem:
         p = check_p(p)
         power, log = check_bool(power, "power"), check_bool(log, "log")
+        if chunk_size is not None and chunk_size != "auto":
+            check_positive_int(chunk_size, "chunk_size")
         X = measures.X_s
         rng = resolve_sampler(seed, generator, dtype=X.dtype, device=X.device)
-        return cls(measures, p, rng, validate, power, log, numpy)
+        return cls(measures, p, rng, validate, power, log, numpy, chunk_size)
 
     def replace(self, **changes: Any) -> Problem:
         """Return a copy with some fields replaced (e.g. mapped or spherical measures)."""
@@ -276,9 +327,55 @@ class Problem:
         cost: Callable[[Projection, float], Tensor] = closed_form,
         *,
         projections: Tensor | None = None,
+        narrow: Callable[[Any, int, int], Any] | None = None,
     ) -> Tensor | tuple[Tensor, dict[str, Any]]:
-        """Project, apply the closed form, and finish (see :meth:`finish`)."""
-        return self.finish(cost(project(self.measures, slices), self.p), slices, projections)
+        """Project, apply the closed form, and finish (see :meth:`finish`).
+
+        With a ``chunk_size`` smaller than the number of slices, blocks of slices are
+        projected one at a time under activation checkpointing: no block's
+        intermediates outlive its forward pass, and the backward pass recomputes each
+        block alone, so the peak working memory is that of one block (at the price of
+        a second forward pass). ``narrow(slices, start, stop)`` cuts a block (tree
+        containers and (d, L) directions by default).
+        """
+        per_slice = self._per_slice(project, slices, cost, narrow)
+        return self.finish(per_slice, slices, projections)
+
+    def _per_slice(self, project, slices, cost, narrow) -> Tensor:
+        def run(block: Any) -> Tensor:
+            return cost(project(self.measures, block), self.p)
+
+        counts = slice_counts(slices if narrow is None else slices[0])
+        if counts is None:  # slices that are not cut into blocks (S3W's rotations)
+            return run(slices)
+        T, k = counts
+        chunk = self.chunk_trees(T, k)
+        if chunk >= T:
+            return run(slices)
+        narrow = narrow_slices if narrow is None else narrow
+        needs_grad = torch.is_grad_enabled() and any(
+            t.requires_grad for t in self.measures if isinstance(t, Tensor)
+        )
+        parts = []
+        for start in range(0, T, chunk):
+            block = narrow(slices, start, min(start + chunk, T))
+            if needs_grad:
+                part = checkpoint(run, block, use_reentrant=False, preserve_rng_state=False)
+            else:
+                part = run(block)
+            parts.append(part)
+        return torch.cat(parts, dim=-1)
+
+    def chunk_trees(self, n_slices: int, lines_per_slice: int) -> int:
+        """Slices per block: ``chunk_size``, or (``"auto"``) the most within the budget."""
+        if self.chunk_size is None:
+            return n_slices
+        if self.chunk_size != "auto":
+            return self.chunk_size
+        X = self.measures.X_s
+        n = X.shape[0] * (X.shape[-2] + self.measures.X_t.shape[-2])
+        per_slice = WORK_ELEMENTS_PER_LINE_POINT * X.element_size() * lines_per_slice * n
+        return max(1, min(n_slices, MEMORY_BUDGET // max(per_slice, 1)))
 
     def finish(
         self, per_slice: Tensor, slices: Any = None, projections: Tensor | None = None

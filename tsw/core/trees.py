@@ -156,6 +156,12 @@ class ConcurrentLines:
             self.roots.to(*args, **kwargs), self.directions.to(*args, **kwargs), validate=False
         )
 
+    def narrow(self, start: int, stop: int) -> ConcurrentLines:
+        """Return trees ``start`` to ``stop - 1`` (views, no copy, no validation)."""
+        return ConcurrentLines(
+            self.roots[..., start:stop, :], self.directions[..., start:stop, :, :], validate=False
+        )
+
 
 @dataclass(frozen=True, init=False)
 class ChainLines:
@@ -250,6 +256,14 @@ class ChainLines:
         """Return the trees with ``Tensor.to(*args, **kwargs)`` applied."""
         return ChainLines(
             self.sources.to(*args, **kwargs), self.directions.to(*args, **kwargs), validate=False
+        )
+
+    def narrow(self, start: int, stop: int) -> ChainLines:
+        """Return trees ``start`` to ``stop - 1`` (views, no copy, no validation)."""
+        return ChainLines(
+            self.sources[..., start:stop, :, :],
+            self.directions[..., start:stop, :, :],
+            validate=False,
         )
 
 
@@ -497,6 +511,12 @@ class SphericalTrees:
         """Return the trees with ``Tensor.to(*args, **kwargs)`` applied."""
         return SphericalTrees(
             self.roots.to(*args, **kwargs), self.directions.to(*args, **kwargs), validate=False
+        )
+
+    def narrow(self, start: int, stop: int) -> SphericalTrees:
+        """Return trees ``start`` to ``stop - 1`` (views, no copy, no validation)."""
+        return SphericalTrees(
+            self.roots[..., start:stop, :], self.directions[..., start:stop, :, :], validate=False
         )
 
 

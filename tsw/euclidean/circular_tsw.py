@@ -25,7 +25,7 @@ __all__ = ["circular_tsw"]
 SPLITS = ("image", "line")
 
 
-@driver_options()
+@driver_options(chunked=True)
 def circular_tsw(
     X_s: Tensor,
     X_t: Tensor,
@@ -47,6 +47,7 @@ def circular_tsw(
     validate: bool = True,
     power: bool = False,
     log: bool = False,
+    chunk_size: int | str | None = "auto",
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Circular tree-sliced Wasserstein distance (CircularTSW, CircularTSW\ :sub:`r=0`).
 
@@ -184,7 +185,17 @@ def circular_tsw(
     tensor(2.)
     """
     problem = Problem.of(
-        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
+        X_s,
+        X_t,
+        a,
+        b,
+        p=p,
+        seed=seed,
+        generator=generator,
+        validate=validate,
+        power=power,
+        log=log,
+        chunk_size=chunk_size,
     )
     radius = check_nonnegative_float(radius, "radius")
     delta = check_nonnegative_float(delta, "delta")

@@ -17,7 +17,7 @@ from tsw.euclidean._lines import project
 __all__ = ["db_tsw"]
 
 
-@driver_options()
+@driver_options(chunked=True)
 def db_tsw(
     X_s: Tensor,
     X_t: Tensor,
@@ -37,6 +37,7 @@ def db_tsw(
     validate: bool = True,
     power: bool = False,
     log: bool = False,
+    chunk_size: int | str | None = "auto",
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Distance-based tree-sliced Wasserstein distance (Db-TSW, Db-TSW⊥).
 
@@ -136,7 +137,17 @@ def db_tsw(
     (torch.Size([]), True)
     """
     problem = Problem.of(
-        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
+        X_s,
+        X_t,
+        a,
+        b,
+        p=p,
+        seed=seed,
+        generator=generator,
+        validate=validate,
+        power=power,
+        log=log,
+        chunk_size=chunk_size,
     )
     delta = check_nonnegative_float(delta, "delta")
     trees = resolve_db_trees(

@@ -21,7 +21,7 @@ from tsw.euclidean.db_tsw import db_projection, resolve_db_trees
 __all__ = ["partial_tsw"]
 
 
-@driver_options()
+@driver_options(chunked=True)
 def partial_tsw(
     X_s: Tensor,
     X_t: Tensor,
@@ -44,6 +44,7 @@ def partial_tsw(
     validate: bool = True,
     power: bool = False,
     log: bool = False,
+    chunk_size: int | str | None = "auto",
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Partial tree-sliced Wasserstein distance (PartialTSW) for unequal total masses.
 
@@ -200,6 +201,7 @@ def partial_tsw(
         validate=validate,
         power=power,
         log=log,
+        chunk_size=chunk_size,
         balanced=False,
     )
     measures = problem.measures

@@ -17,7 +17,7 @@ from tsw.euclidean.mappings import map_measures, resolve_mapping
 __all__ = ["spatial_tsw"]
 
 
-@driver_options()
+@driver_options(chunked=True)
 def spatial_tsw(
     X_s: Tensor,
     X_t: Tensor,
@@ -40,6 +40,7 @@ def spatial_tsw(
     validate: bool = True,
     power: bool = False,
     log: bool = False,
+    chunk_size: int | str | None = "auto",
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Spatial tree-sliced Wasserstein distance (SpatialTSW).
 
@@ -129,7 +130,17 @@ def spatial_tsw(
     torch.Size([2, 3])
     """
     problem = Problem.of(
-        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
+        X_s,
+        X_t,
+        a,
+        b,
+        p=p,
+        seed=seed,
+        generator=generator,
+        validate=validate,
+        power=power,
+        log=log,
+        chunk_size=chunk_size,
     )
     h = resolve_mapping(mapping, degree, beta)
     measures = problem.measures

@@ -17,7 +17,7 @@ from tsw.euclidean._lines import project
 __all__ = ["tsw_sl"]
 
 
-@driver_options()
+@driver_options(chunked=True)
 def tsw_sl(
     X_s: Tensor,
     X_t: Tensor,
@@ -38,6 +38,7 @@ def tsw_sl(
     validate: bool = True,
     power: bool = False,
     log: bool = False,
+    chunk_size: int | str | None = "auto",
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Tree-sliced Wasserstein distance on systems of lines (TSW-SL).
 
@@ -129,7 +130,17 @@ def tsw_sl(
     True
     """
     problem = Problem.of(
-        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
+        X_s,
+        X_t,
+        a,
+        b,
+        p=p,
+        seed=seed,
+        generator=generator,
+        validate=validate,
+        power=power,
+        log=log,
+        chunk_size=chunk_size,
     )
     tree = check_choice(tree, "tree", ("chain", "concurrent"))
     if tree == "chain":

@@ -136,7 +136,7 @@ def _direction_costs(measures: Measures, projections: Tensor, p: float) -> Tenso
     return closed_form(line_projection(measures, projections), p)
 
 
-@driver_options(sliced=True)
+@driver_options(sliced=True, chunked=True)
 def sw(
     X_s: Tensor,
     X_t: Tensor,
@@ -152,6 +152,7 @@ def sw(
     validate: bool = True,
     power: bool = False,
     log: bool = False,
+    chunk_size: int | str | None = "auto",
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Monte-Carlo sliced Wasserstein distance :math:`SW_p`.
 
@@ -206,7 +207,17 @@ def sw(
     tensor(3.)
     """
     problem = Problem.of(
-        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
+        X_s,
+        X_t,
+        a,
+        b,
+        p=p,
+        seed=seed,
+        generator=generator,
+        validate=validate,
+        power=power,
+        log=log,
+        chunk_size=chunk_size,
     )
     projections = resolve_projections(
         problem.measures, projections, n_projections, orthogonal, problem.rng

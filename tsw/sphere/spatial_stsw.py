@@ -57,7 +57,7 @@ def sphere_lift(y: Tensor, eps: float = 1e-6) -> Tensor:
     return torch.cat([torch.cos(phi), torch.sin(phi) * y], dim=-1)
 
 
-@driver_options()
+@driver_options(chunked=True)
 def spatial_stsw(
     X_s: Tensor,
     X_t: Tensor,
@@ -76,6 +76,7 @@ def spatial_stsw(
     renormalize: bool = False,
     power: bool = False,
     log: bool = False,
+    chunk_size: int | str | None = "auto",
 ) -> Tensor | tuple[Tensor, dict]:
     r"""SpatialSTSW: :func:`tsw.stsw` between the images of the measures under a map.
 
@@ -144,6 +145,7 @@ def spatial_stsw(
         validate=validate,
         power=power,
         log=log,
+        chunk_size=chunk_size,
     )
     measures = check_measures_on_sphere(
         problem.measures, renormalize=renormalize, validate=validate

@@ -77,7 +77,7 @@ def spherical_projection(
     return Projection(t.unsqueeze(-2), masses, RAYS)  # t >= 0: rays
 
 
-@driver_options()
+@driver_options(chunked=True)
 def stsw(
     X_s: Tensor,
     X_t: Tensor,
@@ -95,6 +95,7 @@ def stsw(
     renormalize: bool = False,
     power: bool = False,
     log: bool = False,
+    chunk_size: int | str | None = "auto",
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Spherical tree-sliced Wasserstein distance (STSW) between measures on a sphere.
 
@@ -196,7 +197,17 @@ def stsw(
     2.881319
     """
     problem = Problem.of(
-        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
+        X_s,
+        X_t,
+        a,
+        b,
+        p=p,
+        seed=seed,
+        generator=generator,
+        validate=validate,
+        power=power,
+        log=log,
+        chunk_size=chunk_size,
     )
     problem = problem.replace(
         measures=check_measures_on_sphere(
@@ -208,7 +219,7 @@ def stsw(
     return problem.evaluate(partial(spherical_projection, delta=delta), trees)
 
 
-@driver_options()
+@driver_options(chunked=True)
 def stsw_unif(
     X_s: Tensor,
     a: Tensor | None = None,
@@ -226,6 +237,7 @@ def stsw_unif(
     renormalize: bool = False,
     power: bool = False,
     log: bool = False,
+    chunk_size: int | str | None = "auto",
 ) -> Tensor | tuple[Tensor, dict]:
     r"""STSW between a measure on the sphere and the uniform measure on it.
 
@@ -314,7 +326,15 @@ def stsw_unif(
     True
     """
     problem = Problem.of_one(
-        X_s, a, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
+        X_s,
+        a,
+        p=p,
+        seed=seed,
+        generator=generator,
+        validate=validate,
+        power=power,
+        log=log,
+        chunk_size=chunk_size,
     )
     problem = problem.replace(
         measures=check_measures_on_sphere(
@@ -331,5 +351,11 @@ def stsw_unif(
         if unif.ndim == 3:
             unif = unif.unsqueeze(0)
         unif = -unif * w.sum(-1).detach().view(-1, 1, 1, 1)
-    project = partial(spherical_projection, delta=delta, extra=(coords, unif))
-    return problem.evaluate(project, trees)
+
+    def project(measures: Measures, block: tuple[SphericalTrees, Tensor]) -> Projection:
+        return spherical_projection(measures, block[0], delta, (coords, block[1]))
+
+    def narrow(block: tuple[SphericalTrees, Tensor], start: int, stop: int):
+        return block[0].narrow(start, stop), block[1][..., start:stop, :, :]
+
+    return problem.evaluate(project, (trees, unif), narrow=narrow)

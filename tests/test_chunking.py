@@ -1,0 +1,126 @@
+"""``chunk_size``: blocks of trees under checkpointing give the unchunked values and gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tsw
+import tsw.core._driver as driver
+
+F64 = torch.float64
+
+
+def _data(d=4, sphere=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(20, d, generator=g, dtype=F64)
+    Y = torch.randn(15, d, generator=g, dtype=F64) + 0.5
+    if sphere:
+        X, Y = torch.nn.functional.normalize(X, dim=-1), torch.nn.functional.normalize(Y, dim=-1)
+    g2 = torch.Generator().manual_seed(seed + 1)
+    a = torch.rand(20, generator=g2, dtype=F64) + 0.1
+    b = torch.rand(15, generator=g2, dtype=F64) + 0.1
+    return X, Y, a / a.sum(), b / b.sum()
+
+
+CHUNKED = [
+    ("db_tsw", lambda *m, **o: tsw.db_tsw(*m, n_trees=11, p=2, **o), False),
+    ("db_tsw_d2", lambda *m, **o: tsw.db_tsw(*m[:2], n_trees=11, **o), False),
+    ("tsw_sl_chain", lambda *m, **o: tsw.tsw_sl(*m, n_trees=11, **o), False),
+    ("circular_tsw", lambda *m, **o: tsw.circular_tsw(*m, radius=0.2, n_trees=11, **o), False),
+    ("spatial_tsw", lambda *m, **o: tsw.spatial_tsw(*m, n_trees=11, **o), False),
+    ("partial_tsw", lambda *m, **o: tsw.partial_tsw(*m, mass_t=0.7, n_trees=11, **o), False),
+    ("sw", lambda *m, **o: tsw.sw(*m, n_projections=11, **o), False),
+    ("stsw", lambda *m, **o: tsw.stsw(*m, n_trees=11, p=1.5, **o), True),
+    ("stsw_unif", lambda *m, **o: tsw.stsw_unif(m[0], m[2], n_trees=11, **o), True),
+    ("spatial_stsw", lambda *m, **o: tsw.spatial_stsw(*m, n_trees=11, **o), True),
+]
+
+
+@pytest.mark.parametrize(("name", "call", "sphere"), CHUNKED, ids=[c[0] for c in CHUNKED])
+@pytest.mark.parametrize("chunk", [1, 4])
+def test_chunked_equals_unchunked(name, call, sphere, chunk):
+    d = 2 if name == "db_tsw_d2" else 4
+    X, Y, a, b = _data(d=d, sphere=sphere)
+    results = []
+    for chunk_size in (None, chunk):
+        leaves = [t.clone().requires_grad_(True) for t in (X, Y, a, b)]
+        value = call(*leaves, seed=3, chunk_size=chunk_size)
+        grads = torch.autograd.grad(value, leaves, allow_unused=True)
+        results.append((value, grads))
+    (v0, g0), (v1, g1) = results
+    torch.testing.assert_close(v1, v0, rtol=1e-12, atol=1e-14)
+    for x, y in zip(g1, g0, strict=True):
+        if y is None:
+            assert x is None
+        else:
+            torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-14)
+
+
+def test_chunked_gradcheck():
+    X, Y, _, _ = _data(d=5)
+    X = X[:6].clone().requires_grad_(True)
+    Yr = Y[:5].clone().requires_grad_(True)
+    trees = tsw.sample_concurrent_lines(5, 3, 5, seed=0, dtype=F64)
+
+    def f(X, Y):
+        return tsw.db_tsw(X, Y, trees=trees, p=2, chunk_size=2)
+
+    assert torch.autograd.gradcheck(f, (X, Yr))
+
+
+def test_chunked_batched_and_logged():
+    X, Y, _, _ = _data()
+    Xb, Yb = torch.stack([X, X + 1]), torch.stack([Y, Y])
+    v0, log0 = tsw.db_tsw(Xb, Yb, n_trees=9, seed=0, chunk_size=None, log=True)
+    v1, log1 = tsw.db_tsw(Xb, Yb, n_trees=9, seed=0, chunk_size=2, log=True)
+    torch.testing.assert_close(v1, v0, rtol=1e-12, atol=0)
+    torch.testing.assert_close(log1["per_tree"], log0["per_tree"], rtol=1e-12, atol=0)
+
+
+def test_auto_chunks_only_above_the_budget(monkeypatch):
+    X, Y, _, _ = _data()
+    calls = []
+    original = driver.narrow_slices
+
+    def spy(slices, start, stop):
+        calls.append((start, stop))
+        return original(slices, start, stop)
+
+    monkeypatch.setattr(driver, "narrow_slices", spy)
+    tsw.db_tsw(X.requires_grad_(True), Y, n_trees=10, seed=0).backward()
+    assert calls == []  # 10 x 4 lines x 35 atoms: far below 2 GiB
+    # one tree's block: 4 lines x 35 atoms x 16 elements x 8 bytes = 17920 bytes
+    monkeypatch.setattr(driver, "MEMORY_BUDGET", 3 * 17920)
+    value = tsw.db_tsw(X, Y, n_trees=10, seed=0)
+    assert calls == [(0, 3), (3, 6), (6, 9), (9, 10)]
+    torch.testing.assert_close(value, tsw.db_tsw(X, Y, n_trees=10, seed=0, chunk_size=None))
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "all"])
+def test_bad_chunk_size(bad):
+    X, Y, _, _ = _data()
+    with pytest.raises((TypeError, ValueError), match="chunk_size"):
+        tsw.db_tsw(X, Y, n_trees=3, chunk_size=bad)
+
+
+def _target_work(n, d, trees, lines, chunk):  # runs in a spawned child (peak_growth)
+    torch.set_num_threads(2)
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(n, d, generator=g).requires_grad_(True)
+    Y = torch.randn(n, d, generator=g) + 0.5
+    T = tsw.sample_concurrent_lines(trees, lines, d, seed=0, center=torch.zeros(d))
+
+    def work():
+        tsw.db_tsw(X, Y, trees=T, validate=False, chunk_size=chunk).backward()
+
+    return work
+
+
+@pytest.mark.slow
+def test_memory_target_1e5_points_1000_trees():
+    """N = M = 1e5, d = 128, 1000 trees x 4 lines, forward + backward under 4 GiB."""
+    from benchmarks._memory import peak_growth
+
+    growth = peak_growth(_target_work, 100_000, 128, 1000, 4, "auto", timeout=1800)
+    assert growth < 4096, growth
