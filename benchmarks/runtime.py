@@ -18,6 +18,9 @@ lines and circular / Db-TSW at equal trees and lines.
 ``python -m benchmarks.runtime --sweep n``: times as a function of N with a log-log plot
 (``--grid 50000,100000`` chooses the values).
 ``--memory``: peak resident memory of each method, each in a fresh subprocess.
+``python -m benchmarks.runtime --sweep chunk --n 100000 --d 128 --trees 1000 --grid
+auto,250,100 --memory``: db_tsw's time and peak memory against ``chunk_size``
+(``none`` = all trees at once; ``auto`` = blocks under 2 GiB).
 """
 
 from __future__ import annotations
@@ -132,6 +135,66 @@ def time_one(args, n: int, d: int, lines: int) -> dict[str, float | str]:
     return row
 
 
+def _chunk_value(text: str) -> int | str | None:
+    return None if text == "none" else text if text == "auto" else int(text)
+
+
+def _prepare_chunk(args, chunk):  # runs in a fresh process (peak_growth)
+    torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    X, Y, trees, _, _ = make_problem(args.n, args.d, args.trees, args.lines, dtype, args.device)
+
+    def step():
+        Xs = X.detach().requires_grad_(True)
+        tsw.db_tsw(Xs, Y, trees=trees, validate=False, chunk_size=chunk).backward()
+
+    return step
+
+
+def chunk_sweep(args, grid: list[str]) -> list[dict]:
+    """db_tsw time (median, interleaved) and peak memory (fresh process) per chunk size."""
+    dtype = getattr(torch, args.dtype)
+    X, Y, trees, _, proj = make_problem(args.n, args.d, args.trees, args.lines, dtype, args.device)
+
+    def run(chunk):
+        def step():
+            Xs = X.detach().requires_grad_(True)
+            tsw.db_tsw(Xs, Y, trees=trees, validate=False, chunk_size=chunk).backward()
+
+        return step
+
+    def lower():
+        Xs = X.detach().requires_grad_(True)
+        c = torch.matmul(proj.T, torch.cat([Xs, Y]).T)
+        cs, idx = torch.sort(c, dim=-1)
+        n, m = X.shape[0], Y.shape[0]
+        w = torch.cat([torch.full((n,), 1.0 / n), torch.full((m,), -1.0 / m)]).to(X)
+        (cs * torch.gather(w.expand_as(c), -1, idx).cumsum(-1)).sum().backward()
+
+    work = {f"chunk={g}": run(_chunk_value(g)) for g in grid}
+    work["lower limit"] = lower
+    times = interleaved(work, rounds=args.rounds)
+    rows = []
+    for g in grid:
+        chunk = _chunk_value(g)
+        key = f"chunk={g}"
+        rows.append(
+            {
+                "N=M": args.n,
+                "d": args.d,
+                "trees": args.trees,
+                "chunk_size": g,
+                "db_tsw [s]": median(times[key]),
+                "db_tsw / lower": ratio(times, key, "lower limit"),
+                "peak RSS growth [MiB]": peak_growth(_prepare_chunk, args, chunk)
+                if args.memory
+                else float("nan"),
+            }
+        )
+        print(f"done chunk={g}", file=sys.stderr, flush=True)
+    return rows
+
+
 def print_rows(rows: list[dict]) -> None:
     keys = list(rows[0].keys())
     for r in rows:
@@ -170,7 +233,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=7, help="timed rounds (median)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--sweep", choices=["n", "d", "lines"], help="sweep one parameter")
+    ap.add_argument(
+        "--sweep",
+        choices=["n", "d", "lines", "chunk"],
+        help="sweep one parameter (chunk: db_tsw's chunk_size, with --memory its peak RSS)",
+    )
     ap.add_argument("--grid", default=None, help="comma-separated sweep values (override)")
     ap.add_argument("--memory", action="store_true", help="peak RSS per method (CPU)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
@@ -188,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.sweep is None:
         rows = [time_one(args, args.n, args.d, args.trees)]
+    elif args.sweep == "chunk":
+        grid = (args.grid or "none,auto,250,100,25").split(",")
+        rows = chunk_sweep(args, grid)
     else:
         grid = {
             "n": [250, 500, 1000, 2000, 5000, 10000] + ([] if args.quick else [20000]),
