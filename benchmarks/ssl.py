@@ -58,6 +58,7 @@ import json
 import math
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -305,12 +306,12 @@ METRICS = ["probe_accuracy", "probe_accuracy_encoded", "uniformity", "alignment"
 def summarise(records: list[dict]) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in records:
-        groups.setdefault((r["method"], r["weight"]), []).append(r)
+        groups.setdefault((r["method"], r["name"], r["weight"]), []).append(r)
     rows = []
-    for (method, weight), rs in groups.items():
-        row = {"method": method, "name": rs[0]["name"], "weight": weight, "n_seeds": len(rs)}
+    for (method, name, weight), rs in groups.items():
+        row = {"method": method, "name": name, "weight": weight, "n_seeds": len(rs)}
         for m in METRICS:
-            vals = [r[m] for r in rs]
+            vals = [math.nan if r[m] is None else r[m] for r in rs]
             row[f"{m}_mean"] = statistics.mean(vals)
             row[f"{m}_std"] = statistics.pstdev(vals) if len(vals) > 1 else 0.0
             row[f"_{m}"] = vals
@@ -381,6 +382,57 @@ def plot_sphere(panels: dict[str, Tensor], labels: Tensor, path) -> None:
     plt.close(fig)
 
 
+def report(records: list[dict], out, title: str, plot_title: str) -> list[dict]:
+    """Print the summary table; write results.json / results.csv and the weight plot."""
+    summary = summarise(records)
+    header = ["method", "weight", "probe z (%)", "probe h (%)", "uniformity", "alignment", "s/step"]
+    rows = []
+    for r in summary:
+        pct = lambda m, r=r: mean_std([100 * v for v in r[f"_{m}"]], ".1f", ".1f")  # noqa: E731
+        rows.append(
+            [
+                r["name"],
+                "-" if r["weight"] is None else f"{r['weight']:g}",
+                pct("probe_accuracy"),
+                "-"
+                if math.isnan(r["probe_accuracy_encoded_mean"])
+                else pct("probe_accuracy_encoded"),
+                mean_std(r["_uniformity"], ".3f", ".3f"),
+                mean_std(r["_alignment"], ".3f", ".3f"),
+                f"{statistics.median(r['_s_per_step']):.4f}",
+            ]
+        )
+    print_table(title, header, rows)
+    csv_header = ["method", "name", "weight", "n_seeds"]
+    csv_header += [f"{m}_{s}" for m in METRICS for s in ("mean", "std")]
+    csv_rows = [
+        [r["method"], r["name"], math.nan if r["weight"] is None else r["weight"], r["n_seeds"]]
+        + [r[f"{m}_{s}"] for m in METRICS for s in ("mean", "std")]
+        for r in summary
+    ]
+    clean = [
+        {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+        for r in records
+    ]
+    write_results(out, "results", csv_header, csv_rows, clean)
+    plot_sweep(summary, out / "probe_vs_weight.png", title=plot_title)
+    return summary
+
+
+def merge(dirs: list[str], out) -> int:
+    """Re-report the records of several earlier runs (e.g. one sweep per method) as one."""
+    records, seen = [], set()
+    for d in dirs:
+        for r in json.loads((Path(d) / "results.json").read_text()):
+            key = (r["method"], r["name"], r["weight"], r["seed"])
+            if key not in seen:  # the reference rows are repeated in every run
+                seen.add(key)
+                records.append(r)
+    report(records, out, f"merged from {', '.join(dirs)}", "digits SSL (merged runs)")
+    print(f"\nresults written to {Path(out).resolve()}")
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -404,18 +456,21 @@ def parse_args(argv):
     ap.add_argument("--stsw-delta", type=float, default=2.0)
     ap.add_argument("--ssw-projections", type=int, default=200)
     ap.add_argument("--s3w-projections", type=int, default=200)
-    ap.add_argument("--s3w-samples", type=int, default=1000)
+    ap.add_argument("--s3w-samples", type=int, default=None, help="default: --batch-size")
     ap.add_argument("--ri-rotations", type=int, default=5)
     ap.add_argument("--form", choices=["root", "power"], default="root")
     ap.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
+    ap.add_argument("--merge", default=None, help="comma list of output folders to re-report")
     ap.add_argument("--smoke", action="store_true", help="tiny settings (under a minute)")
     add_run_args(ap, "ssl")
     args = ap.parse_args(argv)
     if args.smoke:
-        args.steps, args.batch_size, args.seeds, args.feat_dim = 15, 64, 1, 3
+        args.steps, args.batch_size, args.seeds, args.feat_dim, args.hidden = 15, 64, 1, 3, 64
         args.stsw_trees, args.stsw_lines = 10, 3
         args.ssw_projections = args.s3w_projections = 10
         args.s3w_samples, args.ri_rotations = 64, 2
+    if args.s3w_samples is None:  # as the official code: as many uniform points as data
+        args.s3w_samples = args.batch_size
     keys = [k.strip() for k in args.methods.split(",") if k.strip()]
     bad = [k for k in keys if k not in DEFAULT_WEIGHTS]
     if bad:
@@ -426,6 +481,8 @@ def parse_args(argv):
 def main(argv: list[str] | None = None) -> int:
     args, keys = parse_args(argv)
     out = prepare(args)
+    if args.merge:
+        return merge([d for d in args.merge.split(",") if d], out)
     device = torch.device(args.device)
     d = load_digits_split()
     data = type(d)(*(t.to(device) for t in d))
@@ -462,47 +519,16 @@ def main(argv: list[str] | None = None) -> int:
         z = run.pop("z_test")
         if seed == 0:
             features[(key, w)] = z
-        records.append({"method": key, "name": name, "weight": w, "seed": seed, **run})
+        setup = {"feat_dim": args.feat_dim, "steps": args.steps, "lr": args.lr}
+        records.append({"method": key, "name": name, "weight": w, "seed": seed, **setup, **run})
 
-    summary = summarise(records)
-    header = ["method", "weight", "probe z (%)", "probe h (%)", "uniformity", "alignment", "s/step"]
-    rows = []
-    for r in summary:
-        pct = lambda m, r=r: mean_std([100 * v for v in r[f"_{m}"]], ".1f", ".1f")  # noqa: E731
-        rows.append(
-            [
-                r["name"],
-                "-" if r["weight"] is None else f"{r['weight']:g}",
-                pct("probe_accuracy"),
-                "-"
-                if math.isnan(r["probe_accuracy_encoded_mean"])
-                else pct("probe_accuracy_encoded"),
-                mean_std(r["_uniformity"], ".3f", ".3f"),
-                mean_std(r["_alignment"], ".3f", ".3f"),
-                f"{statistics.median(r['_s_per_step']):.4f}",
-            ]
-        )
     title = (
         f"digits SSL, z on S^{args.feat_dim - 1}, {args.steps} steps of {args.batch_size} pairs, "
         f"mean ± std over {args.seeds} seed(s); linear probe on z (projected) and h "
         f"(encoded, {args.hidden}); Wang-Isola uniformity (t=2) / alignment on the test set"
     )
-    print_table(title, header, rows)
-
-    csv_header = ["method", "name", "weight", "n_seeds"]
-    csv_header += [f"{m}_{s}" for m in METRICS for s in ("mean", "std")]
-    csv_rows = [
-        [r["method"], r["name"], math.nan if r["weight"] is None else r["weight"], r["n_seeds"]]
-        + [r[f"{m}_{s}"] for m in METRICS for s in ("mean", "std")]
-        for r in summary
-    ]
-    clean = [
-        {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-        for r in records
-    ]
-    write_results(out, "results", csv_header, csv_rows, clean)
+    summary = report(records, out, title, f"digits SSL on S^{args.feat_dim - 1}")
     (out / "settings.json").write_text(json.dumps(settings, indent=2, default=str))
-    plot_sweep(summary, out / "probe_vs_weight.png", title=f"digits SSL on S^{args.feat_dim - 1}")
     if args.feat_dim == 3:
         panels = {"untrained": features[("untrained", None)]}
         for key in keys:  # the best weight of each method (seed 0's features)
