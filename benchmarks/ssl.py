@@ -74,6 +74,7 @@ from benchmarks._report import (
     progress,
     write_results,
 )
+from benchmarks._timing import interleaved, median, ratio
 
 #: default uniformity weight of each method (see the sweep in benchmarks/RESULTS.md)
 DEFAULT_WEIGHTS = {
@@ -101,6 +102,16 @@ def wang_isola_uniformity(z: Tensor, t: float = 2.0) -> Tensor:
     sq = (sq_norms[:, None] + sq_norms[None, :] - 2 * z @ z.T).clamp_min(0)
     i, j = torch.triu_indices(len(z), len(z), offset=1, device=z.device)
     return torch.logsumexp(-t * sq[i, j], dim=0) - math.log(len(i))
+
+
+def effective_rank(z: Tensor) -> float:
+    """``exp`` of the entropy of the normalised squared singular values of centred ``z``.
+
+    Between 1 (features on a line) and ``z.shape[1]``: a collapse diagnostic.
+    """
+    s2 = torch.linalg.svdvals(z - z.mean(0)).pow(2)
+    q = s2 / s2.sum()
+    return float(torch.exp(-(q * torch.log(q.clamp_min(1e-300))).sum()))
 
 
 def wang_isola_alignment(z1: Tensor, z2: Tensor, alpha: float = 2.0) -> Tensor:
@@ -229,6 +240,7 @@ def evaluate(model: Encoder, data, views: tuple[Tensor, Tensor], batch: int) -> 
         "probe_accuracy_encoded": linear_probe(h_tr, data.y_train, h_te, data.y_test),
         "uniformity": float(wang_isola_uniformity(z_te.double())),
         "alignment": float(wang_isola_alignment(z_a.double(), z_b.double())),
+        "effective_rank": effective_rank(z_te.double()),
         "z_test": z_te.cpu(),
     }
 
@@ -240,6 +252,7 @@ def pixel_reference(data, views) -> dict:
         "probe_accuracy_encoded": float("nan"),
         "uniformity": float(wang_isola_uniformity(u(data.X_test))),
         "alignment": float(wang_isola_alignment(u(views[0]), u(views[1]))),
+        "effective_rank": effective_rank(u(data.X_test)),
     }
 
 
@@ -291,6 +304,49 @@ def train(args, key: str, weight: float, seed: int, data, views) -> dict:
     }
 
 
+def step_closure(args, key: str, weight: float, data):
+    """One training step of ``key`` (views, loss, backward, Adam), for side-by-side timing."""
+    device = data.X_train.device
+    torch.manual_seed(0)
+    model = Encoder(args.hidden, args.feat_dim).to(device)
+    term = uniformity_terms(args, 0)[key]["loss"]
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    g = torch.Generator().manual_seed(0)
+    x = data.X_train[: args.batch_size]
+    aug = {"crop": args.crop, "shift": args.shift, "noise": args.noise}
+
+    def step():
+        _, z_a = model(augment(x, g, **aug))
+        _, z_b = model(augment(x, g, **aug))
+        loss = wang_isola_alignment(z_a, z_b)
+        if term is not None:
+            loss = loss + weight * term(torch.stack([z_a, z_b]))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sync(device)
+
+    return step
+
+
+def step_timing(args, keys: list[str], data, out) -> None:
+    """Interleaved rounds of one step per method: median s/step and ratio to Wang-Isola."""
+    fns = {key: step_closure(args, key, 1.0, data) for key in keys}
+    times = interleaved(fns, rounds=args.timing_rounds)
+    names = {k: v["name"] for k, v in uniformity_terms(args, 0).items()}
+    ref = "wang-isola" if "wang-isola" in keys else keys[0]
+    rows = [[names[k], f"{median(times[k]):.4f}", f"{ratio(times, k, ref):.2f}"] for k in keys]
+    header = ["method", "s/step (median)", f"/ {names[ref]}"]
+    print_table(
+        f"time per training step, {args.timing_rounds} interleaved rounds "
+        f"(batch {args.batch_size}, {args.threads} thread(s), device {args.device})",
+        header,
+        rows,
+    )
+    payload = {"settings": {"rounds": args.timing_rounds, "reference": ref}, "times": times}
+    write_results(out, "step_times", header, rows, payload)
+
+
 def untrained(args, seed: int, data, views) -> dict:
     torch.manual_seed(seed)
     model = Encoder(args.hidden, args.feat_dim).to(data.X_train.device)
@@ -300,7 +356,14 @@ def untrained(args, seed: int, data, views) -> dict:
 # --------------------------------------------------------------------------- output
 
 
-METRICS = ["probe_accuracy", "probe_accuracy_encoded", "uniformity", "alignment", "s_per_step"]
+METRICS = [
+    "probe_accuracy",
+    "probe_accuracy_encoded",
+    "uniformity",
+    "alignment",
+    "effective_rank",
+    "s_per_step",
+]
 
 
 def summarise(records: list[dict]) -> list[dict]:
@@ -311,9 +374,12 @@ def summarise(records: list[dict]) -> list[dict]:
     for (method, name, weight), rs in groups.items():
         row = {"method": method, "name": name, "weight": weight, "n_seeds": len(rs)}
         for m in METRICS:
-            vals = [math.nan if r[m] is None else r[m] for r in rs]
-            row[f"{m}_mean"] = statistics.mean(vals)
-            row[f"{m}_std"] = statistics.pstdev(vals) if len(vals) > 1 else 0.0
+            vals = [math.nan if r.get(m) is None else r[m] for r in rs]
+            if any(math.isnan(v) for v in vals):  # not measured (older runs) or undefined
+                row[f"{m}_mean"] = row[f"{m}_std"] = math.nan
+            else:
+                row[f"{m}_mean"] = statistics.mean(vals)
+                row[f"{m}_std"] = statistics.pstdev(vals) if len(vals) > 1 else 0.0
             row[f"_{m}"] = vals
         rows.append(row)
     return rows
@@ -385,20 +451,25 @@ def plot_sphere(panels: dict[str, Tensor], labels: Tensor, path) -> None:
 def report(records: list[dict], out, title: str, plot_title: str) -> list[dict]:
     """Print the summary table; write results.json / results.csv and the weight plot."""
     summary = summarise(records)
-    header = ["method", "weight", "probe z (%)", "probe h (%)", "uniformity", "alignment", "s/step"]
+    header = ["method", "weight", "probe z (%)", "probe h (%)", "uniformity", "alignment"]
+    header += ["eff. rank", "s/step"]
     rows = []
     for r in summary:
-        pct = lambda m, r=r: mean_std([100 * v for v in r[f"_{m}"]], ".1f", ".1f")  # noqa: E731
+
+        def fmt(m, spec, r=r, scale=1.0):
+            if math.isnan(r[f"{m}_mean"]):
+                return "-"
+            return mean_std([scale * v for v in r[f"_{m}"]], spec, spec)
+
         rows.append(
             [
                 r["name"],
                 "-" if r["weight"] is None else f"{r['weight']:g}",
-                pct("probe_accuracy"),
-                "-"
-                if math.isnan(r["probe_accuracy_encoded_mean"])
-                else pct("probe_accuracy_encoded"),
-                mean_std(r["_uniformity"], ".3f", ".3f"),
-                mean_std(r["_alignment"], ".3f", ".3f"),
+                fmt("probe_accuracy", ".1f", scale=100),
+                fmt("probe_accuracy_encoded", ".1f", scale=100),
+                fmt("uniformity", ".3f"),
+                fmt("alignment", ".3f"),
+                fmt("effective_rank", ".2f"),
                 f"{statistics.median(r['_s_per_step']):.4f}",
             ]
         )
@@ -460,6 +531,9 @@ def parse_args(argv):
     ap.add_argument("--ri-rotations", type=int, default=5)
     ap.add_argument("--form", choices=["root", "power"], default="root")
     ap.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
+    ap.add_argument(
+        "--timing-rounds", type=int, default=7, help="side-by-side step timing (0: skip)"
+    )
     ap.add_argument("--merge", default=None, help="comma list of output folders to re-report")
     ap.add_argument("--smoke", action="store_true", help="tiny settings (under a minute)")
     add_run_args(ap, "ssl")
@@ -468,7 +542,7 @@ def parse_args(argv):
         args.steps, args.batch_size, args.seeds, args.feat_dim, args.hidden = 15, 64, 1, 3, 64
         args.stsw_trees, args.stsw_lines = 10, 3
         args.ssw_projections = args.s3w_projections = 10
-        args.s3w_samples, args.ri_rotations = 64, 2
+        args.s3w_samples, args.ri_rotations, args.timing_rounds = 64, 2, 1
     if args.s3w_samples is None:  # as the official code: as many uniform points as data
         args.s3w_samples = args.batch_size
     keys = [k.strip() for k in args.methods.split(",") if k.strip()]
@@ -536,6 +610,8 @@ def main(argv: list[str] | None = None) -> int:
             best = max(cands, key=lambda r: r["probe_accuracy_mean"])
             panels[f"{names[key]}, w={best['weight']:g}"] = features[(key, best["weight"])]
         plot_sphere(panels, data.y_test.cpu(), out / "features_s2.png")
+    if args.timing_rounds > 0:
+        step_timing(args, keys, data, out)
     print(f"\nresults written to {out.resolve()}")
     return 0
 
