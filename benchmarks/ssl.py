@@ -80,10 +80,10 @@ from benchmarks._timing import interleaved, median, ratio
 DEFAULT_WEIGHTS = {
     "align": 0.0,
     "wang-isola": 1.0,
-    "stsw": 1.0,
-    "ssw": 1.0,
-    "s3w": 1.0,
-    "ri-s3w": 1.0,
+    "stsw": 10.0,
+    "ssw": 10.0,
+    "s3w": 10.0,
+    "ri-s3w": 10.0,
 }
 ALL_METHODS = ",".join(DEFAULT_WEIGHTS)
 TEST_VIEW_SEED = 10_000
