@@ -347,6 +347,53 @@ def step_timing(args, keys: list[str], data, out) -> None:
     write_results(out, "step_times", header, rows, payload)
 
 
+def gradient_scales(args, keys: list[str], data, out, repeats: int = 5) -> None:
+    """Gradient norms of each term at the untrained encoder's features (seed 0).
+
+    For one batch of view pairs of the initial encoder: the norm of the gradient of the
+    alignment and of each uniformity term with respect to the stacked features (2, N, D),
+    tangential part only (normalisation removes the radial one), mean of ``repeats``
+    draws of trees / directions. Weight 1 balances the terms only if these are alike.
+    """
+    torch.manual_seed(0)
+    model = Encoder(args.hidden, args.feat_dim).to(data.X_train.device)
+    g = torch.Generator().manual_seed(0)
+    x = data.X_train[: args.batch_size]
+    aug = {"crop": args.crop, "shift": args.shift, "noise": args.noise}
+    with torch.no_grad():
+        Z0 = torch.stack([model(augment(x, g, **aug))[1] for _ in range(2)])
+    terms = uniformity_terms(args, 0)
+
+    def tangential_grad(fn):
+        Z = Z0.clone().requires_grad_(True)
+        value = fn(Z)
+        (grad,) = torch.autograd.grad(value, Z)
+        grad = grad - (grad * Z0).sum(-1, keepdim=True) * Z0
+        return float(value.detach()), float(grad.norm())
+
+    rows, payload = [], {}
+    for key in ["align", *[k for k in keys if k != "align"]]:
+        fn = (lambda Z: wang_isola_alignment(Z[0], Z[1])) if key == "align" else terms[key]["loss"]
+        vals, norms = zip(*(tangential_grad(fn) for _ in range(repeats)), strict=True)
+        payload[key] = {"value": statistics.mean(vals), "grad_norm": statistics.mean(norms)}
+        label = "alignment (mean |z_A - z_B|^2)" if key == "align" else terms[key]["name"]
+        rows.append(
+            [
+                label,
+                f"{payload[key]['value']:+.4f}",
+                f"{payload[key]['grad_norm']:.4f}",
+            ]
+        )
+    header = ["term", "value", "|tangential gradient|"]
+    print_table(
+        f"each term at the untrained encoder's features (seed 0, {args.batch_size} pairs, "
+        f"mean of {repeats} draws)",
+        header,
+        rows,
+    )
+    write_results(out, "grad_scale", header, rows, payload)
+
+
 def untrained(args, seed: int, data, views) -> dict:
     torch.manual_seed(seed)
     model = Encoder(args.hidden, args.feat_dim).to(data.X_train.device)
@@ -612,6 +659,7 @@ def main(argv: list[str] | None = None) -> int:
         plot_sphere(panels, data.y_test.cpu(), out / "features_s2.png")
     if args.timing_rounds > 0:
         step_timing(args, keys, data, out)
+        gradient_scales(args, keys, data, out)
     print(f"\nresults written to {out.resolve()}")
     return 0
 
