@@ -586,7 +586,7 @@ def parse_args(argv):
     add_run_args(ap, "ssl")
     args = ap.parse_args(argv)
     if args.smoke:
-        args.steps, args.batch_size, args.seeds, args.feat_dim, args.hidden = 15, 64, 1, 3, 64
+        args.steps, args.batch_size, args.seeds, args.feat_dim, args.hidden = 10, 64, 1, 3, 32
         args.stsw_trees, args.stsw_lines = 10, 3
         args.ssw_projections = args.s3w_projections = 10
         args.s3w_samples, args.ri_rotations, args.timing_rounds = 64, 2, 1

@@ -104,6 +104,10 @@ def test_smoke_run(smoke):
         assert float(row["probe_accuracy_std"]) >= 0
     assert (tmp_path / "probe_vs_weight.png").stat().st_size > 0
     assert (tmp_path / "features_s2.png").stat().st_size > 0  # --smoke runs on S^2
+    times = json.loads((tmp_path / "step_times.json").read_text())["times"]
+    assert set(times) == methods - {"pixels", "untrained"}
+    scales = json.loads((tmp_path / "grad_scale.json").read_text())
+    assert all(math.isfinite(v["grad_norm"]) and v["grad_norm"] > 0 for v in scales.values())
 
 
 def test_merge_rereports(smoke, tmp_path):
