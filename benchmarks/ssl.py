@@ -413,12 +413,25 @@ METRICS = [
 ]
 
 
+SETUP = ("feat_dim", "steps", "lr")
+DEFAULTS = {"feat_dim": 10, "steps": 300, "lr": 1e-3}
+
+
+def setup_key(r: dict) -> tuple:
+    """What tells runs apart besides the weight and the seed: method, name, feat_dim, steps, lr."""
+    return (r["method"], r["name"], *(r.get(k) for k in SETUP))
+
+
 def summarise(records: list[dict]) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in records:
-        groups.setdefault((r["method"], r["name"], r["weight"]), []).append(r)
+        groups.setdefault((*setup_key(r), r["weight"]), []).append(r)
     rows = []
-    for (method, name, weight), rs in groups.items():
+    for (method, name, *setup, weight), rs in groups.items():
+        tags = [
+            f"{k} {v:g}" for k, v in zip(SETUP, setup, strict=True) if v not in (None, DEFAULTS[k])
+        ]
+        name = f"{name} [{', '.join(tags)}]" if tags else name
         row = {"method": method, "name": name, "weight": weight, "n_seeds": len(rs)}
         for m in METRICS:
             vals = [math.nan if r.get(m) is None else r[m] for r in rs]
@@ -542,7 +555,7 @@ def merge(dirs: list[str], out) -> int:
     records, seen = [], set()
     for d in dirs:
         for r in json.loads((Path(d) / "results.json").read_text()):
-            key = (r["method"], r["name"], r["weight"], r["seed"])
+            key = (*setup_key(r), r["weight"], r["seed"])
             if key not in seen:  # the reference rows are repeated in every run
                 seen.add(key)
                 records.append(r)
@@ -558,12 +571,14 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--methods", default=ALL_METHODS, help=f"comma list from {ALL_METHODS}")
     ap.add_argument("--weights", default=None, help="comma list: sweep (default: per method)")
-    ap.add_argument("--feat-dim", type=int, default=10, help="z lies on S^(feat-dim - 1)")
+    ap.add_argument(
+        "--feat-dim", type=int, default=DEFAULTS["feat_dim"], help="z lies on S^(feat-dim - 1)"
+    )
     ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=DEFAULTS["steps"])
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--eval-batch-size", type=int, default=1024)
-    ap.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate")
+    ap.add_argument("--lr", type=float, default=DEFAULTS["lr"], help="Adam learning rate")
     ap.add_argument("--crop", type=float, default=0.25, help="max zoom-in fraction")
     ap.add_argument("--shift", type=float, default=1.0, help="max shift in pixels")
     ap.add_argument("--noise", type=float, default=0.1, help="pixel noise std")
