@@ -33,7 +33,8 @@ Metrics, on the frozen encoder: the linear-probe accuracy on the 360 test images
 logistic regression (scikit-learn, standardised features) fitted on the clean training
 images, on z (``probe_accuracy``) and on h (``probe_accuracy_encoded``); Wang & Isola's
 uniformity (t = 2) of the clean test features z and their alignment (alpha = 2) between
-two fixed random views of each test image (the same views for every run); seconds of
+two fixed random views of each test image (the same views for every run); the effective
+rank of the test features z (:func:`effective_rank`, a collapse diagnostic); seconds of
 training and s/step. Reference rows: the randomly initialised encoder of each seed
 (``untrained``: the starting point of that seed's runs) and the raw pixels (``pixels``;
 its uniformity and alignment are those of the L2-normalised pixel vectors).
@@ -43,10 +44,21 @@ it, every method runs at its default weight (``DEFAULT_WEIGHTS``, chosen from th
 in benchmarks/RESULTS.md). Outputs under ``--out``: ``results.json`` (one record per
 method, weight and seed), ``results.csv`` (mean and std per method and weight, numeric
 columns), ``probe_vs_weight.png`` and, for ``--feat-dim 3``, ``features_s2.png`` (test
-features of seed 0 coloured by class).
+features of seed 0 coloured by class). After the runs (unless ``--timing-rounds 0``):
+``step_times.csv/json``, one training step of each method timed side by side
+(interleaved rounds; the per-run s/step suffer from whatever else shares the machine),
+and ``grad_scale.csv/json``, the gradient norm of the alignment and of each uniformity
+term at the untrained encoder's features (why one weight does not fit every term);
+``--timing-only`` skips the training. ``--merge DIR,DIR,...`` re-reports the
+``results.json`` of earlier runs as one table and plot (runs that differ in feature
+dimension, steps or learning rate stay apart and are tagged).
 
-Examples: ``python -m benchmarks.ssl`` (default run),
-``python -m benchmarks.ssl --weights 0.01,0.1,1,10,100`` (sweep),
+Device and scale: ``--device cuda`` moves the data, the encoder and the losses (their
+random draws stay on CPU generators, so a seed gives the same run on every device);
+``--batch-size`` and ``--eval-batch-size`` set the training and encoding batches.
+
+Examples: ``python -m benchmarks.ssl`` (default run, about 6 minutes on one shared CPU
+core), ``python -m benchmarks.ssl --methods ssw --weights 0.01,0.1,1,10,100`` (a sweep),
 ``python -m benchmarks.ssl --feat-dim 3 --seeds 1`` (features on S^2),
 ``python -m benchmarks.ssl --smoke`` (under a minute; what the tests run).
 """
@@ -596,6 +608,9 @@ def parse_args(argv):
     ap.add_argument(
         "--timing-rounds", type=int, default=7, help="side-by-side step timing (0: skip)"
     )
+    ap.add_argument(
+        "--timing-only", action="store_true", help="only the step timing and gradient scales"
+    )
     ap.add_argument("--merge", default=None, help="comma list of output folders to re-report")
     ap.add_argument("--smoke", action="store_true", help="tiny settings (under a minute)")
     add_run_args(ap, "ssl")
@@ -635,6 +650,10 @@ def main(argv: list[str] | None = None) -> int:
         "torch_threads": torch.get_num_threads(),
     }
     print(f"settings: {settings}")
+    if args.timing_only:
+        step_timing(args, keys, data, out)
+        gradient_scales(args, keys, data, out)
+        return 0
 
     jobs = []
     for key in keys:
