@@ -10,7 +10,24 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["LineDistance", "SafeSqrt", "safe_root"]
+__all__ = ["LineDistance", "SafeSqrt", "broadcast_shape", "safe_root"]
+
+
+def broadcast_shape(*shapes: tuple[int, ...]) -> torch.Size:
+    """Return the broadcast of ``shapes`` (``torch.broadcast_shapes`` in plain Python).
+
+    ``torch.broadcast_shapes`` imports ``torch._refs`` at its first call (0.4-1.4 s
+    measured here), which every first distance call of a process paid.
+    """
+    ndim = max(len(s) for s in shapes)
+    padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
+    out = []
+    for dims in zip(*padded, strict=True):
+        sizes = {d for d in dims if d != 1}
+        if len(sizes) > 1:
+            raise ValueError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    return torch.Size(out)
 
 
 def safe_root(x: Tensor, p: float) -> Tensor:

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tsw.core._safe import safe_root
+from tsw.core._safe import broadcast_shape, safe_root
 from tsw.core._validation import (
     check_bool,
     check_finite,
@@ -244,7 +244,7 @@ def line_cost(coords: Tensor, masses: Tensor, p: float = 1.0, *, rays: bool = Fa
     >>> line_cost(torch.tensor([1.0, 3.0]), torch.tensor([1.0, -1.0]))  # W1 = 2
     tensor(2.)
     """
-    shape = torch.broadcast_shapes(coords.shape, masses.shape)
+    shape = broadcast_shape(coords.shape, masses.shape)
     coords = coords.reshape((1,) * (len(shape) - coords.ndim) + tuple(coords.shape))
     return _LineCost.apply(coords, masses.expand(shape), float(p), bool(rays))
 

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from tsw.core._driver import STAR, Problem, Projection, driver_options, signed_masses
+from tsw.core._safe import broadcast_shape
 from tsw.core._slices import resolve_trees
 from tsw.core._validation import Measures, check_bool, check_choice, check_nonnegative_float
 from tsw.core.splits import distance_split, uniform_split
@@ -245,7 +246,7 @@ def _published_cost(projection: Projection, p: float, r0: bool) -> Tensor:
     t, masses = projection.coords, projection.masses
     if r0:
         masses = masses[..., :1, :]
-    shape = torch.broadcast_shapes(masses.shape, t.shape)
+    shape = broadcast_shape(masses.shape, t.shape)
     c, idx = torch.sort(t.expand(shape), dim=-1)
     prefix = torch.gather(masses.expand(shape), -1, idx).cumsum(-1)
     edge = torch.diff(c, dim=-1, prepend=torch.zeros_like(c[..., :1]))
