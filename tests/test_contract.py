@@ -152,32 +152,33 @@ def _registry() -> list[Entry]:
             degree=0.5,
         )
     )
-    for delta in (0.0, 2.0):
-        for orthogonal in (False, True):
-            for p in (1, 2):
-                k = 2 if orthogonal else K
-                props = COMMON | EXPLICIT | {DELTA_HOMOGENEOUS, TREE_DEGENERATE}
-                if delta == 0:
-                    props |= {HOMOGENEOUS}
-                out.append(
-                    Entry(
-                        f"db_tsw[delta={delta:g},orth={orthogonal},p={p}]",
-                        tsw.db_tsw,
-                        {
-                            "n_trees": T,
-                            "n_lines": k,
-                            "delta": delta,
-                            "orthogonal": orthogonal,
-                            "p": p,
-                        },
-                        props,
-                        "concurrent",
-                        True,
-                        min_dim=k if orthogonal else 1,
-                        p=float(p),
-                        degree=1 / p,
-                    )
-                )
+    # a covering array of the three binary options (every pair of values of every two
+    # options once): the split (delta), the sampler (orthogonal) and the cost (p) are
+    # separate stages of the computation, so the full 2 x 2 x 2 product adds no path
+    for delta, orthogonal, p in ((0.0, False, 1), (0.0, True, 2), (2.0, False, 2), (2.0, True, 1)):
+        k = 2 if orthogonal else K
+        props = COMMON | EXPLICIT | {DELTA_HOMOGENEOUS, TREE_DEGENERATE}
+        if delta == 0:
+            props |= {HOMOGENEOUS}
+        out.append(
+            Entry(
+                f"db_tsw[delta={delta:g},orth={orthogonal},p={p}]",
+                tsw.db_tsw,
+                {
+                    "n_trees": T,
+                    "n_lines": k,
+                    "delta": delta,
+                    "orthogonal": orthogonal,
+                    "p": p,
+                },
+                props,
+                "concurrent",
+                True,
+                min_dim=k if orthogonal else 1,
+                p=float(p),
+                degree=1 / p,
+            )
+        )
     # CircularTSW: E(d)-invariant splits (rigid motions with the trees, translations in
     # law), homogeneous once radius -> c radius and delta -> delta / c; with r = 0 no
     # radius to rescale (and with delta = 0 too, plainly homogeneous)
@@ -662,7 +663,10 @@ def test_positive_on_generic_distinct_inputs(entry, device):
 
 
 @pytest.mark.parametrize("entry", having(SYMMETRIC))
-def test_symmetry(entry, dtype, device):
+def test_symmetry(entry, device):
+    # float64 only: float32 agrees with float64 for every entry
+    # (test_dtype_device_and_float32_agreement)
+    dtype = F64
     X, Y, a, b = make_data(dtype=dtype, device=device, seed=1)
     for rand in ({"seed": 4}, frozen(entry, 3, dtype=dtype, device=device)):
         close(entry, entry(X, Y, a, b, **rand), entry(Y, X, b, a, **rand), dtype)
@@ -675,7 +679,7 @@ def test_symmetry(entry, dtype, device):
 
 
 @pytest.mark.parametrize("entry", having(TRIANGLE))
-@pytest.mark.parametrize("data_seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("data_seed", [0, 1])
 def test_triangle_inequality(entry, data_seed, device):
     g = torch.Generator().manual_seed(100 + data_seed)
     d = 3
@@ -730,7 +734,10 @@ def test_translation_closed_form(entry, device):
 
 @pytest.mark.parametrize("entry", having(RIGID))
 @pytest.mark.parametrize("motion_seed", [0, 1])
-def test_rigid_motion_with_explicit_slices(entry, motion_seed, dtype, device):
+def test_rigid_motion_with_explicit_slices(entry, motion_seed, device):
+    # float64 only: float32 agrees with float64 for every entry
+    # (test_dtype_device_and_float32_agreement)
+    dtype = F64
     X, Y, a, b = make_data(dtype=dtype, device=device, seed=2)
     Q = random_orthogonal(3, motion_seed, dtype).to(device)
     v = torch.tensor([2.0, -1.0, 0.5], dtype=dtype, device=device)
@@ -745,8 +752,11 @@ def test_rigid_motion_with_explicit_slices(entry, motion_seed, dtype, device):
 
 @pytest.mark.parametrize("entry", having(SPHERE_ROTATION))
 @pytest.mark.parametrize("motion_seed", [0, 1])
-def test_sphere_rotation_with_explicit_slices(entry, motion_seed, dtype, device):
+def test_sphere_rotation_with_explicit_slices(entry, motion_seed, device):
     """O(d+1) invariance on the sphere: data and slices rotated (or reflected) together."""
+    # float64 only: float32 agrees with float64 for every entry
+    # (test_dtype_device_and_float32_agreement)
+    dtype = F64
     X, Y, a, b = make_data(dtype=dtype, device=device, seed=2)
     Q = random_orthogonal(3, motion_seed, dtype).to(device)
     rand = frozen(entry, 3, dtype=dtype, device=device)
@@ -859,7 +869,10 @@ def test_dtype_device_and_float32_agreement(entry, device):
 
 @pytest.mark.parametrize("entry", having(BATCH))
 @pytest.mark.parametrize("weighted", [False, True])
-def test_batch_equals_loop(entry, weighted, dtype, device):
+def test_batch_equals_loop(entry, weighted, device):
+    # float64 only: the batched float32 call keeps dtype and shape and agrees with float64
+    # for every entry (test_dtype_device_and_float32_agreement)
+    dtype = F64
     X, Y, a, b = make_data(N=6, M=8, batch=3, dtype=dtype, device=device, seed=8)
     if not weighted:
         a = b = None
