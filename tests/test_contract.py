@@ -165,8 +165,9 @@ def _registry() -> list[Entry]:
     )
     # a covering array of the three binary options (every pair of values of every two
     # options once): the split (delta), the sampler (orthogonal) and the cost (p) are
-    # separate stages of the computation, so the full 2 x 2 x 2 product adds no path
-    for delta, orthogonal, p in ((0.0, False, 1), (0.0, True, 2), (2.0, False, 2), (2.0, True, 1)):
+    # separate stages of the computation, so the full 2 x 2 x 2 product adds no path; this
+    # half includes the defaults (delta=2, orthogonal=False, p=1)
+    for delta, orthogonal, p in ((2.0, False, 1), (2.0, True, 2), (0.0, False, 2), (0.0, True, 1)):
         k = 2 if orthogonal else K
         props = COMMON | EXPLICIT | {DELTA_HOMOGENEOUS, TREE_DEGENERATE}
         if delta == 0:
