@@ -1,8 +1,12 @@
 """The distance contract (conventions C9), parametrised over every public distance.
 
 ``REGISTRY`` lists each public distance once per configuration worth testing: the
-functions :func:`tsw.tsw_sl`, :func:`tsw.db_tsw`, :func:`tsw.sw`, :func:`tsw.max_sw`,
-:func:`tsw.stsw`, :func:`tsw.ssw`, :func:`tsw.s3w` and every loss module of :mod:`tsw.nn`.
+functions :func:`tsw.tsw_sl`, :func:`tsw.db_tsw`, :func:`tsw.circular_tsw`,
+:func:`tsw.spatial_tsw`, :func:`tsw.partial_tsw`, :func:`tsw.sw`, :func:`tsw.max_sw`, the
+unequal-mass sliced baselines :func:`tsw.partial_sw` and :func:`tsw.unbalanced_sw`,
+:func:`tsw.stsw`, :func:`tsw.spatial_stsw`, :func:`tsw.ssw`, :func:`tsw.s3w` and every loss
+module of :mod:`tsw.nn`. A combination of options that only repeats code paths already
+covered is left out (Db-TSW's options form a covering array, not a full product).
 The distances to the uniform measure on the sphere (:func:`tsw.stsw_unif`,
 :func:`tsw.ssw_unif`, :func:`tsw.s3w_unif`) take one measure; ``UNIF_REGISTRY`` subjects
 them to the one-measure part of the contract.
