@@ -848,7 +848,7 @@ def test_default_centre_is_detached(entry, batch):
 
 
 @pytest.mark.parametrize("entry", having(HOMOGENEOUS))
-@pytest.mark.parametrize("c", [2.5, 0.3])
+@pytest.mark.parametrize("c", [2.5])  # one factor: the scaling is the same code path for all c
 def test_homogeneity_with_scaled_slices(entry, c, device):
     X, Y, a, b = make_data(device=device, seed=4)
     rand = frozen(entry, 3, device=device)
@@ -857,7 +857,7 @@ def test_homogeneity_with_scaled_slices(entry, c, device):
 
 
 @pytest.mark.parametrize("entry", having(DELTA_HOMOGENEOUS))
-@pytest.mark.parametrize("c", [2.5, 0.3])
+@pytest.mark.parametrize("c", [0.3])  # and the other direction (delta / c grows) here
 def test_db_tsw_homogeneous_only_with_rescaled_delta(entry, c, device):
     X, Y, a, b = make_data(device=device, seed=4)
     rand = frozen(entry, 3, device=device)
