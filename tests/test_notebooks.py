@@ -49,6 +49,7 @@ def _execute(path: Path, monkeypatch, *, quick: bool):
         timeout=600 if quick else 3600,
         kernel_name="python3",
         resources={"metadata": {"path": str(ROOT)}},
+        shutdown_kernel="immediate",  # the outputs are read after execute(); no need to wait
     )
     client.execute()
     code = [c for c in nb.cells if c.cell_type == "code"]
