@@ -24,7 +24,6 @@ import torch
 from _reference import TOL, assert_close, t64, unit_rows, weights
 
 import tsw
-from tsw.euclidean._lines import EXPLICIT_RESIDUAL_MAX_DIM
 
 # --------------------------------------------------------------------------- helpers
 
@@ -272,13 +271,38 @@ class TestLineSystemCost:
 # --------------------------------------------------------------------------- 3. Db-TSW, one tree
 
 
+#: the point-to-line distance of the split is a residual norm formed explicitly up to
+#: d = 3 and an identity above (tsw's EXPLICIT_RESIDUAL_MAX_DIM): both sides are covered
 DB_DIMS = [2, 3, 4, 5, 9, 12]
 
 
 class TestDbTswOneTree:
-    def test_dimensions_cover_both_distance_algorithms(self):
-        # the point-to-line distance is a residual norm up to this d, an identity above
-        assert min(DB_DIMS) <= EXPLICIT_RESIDUAL_MAX_DIM < max(DB_DIMS)
+    @pytest.mark.parametrize("p", [1, 2])
+    def test_zero_padding_leaves_value_and_gradients_unchanged(self, p):
+        """Data and trees in R^2, zero-padded into R^D for D = 2, ..., 12: the same
+        problem, hence the same value and gradients (zero in the padded coordinates),
+        whichever point-to-line algorithm a dimension D uses. A fault in either branch
+        (or in the switch between them) breaks the equality at some D."""
+        rng = np.random.default_rng([3100, p])
+        X, Y, a, b = random_problem(rng, 2, 6, 5)
+        roots, dirs = star_trees(rng, 3, 3, 2)
+        values, grads = [], []
+        for D in range(2, 13):
+
+            def pad(A, D=D):
+                A = t64(A)
+                return torch.cat([A, A.new_zeros(*A.shape[:-1], D - A.shape[-1])], -1)
+
+            trees = tsw.ConcurrentLines(pad(roots), pad(dirs))
+            Xs = pad(X).requires_grad_()
+            v = tsw.db_tsw(Xs, pad(Y), t64(a), t64(b), trees=trees, delta=1.5, p=p)
+            (g,) = torch.autograd.grad(v, Xs)
+            assert float(g[:, 2:].abs().sum()) <= 1e-12
+            values.append(v.detach())
+            grads.append(g[:, :2])
+        for D, (v, g) in enumerate(zip(values, grads, strict=True), start=2):
+            assert_close(v, values[0])
+            torch.testing.assert_close(g, grads[0], rtol=1e-9, atol=1e-12, msg=f"D={D}")
 
     @pytest.mark.parametrize("delta", [0.0, 0.5, 1.0, 2.0, 10.0])
     @pytest.mark.parametrize("d", DB_DIMS)

@@ -68,17 +68,69 @@ DISTANCES = {
         dim=3, pool_size=4, n_rotations=2, n_projections=4, renormalize=True, **kw
     )(*args),
 }
+#: distances of measures of unequal mass: the same checks of the points, and of the
+#: weights (shapes, normalised) for partial_tsw and unbalanced_sw; partial_sw takes no
+#: weights (atoms of unit mass; its own checks are in test_unbalanced_sliced.py)
+UNEQUAL_MASS = {
+    "partial_tsw": lambda *args, **kw: tsw.partial_tsw(
+        *args, **{"n_trees": 3, "n_lines": 2, "mass_t": 0.5, **kw}
+    ),
+    "unbalanced_sw": lambda *args, **kw: tsw.unbalanced_sw(
+        *args, **{"n_projections": 4, "mass_t": 1.5, **kw}
+    ),
+    "partial_sw": lambda *args, **kw: tsw.partial_sw(*args, **{"n_projections": 4, **kw}),
+}
+ALL = {**DISTANCES, **UNEQUAL_MASS}
+#: loss modules whose forward is the shared ``_RandomizedLoss.forward``: it hands
+#: (X_s, X_t, a, b) unchanged to the wrapped function, which runs the measure checks. The
+#: measure checks run on every function, on ARIS3WLoss (its own forward) and on DbTSWLoss
+#: (the shared forward); the other modules get one check that they pass the measures
+#: through (test_shared_forward_passes_measures_to_the_checks)
+SHARED_FORWARD = [
+    "TSWSLLoss",
+    "CircularTSWLoss",
+    "SpatialTSWLoss",
+    "SWLoss",
+    "MaxSWLoss",
+    "STSWLoss",
+    "SSWLoss",
+    "S3WLoss",
+]
+MEASURE_CHECKED = [n for n in ALL if n not in SHARED_FORWARD]
+WEIGHTED = [n for n in MEASURE_CHECKED if n != "partial_sw"]
 FUNCTIONS = ["tsw_sl", "db_tsw", "circular_tsw", "spatial_tsw", "sw", "max_sw", "stsw", "s3w"]
+SEEDED = [*FUNCTIONS, *UNEQUAL_MASS]
+#: the distance on which the shared validators are exercised value by value; every
+#: other distance is checked with one value per error path (it calls the same validator)
+ONE = "db_tsw"
 
 
-@pytest.fixture(params=list(DISTANCES))
+@pytest.fixture(params=[n for n in DISTANCES if n in MEASURE_CHECKED])
 def dist(request):
+    """The balanced distances (equal total masses required)."""
     return DISTANCES[request.param]
+
+
+@pytest.fixture(params=MEASURE_CHECKED)
+def any_dist(request):
+    """Every distance of two point clouds: checks that do not involve the weights."""
+    return ALL[request.param]
+
+
+@pytest.fixture(params=WEIGHTED)
+def weighted_dist(request):
+    """Every distance that takes weights: checks of the weights' type, shape and values."""
+    return ALL[request.param]
 
 
 @pytest.fixture(params=FUNCTIONS)
 def fn(request):
     return DISTANCES[request.param]
+
+
+@pytest.fixture(params=SEEDED)
+def seeded_fn(request):
+    return ALL[request.param]
 
 
 def lit(text):
@@ -89,48 +141,67 @@ def lit(text):
 # --------------------------------------------------------------------------- types and dtypes
 
 
-def test_non_tensor_input(dist):
+def test_non_tensor_input(any_dist):
     X, Y = data()
     with pytest.raises(TypeError, match=lit("X_s must be a torch.Tensor; got list")):
-        dist(X.tolist(), Y)
-    with pytest.raises(TypeError, match=lit("X_t must be a torch.Tensor; got ndarray")):
-        dist(X, Y.numpy())
+        any_dist(X.tolist(), Y)
+    with pytest.raises(TypeError, match=lit("X_t must be a torch.Tensor like X_s")):
+        any_dist(X, Y.numpy())
 
 
-@pytest.mark.parametrize("bad", [torch.int64, torch.int32, torch.bool])
-def test_non_floating_dtype(dist, bad):
+def _non_floating(f, bad):
     X, Y = data()
     with pytest.raises(
         TypeError, match=lit(f"X_s must have dtype torch.float32 or torch.float64; got {bad}")
     ):
-        dist(X.to(bad), Y.to(bad))
+        f(X.to(bad), Y.to(bad))
 
 
-@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
-def test_half_precision_rejected(dist, half):
+def test_non_floating_dtype(any_dist):
+    _non_floating(any_dist, torch.int64)
+
+
+@pytest.mark.parametrize("bad", [torch.int32, torch.bool])
+def test_non_floating_dtype_kinds(bad):
+    _non_floating(DISTANCES[ONE], bad)
+
+
+def _half(f, half):
     X, Y = data()
     with pytest.raises(TypeError, match=lit(f"got {half}")):
-        dist(X.to(half), Y.to(half))
+        f(X.to(half), Y.to(half))
     with pytest.raises(
         TypeError, match=lit(f"X_t must have dtype torch.float32 or torch.float64; got {half}")
     ):
-        dist(X, Y.to(half))
+        f(X, Y.to(half))
 
 
-def test_mixed_dtypes(dist):
+def test_half_precision_rejected(any_dist):
+    _half(any_dist, torch.float16)
+
+
+def test_bfloat16_rejected():
+    _half(DISTANCES[ONE], torch.bfloat16)
+
+
+def test_mixed_dtypes(any_dist):
     X, Y = data()
     with pytest.raises(TypeError, match=lit("X_t must have the same dtype as X_s")):
-        dist(X, Y.float())
+        any_dist(X, Y.float())
+
+
+def test_mixed_weight_dtypes(weighted_dist):
+    X, Y = data()
     with pytest.raises(TypeError, match=lit("a must have the same dtype as X_s")):
-        dist(X, Y, uniform(5, dtype=torch.float32), uniform(4))
+        weighted_dist(X, Y, uniform(5, dtype=torch.float32), uniform(4))
     with pytest.raises(TypeError, match=lit("b must have the same dtype as X_t")):
-        dist(X, Y, uniform(5), uniform(4, dtype=torch.float32))
+        weighted_dist(X, Y, uniform(5), uniform(4, dtype=torch.float32))
 
 
-def test_weights_not_tensor(dist):
+def test_weights_not_tensor(weighted_dist):
     X, Y = data()
     with pytest.raises(TypeError, match=lit("a must be a torch.Tensor; got list")):
-        dist(X, Y, [0.2] * 5, uniform(4))
+        weighted_dist(X, Y, [0.2] * 5, uniform(4))
 
 
 def test_mixed_devices():
@@ -146,96 +217,104 @@ def test_mixed_devices():
 # --------------------------------------------------------------------------- shapes
 
 
-@pytest.mark.parametrize("shape", [(5,), (1, 2, 5, 3)])
-def test_wrong_ndim(dist, shape):
+def _wrong_ndim(f, shape):
     X = torch.zeros(shape, dtype=F64)
     _, Y = data()
     with pytest.raises(
         ValueError, match=lit("X_s must have shape (N, d) or (B, N, d); got X_s.shape=")
     ):
-        dist(X, Y)
+        f(X, Y)
     with pytest.raises(ValueError, match=lit("X_t must have shape (N, d) or (B, N, d)")):
-        dist(Y, X)
+        f(Y, X)
 
 
-def test_feature_dimension_mismatch(dist):
+def test_wrong_ndim(any_dist):
+    _wrong_ndim(any_dist, (5,))
+
+
+def test_too_many_dims():
+    _wrong_ndim(DISTANCES[ONE], (1, 2, 5, 3))
+
+
+def test_feature_dimension_mismatch(any_dist):
     X, _ = data(d=3)
     _, Y = data(d=2)
     with pytest.raises(ValueError, match=lit("X_s and X_t must have the same feature dimension d")):
-        dist(X, Y)
+        any_dist(X, Y)
 
 
-def test_batch_size_mismatch(dist):
+def test_batch_size_mismatch(any_dist):
     X, _ = data(batch=2)
     _, Y = data(batch=3)
     with pytest.raises(ValueError, match=lit("X_s and X_t must have the same batch size B")):
-        dist(X, Y)
+        any_dist(X, Y)
 
 
-def test_mixed_batched_and_unbatched(dist):
+def test_mixed_batched_and_unbatched(any_dist):
     X, _ = data(batch=2)
     _, Y = data()
     with pytest.raises(ValueError, match=lit("X_s and X_t must both be unbatched")):
-        dist(X, Y)
+        any_dist(X, Y)
 
 
-def test_empty_measure(dist):
+def test_empty_measure(any_dist):
     X, Y = data()
     with pytest.raises(ValueError, match=lit("X_s is an empty measure")):
-        dist(X[:0], Y)
+        any_dist(X[:0], Y)
     with pytest.raises(ValueError, match=lit("X_t is an empty measure")):
-        dist(X, Y[:0])
+        any_dist(X, Y[:0])
     Xb, Yb = data(batch=2)
     with pytest.raises(ValueError, match=lit("X_s is an empty measure")):
-        dist(Xb[:, :0], Yb)
+        any_dist(Xb[:, :0], Yb)
 
 
-def test_zero_feature_dimension(dist):
+def test_zero_feature_dimension(any_dist):
     X = torch.zeros(5, 0, dtype=F64)
     Y = torch.zeros(4, 0, dtype=F64)
     with pytest.raises(ValueError, match=lit("X_s must have d >= 1 features")):
-        dist(X, Y)
+        any_dist(X, Y)
 
 
-def test_weight_shape_mismatch(dist):
+def test_weight_shape_mismatch(weighted_dist):
     X, Y = data()
     with pytest.raises(ValueError, match=lit("a must have shape (N,) = (5,)")):
-        dist(X, Y, uniform(4), uniform(4))
+        weighted_dist(X, Y, uniform(4), uniform(4))
     with pytest.raises(ValueError, match=lit("b must have shape (N,) = (4,)")):
-        dist(X, Y, uniform(5), uniform(5))
+        weighted_dist(X, Y, uniform(5), uniform(5))
     Xb, Yb = data(batch=2)
     with pytest.raises(ValueError, match=lit("a must have shape (B, N) = (2, 5)")):
-        dist(Xb, Yb, uniform(5), uniform(4, batch=2))  # unbatched weights, batched points
+        # unbatched weights, batched points
+        weighted_dist(Xb, Yb, uniform(5), uniform(4, batch=2))
 
 
 # --------------------------------------------------------------------------- weight values
 
 
-def test_negative_weights(dist):
+def test_negative_weights(weighted_dist):
     X, Y = data()
     a = torch.tensor([0.5, -0.1, 0.2, 0.2, 0.2], dtype=F64)
     with pytest.raises(ValueError, match=lit("a must be non-negative; got a minimum of -0.1")):
-        dist(X, Y, a, uniform(4))
+        weighted_dist(X, Y, a, uniform(4))
 
 
-def test_nan_weights(dist):
+def test_nan_weights(weighted_dist):
     X, Y = data()
     b = torch.tensor([0.5, math.nan, 0.25, 0.25], dtype=F64)
     with pytest.raises(ValueError, match=lit("b contains NaN or Inf values")):
-        dist(X, Y, uniform(5), b)
+        weighted_dist(X, Y, uniform(5), b)
 
 
-def test_zero_total_weight(dist):
+def test_zero_total_weight(weighted_dist):
     X, Y = data()
     with pytest.raises(
         ValueError, match=lit("a must have a positive total mass; got a total of 0")
     ):
-        dist(X, Y, torch.zeros(5, dtype=F64), torch.zeros(4, dtype=F64))
+        weighted_dist(X, Y, torch.zeros(5, dtype=F64), torch.zeros(4, dtype=F64))
     Xb, Yb = data(batch=2)
     a = uniform(5, batch=2)
     a[1] = 0
     with pytest.raises(ValueError, match=lit("a must have a positive total mass")):
-        dist(Xb, Yb, a, uniform(4, batch=2))
+        weighted_dist(Xb, Yb, a, uniform(4, batch=2))
 
 
 def test_unequal_total_mass(dist):
@@ -251,31 +330,61 @@ def test_unequal_total_mass(dist):
         dist(Xb, Yb, uniform(5, batch=3), b)
 
 
-@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
-def test_nonfinite_points(dist, bad):
+@pytest.mark.parametrize("name", SHARED_FORWARD)
+def test_shared_forward_passes_measures_to_the_checks(name):
+    """A type check, a shape check and a value check (with validate=) reach the function."""
+    f = DISTANCES[name]
+    X, Y = data()
+    with pytest.raises(TypeError, match=lit("X_s must be a torch.Tensor; got list")):
+        f(X.tolist(), Y)
+    with pytest.raises(ValueError, match=lit("a must have shape (N,) = (5,)")):
+        f(X, Y, uniform(4), uniform(4))
+    with pytest.raises(ValueError, match=lit("a and b must have equal total mass")):
+        f(X, Y, uniform(5), 2 * uniform(4))
+    assert f(X, Y, uniform(5), 2 * uniform(4), validate=False).shape == ()
+
+
+def _nonfinite_points(f, bad):
     X, Y = data()
     X[2, 1] = bad
     with pytest.raises(ValueError, match=lit("X_s contains NaN or Inf values")):
-        dist(X, Y)
+        f(X, Y)
     with pytest.raises(ValueError, match=lit("X_t contains NaN or Inf values")):
-        dist(Y, X)
+        f(Y, X)
+
+
+def test_nonfinite_points(any_dist):
+    _nonfinite_points(any_dist, math.nan)
+
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf])
+def test_infinite_points(bad):
+    _nonfinite_points(DISTANCES[ONE], bad)
 
 
 # --------------------------------------------------------------------------- scalar options
 
 
-@pytest.mark.parametrize("p", [0.5, 0, -1, math.inf, math.nan])
-def test_p_out_of_range(dist, p):
+def test_p_out_of_range(any_dist):
+    X, Y = data()
+    with pytest.raises(ValueError, match=lit("p must be a finite real number >= 1; got 0.5")):
+        any_dist(X, Y, p=0.5)
+    with pytest.raises(TypeError, match=lit("p must be a real number >= 1; got str")):
+        any_dist(X, Y, p="2")
+
+
+@pytest.mark.parametrize("p", [0, -1, math.inf, math.nan])
+def test_p_out_of_range_values(p):
     X, Y = data()
     with pytest.raises(ValueError, match=lit("p must be a finite real number >= 1")):
-        dist(X, Y, p=p)
+        DISTANCES[ONE](X, Y, p=p)
 
 
-@pytest.mark.parametrize("p", ["2", None, True, torch.tensor(2.0)])
-def test_p_not_a_number(dist, p):
+@pytest.mark.parametrize("p", [None, True, torch.tensor(2.0)])
+def test_p_not_a_number(p):
     X, Y = data()
     with pytest.raises(TypeError, match=lit("p must be a real number >= 1; got")):
-        dist(X, Y, p=p)
+        DISTANCES[ONE](X, Y, p=p)
 
 
 @pytest.mark.parametrize(
@@ -285,9 +394,7 @@ def test_p_not_a_number(dist, p):
         "db_tsw",
         "circular_tsw",
         "spatial_tsw",
-        "TSWSLLoss",
-        "DbTSWLoss",
-        "CircularTSWLoss",
+        "DbTSWLoss",  # the modules' shared forward hands the counts to the function
     ],
 )
 @pytest.mark.parametrize("count", ["n_trees", "n_lines"])
@@ -597,11 +704,17 @@ def test_center_shape():
 # --------------------------------------------------------------------------- randomness
 
 
-@pytest.mark.parametrize("seed", [1.0, "0", True, torch.tensor(0)])
-def test_seed_of_wrong_type(fn, seed):
+def test_seed_of_wrong_type(seeded_fn):
+    X, Y = data()
+    with pytest.raises(TypeError, match=lit("seed must be an int or None; got float")):
+        seeded_fn(X, Y, seed=1.0)
+
+
+@pytest.mark.parametrize("seed", ["0", True, torch.tensor(0)])
+def test_seed_of_wrong_type_values(seed):
     X, Y = data()
     with pytest.raises(TypeError, match=lit("seed must be an int or None; got")):
-        fn(X, Y, seed=seed)
+        DISTANCES[ONE](X, Y, seed=seed)
 
 
 @pytest.mark.parametrize(
@@ -620,18 +733,18 @@ def test_module_seed_of_wrong_type(cls):
         cls(seed=1.5)
 
 
-def test_seed_and_generator(fn):
+def test_seed_and_generator(seeded_fn):
     X, Y = data()
     with pytest.raises(ValueError, match=lit("pass at most one of seed and generator; got both")):
-        fn(X, Y, seed=0, generator=torch.Generator().manual_seed(0))
+        seeded_fn(X, Y, seed=0, generator=torch.Generator().manual_seed(0))
 
 
-def test_generator_of_wrong_type(fn):
+def test_generator_of_wrong_type(seeded_fn):
     X, Y = data()
     with pytest.raises(
         TypeError, match=lit("generator must be a torch.Generator or None; got int")
     ):
-        fn(X, Y, generator=0)
+        seeded_fn(X, Y, generator=0)
 
 
 def test_sampler_seed_checks():
@@ -665,12 +778,19 @@ def test_cuda_generator_with_cpu_data():
         tsw.nn.MaxSWLoss,
     ],
 )
-@pytest.mark.parametrize("reduction", ["avg", "MEAN", None, "batchmean"])
-def test_bad_reduction(cls, reduction):
+def test_bad_reduction(cls):
+    with pytest.raises(
+        ValueError, match=lit("reduction must be one of 'mean', 'sum', 'none'; got 'avg'")
+    ):
+        cls(reduction="avg")
+
+
+@pytest.mark.parametrize("reduction", ["MEAN", None, "batchmean"])
+def test_bad_reduction_values(reduction):
     with pytest.raises(
         ValueError, match=lit(f"reduction must be one of 'mean', 'sum', 'none'; got {reduction!r}")
     ):
-        cls(reduction=reduction)
+        tsw.nn.DbTSWLoss(reduction=reduction)
 
 
 def test_projections_of_wrong_shape():

@@ -110,6 +110,17 @@ def from_numpy(x: object, name: str) -> object:
     return torch.from_numpy(np.ascontiguousarray(x))
 
 
+def _check_same_kind(numpy: bool, *named: tuple[object, str]) -> None:
+    """Raise unless every given input is a numpy array (``numpy``) or none is."""
+    for x, name in named:
+        if isinstance(x, np.ndarray) != numpy and isinstance(x, np.ndarray | Tensor):
+            kind = "a numpy array" if numpy else "a torch.Tensor"
+            raise TypeError(
+                f"{name} must be {kind} like X_s (all inputs tensors, or all numpy arrays); "
+                f"got {type(x).__name__}"
+            )
+
+
 def to_numpy(t: Tensor) -> np.ndarray:
     """Return a detached CPU copy as numpy: a numpy scalar for a 0-d tensor."""
     out = t.detach().cpu().numpy()
@@ -278,6 +289,7 @@ class Problem:
         as numpy (see :meth:`finish`).
         """
         numpy = isinstance(X_s, np.ndarray)
+        _check_same_kind(numpy, (X_t, "X_t"), (a, "a"), (b, "b"))
         X_s, X_t, a, b = (
             from_numpy(x, name) for x, name in ((X_s, "X_s"), (X_t, "X_t"), (a, "a"), (b, "b"))
         )
@@ -300,6 +312,7 @@ class Problem:
     ) -> Problem:
         """Validate one measure; ``measures.X_t`` and ``measures.b`` are then empty."""
         numpy = isinstance(X_s, np.ndarray)
+        _check_same_kind(numpy, (a, "a"))
         X, w, batched = check_measure(from_numpy(X_s, "X_s"), from_numpy(a, "a"), validate=validate)
         measures = Measures(X, X[..., :0, :], w, w[..., :0], batched)
         return cls._build(measures, p, seed, generator, validate, power, log, numpy, chunk_size)
