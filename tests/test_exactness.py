@@ -598,9 +598,7 @@ class TestPerTreeLog:
         roots, dirs = star_trees(rng, 3, 3, 4)
         args = (t64(X), t64(Y), t64(a), t64(b))
         value, log = tsw.db_tsw(*args, trees=concurrent(roots, dirs), delta=1.5, p=p, log=True)
-        expected = [
-            star_oracle(X, Y, a, b, roots[i], dirs[i], delta=1.5, p=p) for i in range(3)
-        ]
+        expected = [star_oracle(X, Y, a, b, roots[i], dirs[i], delta=1.5, p=p) for i in range(3)]
         assert_close(log["per_tree"], expected)
         assert_close(value, mean_root(np.array(expected), p))
         power = tsw.db_tsw(*args, trees=concurrent(roots, dirs), delta=1.5, p=p, power=True)
