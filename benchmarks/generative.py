@@ -75,9 +75,10 @@ classes with at least 5 % of the samples (``coverage_classes``). The row ``real 
 images`` scores ``--n-eval`` training images the same way: the floor of each metric.
 
 Outputs in ``--out``: ``results.json`` (a list of records, one per task, setup, method and
-seed; records of other tasks or modes already in the file are kept), ``results.csv`` (the
+seed; records of other tasks, setups or modes already in the file are kept), ``results.csv`` (the
 same, numeric columns), ``summary.csv`` / ``summary.json`` (mean and std per method),
-sample grids ``samples_<setup>.png`` and bar plots ``fid_<task>.png``.
+sample grids ``samples_<setup>.png`` and bar plots ``fid_<setups>.png`` /
+``outliers_robust.png`` (suffix ``_time<S>s`` in equal-time mode).
 
 Examples::
 
@@ -91,6 +92,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import math
 import statistics
@@ -232,7 +234,7 @@ def robust_table(args: argparse.Namespace) -> dict[str, dict]:
 def mlp(sizes: list[int], act=nn.ReLU, out=None, sn: bool = False) -> nn.Sequential:
     """Linear layers of ``sizes`` with ``act`` between them (spectral norm if ``sn``)."""
     layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+    for i, (a, b) in enumerate(itertools.pairwise(sizes)):
         lin = nn.Linear(a, b)
         layers.append(nn.utils.parametrizations.spectral_norm(lin) if sn else lin)
         if i < len(sizes) - 2:
@@ -420,7 +422,9 @@ def plot_bars(records: list[dict], metric: str, path: Path, title: str) -> None:
     fig, axes = plt.subplots(1, len(setups), figsize=(4.5 * len(setups), 3.8), squeeze=False)
     for ax, setup in zip(axes[0], setups, strict=True):
         names = list(dict.fromkeys(r["name"] for r in records if r["setup"] == setup))
-        vals = [[r[metric] for r in records if r["setup"] == setup and r["name"] == n] for n in names]
+        vals = [
+            [r[metric] for r in records if r["setup"] == setup and r["name"] == n] for n in names
+        ]
         ax.barh(
             range(len(names)),
             [statistics.mean(v) for v in vals],
@@ -552,10 +556,11 @@ def summarise(records: list[dict], metrics: list[str]) -> tuple[list[list], list
 
 
 def merge_records(path: Path, new: list[dict]) -> list[dict]:
-    """Records already in ``path`` of other (task, mode) pairs, then ``new``."""
-    done = {(r["task"], r["mode"]) for r in new}
+    """Records already in ``path`` of other (task, mode, setup) triples, then ``new``."""
+    key = lambda r: (r.get("task"), r.get("mode"), r.get("setup"))  # noqa: E731
+    done = {key(r) for r in new}
     old = json.loads(path.read_text()) if path.exists() else []
-    return [r for r in old if (r.get("task"), r.get("mode")) not in done] + new
+    return [r for r in old if key(r) not in done] + new
 
 
 def _floats(text: str) -> list[float]:
@@ -571,7 +576,7 @@ def parse_args(argv):
     ap.add_argument("--task", default="generate", choices=["generate", "robust", "all"])
     ap.add_argument("--setups", type=_keys, default=list(SETUPS), help="pixel,sngan,swae")
     ap.add_argument("--methods", type=_keys, default=list(METHODS), help="comma-separated keys")
-    ap.add_argument("--iters", type=int, default=1500, help="training steps (equal lines)")
+    ap.add_argument("--iters", type=int, default=1000, help="training steps (equal lines)")
     ap.add_argument("--time-budget", type=float, default=None, help="equal time: s per run")
     ap.add_argument("--max-iters", type=int, default=10**7, help="step cap with --time-budget")
     ap.add_argument("--lines", type=int, default=100, help="trees x lines = projections")
@@ -596,7 +601,7 @@ def parse_args(argv):
     ap.add_argument("--device", default="cpu")
     # robust task
     ap.add_argument("--robust-methods", type=_keys, default=["ptsw", "dbtsw", "sw2", "psw", "usw"])
-    ap.add_argument("--robust-iters", type=int, default=1500)
+    ap.add_argument("--robust-iters", type=int, default=1000)
     ap.add_argument("--masses", type=_floats, default=[0.5, 0.7, 0.9], help="generated masses")
     ap.add_argument("--clean-class", type=int, default=0)
     ap.add_argument("--outlier-class", type=int, default=1)
@@ -620,7 +625,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = prepare(args)
     mode = "lines" if args.time_budget is None else f"time {args.time_budget:g}s"
-    settings = {k: v for k, v in vars(args).items()} | {"mode": mode}
+    tag = "" if args.time_budget is None else f"_time{args.time_budget:g}s"
+    settings = dict(vars(args)) | {"mode": mode}
     print(f"settings: {settings}")
     data = load_digits_split()
     clf, acc = gm.load_classifier(args.classifier)
@@ -646,9 +652,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         print_table(title, ["setup", "method", "runs", *metrics], printed)
         for setup, images in grids.items():
-            save_grid(images, out / f"samples_{setup}.png", f"{setup} ({mode}), seed 0")
-        plot_bars([r for r in recs if r["method"] != "real"], "fid", out / "fid_generate.png",
-                  f"Fréchet distance in classifier features ({mode})")
+            save_grid(images, out / f"samples_{setup}{tag}.png", f"{setup} ({mode}), seed 0")
+        plot_bars(
+            [r for r in recs if r["method"] != "real"],
+            "fid",
+            out / f"fid_{'_'.join(args.setups)}{tag}.png",
+            f"Fréchet distance in classifier features ({mode})",
+        )
     if args.task in ("robust", "all"):
         recs, grids = run_robust(args, clf, data, mode)
         records += recs
@@ -660,9 +670,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.seeds} seeds, {args.n_eval} samples"
         )
         print_table(title, ["setup", "method", "runs", *metrics], printed)
-        save_grid(grids["robust"], out / "samples_robust.png", f"robust ({mode}), seed 0")
-        plot_bars([r for r in recs if r["method"] != "data"], "outlier_share",
-                  out / "fid_robust.png", f"share of generated outliers ({mode})")
+        save_grid(grids["robust"], out / f"samples_robust{tag}.png", f"robust ({mode}), seed 0")
+        plot_bars(
+            [r for r in recs if r["method"] != "data"],
+            "outlier_share",
+            out / f"outliers_robust{tag}.png",
+            f"share of generated outliers ({mode})",
+        )
     all_records = merge_records(out / "results.json", records)
     (out / "results.json").write_text(json.dumps(all_records, indent=1))
     with open(out / "results.csv", "w", newline="") as f:
