@@ -613,9 +613,9 @@ def parse_args(argv):
     add_run_args(ap, "generative")
     args = ap.parse_args(argv)
     if args.smoke:
-        args.task, args.seeds, args.iters, args.robust_iters = "all", 1, 15, 15
+        args.task, args.seeds, args.iters, args.robust_iters = "all", 1, 10, 10
         args.n_eval, args.batch, args.masses, args.pot_projections = 200, 64, [0.7], 2
-        args.hidden = 64
+        args.hidden = 32
     if args.time_budget is not None:
         args.iters = args.robust_iters = args.max_iters
     return args
