@@ -77,8 +77,9 @@ images`` scores ``--n-eval`` training images the same way: the floor of each met
 Outputs in ``--out``: ``results.json`` (a list of records, one per task, setup, method and
 seed; records of other tasks, setups or modes already in the file are kept), ``results.csv`` (the
 same, numeric columns), ``summary.csv`` / ``summary.json`` (mean and std per method),
-sample grids ``samples_<setup>.png`` and bar plots ``fid_<setups>.png`` /
-``outliers_robust.png`` (suffix ``_time<S>s`` in equal-time mode).
+sample grids ``samples_<setup>.png`` (their seed-0 samples in ``samples_<setup>.pt``) and
+bar plots ``fid_<setups>.png`` / ``outliers_robust.png`` (suffix ``_time<S>s`` in
+equal-time mode).
 
 Examples::
 
@@ -402,7 +403,8 @@ def save_grid(images: dict[str, torch.Tensor], path: Path, title: str, n: int = 
         ax.axis("off")
     for ax, (name, X) in zip(axes.flat, images.items(), strict=False):
         X = X[: side * side].clamp(0, 1).reshape(side, side, SIDE, SIDE)
-        grid = X.permute(0, 2, 1, 3).reshape(side * SIDE, side * SIDE)
+        X = nn.functional.pad(X, (1, 1, 1, 1))  # a white frame around every digit
+        grid = X.permute(0, 2, 1, 3).reshape(side * (SIDE + 2), side * (SIDE + 2))
         ax.imshow(grid.numpy(), cmap="gray_r", vmin=0, vmax=1)
         ax.set_title(name, fontsize=7)
     fig.suptitle(title, fontsize=9)
@@ -652,6 +654,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print_table(title, ["setup", "method", "runs", *metrics], printed)
         for setup, images in grids.items():
+            torch.save(images, out / f"samples_{setup}{tag}.pt")  # to redraw the grids
             save_grid(images, out / f"samples_{setup}{tag}.png", f"{setup} ({mode}), seed 0")
         plot_bars(
             [r for r in recs if r["method"] != "real"],
@@ -670,6 +673,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.seeds} seeds, {args.n_eval} samples"
         )
         print_table(title, ["setup", "method", "runs", *metrics], printed)
+        torch.save(grids["robust"], out / f"samples_robust{tag}.pt")
         save_grid(grids["robust"], out / f"samples_robust{tag}.png", f"robust ({mode}), seed 0")
         plot_bars(
             [r for r in recs if r["method"] != "data"],
