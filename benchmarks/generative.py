@@ -61,9 +61,11 @@ data). Baselines: Db-TSW (the same trees at mass 1), SW_2, POT's sliced partial 
 real batch of ``M / --psw-mass`` atoms) and sliced unbalanced OT (:func:`tsw.unbalanced_sw`,
 generated mass 0.9, KL penalty ``--usw-reg``), both with ``--pot-projections`` slices
 (POT solves one slice per Python call). Trees as in the paper's experiment except the
-count: ``--lines / 4`` trees x 4 lines, p = 2, delta = 2. Metrics: the share of generated
-samples the classifier assigns to the outlier class, the share it assigns to the clean
-class, and the Fréchet distance to all clean-class images (train and test).
+count and the roots: ``--lines / 4`` trees x 4 lines, p = 2 (``--robust-p``), delta = 2,
+roots ``center + 0.1 N(0, I)`` (``--robust-root-std``) as in the generation task.
+Metrics: the share of generated samples the classifier assigns to the outlier class, the
+share it assigns to the clean class, and the Fréchet distance to all clean-class images
+(train and test).
 
 Metrics (``--n-eval`` generated samples, 1000): the Fréchet distance in the 64-d feature
 space of a small convolutional classifier trained on the training digits
@@ -199,7 +201,8 @@ def robust_table(args: argparse.Namespace) -> dict[str, dict]:
     """The robust task's methods: PartialTSW mass sweep, Db-TSW, SW_2, POT's baselines."""
     L, k = args.lines, 4
     T = max(L // k, 1)
-    trees = {"n_trees": T, "n_lines": k, "p": 2, "delta": 2.0, "validate": False}
+    trees = {"n_trees": T, "n_lines": k, "p": args.robust_p, "delta": 2.0, "validate": False}
+    trees["root_std"] = args.robust_root_std
     table = {}
     for m in args.masses:
         table[f"ptsw-{m:g}"] = {
@@ -604,6 +607,8 @@ def parse_args(argv):
     # robust task
     ap.add_argument("--robust-methods", type=_keys, default=["ptsw", "dbtsw", "sw2", "psw", "usw"])
     ap.add_argument("--robust-iters", type=int, default=1000)
+    ap.add_argument("--robust-p", type=float, default=2.0, help="p of PartialTSW / Db-TSW")
+    ap.add_argument("--robust-root-std", type=float, default=0.1, help="their root spread")
     ap.add_argument("--masses", type=_floats, default=[0.5, 0.7, 0.9], help="generated masses")
     ap.add_argument("--clean-class", type=int, default=0)
     ap.add_argument("--outlier-class", type=int, default=1)
