@@ -86,7 +86,7 @@ equal-time mode).
 Examples::
 
     python -m benchmarks.generative --seeds 3                      # equal lines
-    python -m benchmarks.generative --seeds 3 --time-budget 8      # equal time
+    python -m benchmarks.generative --seeds 3 --time-budget 6      # equal time
     python -m benchmarks.generative --task robust --seeds 3
     python -m benchmarks.generative --smoke --out /tmp/gen         # < 1 minute
 """
