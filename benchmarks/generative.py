@@ -2,8 +2,10 @@
 
 Data: scikit-learn's digits, the fixed split of :func:`benchmarks._digits.load_digits_split`
 (1,437 training / 360 test images, 64 pixels in [0, 1]). Every loss is a ``tsw.nn`` module
-called as ``loss(generated, real)`` (``loss(real, generated)`` in the robust task, where
-the generated side carries the mass), with its own seeded generator (``seed=1000 + seed``)
+(POT's sliced partial and unbalanced OT of the robust task have none; a small
+``nn.Module`` wraps :func:`tsw.partial_sw` and :func:`tsw.unbalanced_sw`) called as
+``loss(generated, real)`` (``loss(real, generated)`` in the robust task, where the
+generated side carries the mass), with its own seeded generator (``seed=1000 + seed``)
 and fresh lines or trees at every call.
 
 ``--task generate``: three setups (``--setups``), each a small version of a published one:
@@ -18,13 +20,14 @@ and fresh lines or trees at every call.
   (non-saturating) GAN loss, binary cross-entropy of ``T2(T1(x))`` on real (label 1)
   against generated (label 0) images. The generator (the ``pixel`` MLP) is trained on
   the sliced distance between the **feature concatenations** ``[T1(x), sigmoid(T2(T1(x)))]``
-  (129-d) of a generated and a real batch, as in the paper; the discriminator's weights are
+  (129-d, the paper's ``[T_b1(x), T_b2(T_b1(x))]`` with the head's output as a
+  probability) of a generated and a real batch; the discriminator's weights are
   not changed by that loss. Differences from the paper: MLPs instead of its convolutional
   nets, ``--n-critic`` discriminator steps per generator step (default 1; the paper updates
   the generator every 5 iterations), Adam (0.5, 0.999) with lr 2e-4 for both nets by
-  default, thousands rather than 100k iterations, 8x8 digits instead of CIFAR-10 / STL-10
-  / CelebA, and a Fréchet distance in the features of a small digits classifier instead
-  of Inception's.
+  default, about a thousand (``--iters``) rather than 100k iterations, 8x8 digits
+  instead of CIFAR-10 / STL-10 / CelebA, and a Fréchet distance in the features of a
+  small digits classifier instead of Inception's.
 * ``swae``: a sliced-Wasserstein autoencoder (Kolouri et al. 2019): an MLP encoder
   ``64 -> 256 -> 128 -> 8`` and decoder ``8 -> 128 -> 256 -> 64`` (sigmoid), loss =
   binary cross-entropy summed over pixels (mean over the batch) + ``--swae-lambda`` x
@@ -43,7 +46,8 @@ lines** (``--lines`` = trees x lines per tree = projections, 100 by default):
   official default), orthonormal lines per tree for the second;
 * ``circular``: :class:`tsw.nn.CircularTSWLoss` with ``radius = --radius`` (default 0.01,
   the radius of the paper's experiments: small against the data's scale, so close to
-  CircularTSW r=0; the typical distance of a digit to the mean image is about 2.1).
+  CircularTSW r=0; the typical distance of a digit to the mean image is about 2.1). In
+  64 dimensions it failed at every radius tried (0.01 to 20; ``benchmarks/RESULTS.md``).
 
 The tree losses use ``p = --p`` (1, the papers' definition) and roots ``center + 0.1
 N(0, I)`` (``--root-std``). ``--power`` trains on ``value ** p`` instead of the distance
