@@ -218,7 +218,9 @@ chunk_size : int, "auto" or None, default "auto"
     working memory, estimated at 16 elements per (line x atom), stays under 2 GiB;
     problems below that (e.g. 1000 lines x 1e5 atoms in float32 is 6.4 GB: 4 blocks)
     run in one block as with ``None``. Values and gradients do not depend on it (up to
-    rounding)."""
+    rounding). On Linux, glibc keeps the freed memory of earlier blocks in its heap
+    unless ``MALLOC_MMAP_THRESHOLD_`` is set (e.g. to 65536) or another allocator is
+    used, so the resident size can exceed the live memory."""
 
 #: the extra keys of the sliced baselines, with POT's meaning
 SLICED_LOG_DOC = """\
