@@ -15,6 +15,7 @@ default run) fails here.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -31,12 +32,8 @@ def test_notebooks_exist():
     assert [p.name for p in NOTEBOOKS], "no notebook found"
 
 
-def _execute(path: Path, monkeypatch, *, quick: bool):
-    if quick:
-        monkeypatch.setenv("TSW_NOTEBOOK_QUICK", "1")
-    else:
-        monkeypatch.delenv("TSW_NOTEBOOK_QUICK", raising=False)
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+def _client(path: Path, *, quick: bool):
+    """The notebook with the probe cell appended, and its client (not yet executed)."""
     nb = nbformat.read(path, as_version=4)
     sources = "".join(c.source for c in nb.cells if c.cell_type == "code")
     assert "TSW_NOTEBOOK_QUICK" in sources, f"{path.name} does not read TSW_NOTEBOOK_QUICK"
@@ -51,7 +48,10 @@ def _execute(path: Path, monkeypatch, *, quick: bool):
         resources={"metadata": {"path": str(ROOT)}},
         shutdown_kernel="immediate",  # the outputs are read after execute(); no need to wait
     )
-    client.execute()
+    return nb, n_code, client
+
+
+def _check(path: Path, nb, n_code: int, *, quick: bool):
     code = [c for c in nb.cells if c.cell_type == "code"]
     outputs = [o for c in code for o in c.get("outputs", [])]
     errors = [o for o in outputs if o.get("output_type") == "error"]
@@ -72,12 +72,51 @@ def _execute(path: Path, monkeypatch, *, quick: bool):
     return nb
 
 
+def _set_env(monkeypatch, quick: bool) -> None:
+    if quick:
+        monkeypatch.setenv("TSW_NOTEBOOK_QUICK", "1")
+    else:
+        monkeypatch.delenv("TSW_NOTEBOOK_QUICK", raising=False)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+
+
+@pytest.fixture(scope="module")
+def quick_runs():
+    """Every notebook executed quick, all kernels at once (their start-up and imports,
+    most of a quick run, overlap on the two cores); an error is kept for its test."""
+    mp = pytest.MonkeyPatch()
+    _set_env(mp, quick=True)
+    try:
+        runs = {path: _client(path, quick=True) for path in NOTEBOOKS}
+
+        async def execute_all():
+            async def one(client):
+                try:
+                    await client.async_execute()
+                except Exception as exc:  # reported by the notebook's own test
+                    return exc
+                return None
+
+            return await asyncio.gather(*(one(c) for _, _, c in runs.values()))
+
+        errors = asyncio.run(execute_all())
+    finally:
+        mp.undo()
+    return {path: (*runs[path], err) for path, err in zip(runs, errors, strict=True)}
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_quick(path, monkeypatch):
-    _execute(path, monkeypatch, quick=True)
+def test_notebook_runs_quick(path, quick_runs):
+    nb, n_code, _, error = quick_runs[path]
+    if error is not None:
+        raise error
+    _check(path, nb, n_code, quick=True)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_in_full(path, monkeypatch):
-    _execute(path, monkeypatch, quick=False)
+    _set_env(monkeypatch, quick=False)
+    nb, n_code, client = _client(path, quick=False)
+    client.execute()
+    _check(path, nb, n_code, quick=False)
