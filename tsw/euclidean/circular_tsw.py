@@ -156,15 +156,15 @@ def circular_tsw(
     Both make the published value a non-metric; numbers reported with it are not
     comparable with this function's default (``compat=True`` reproduces them).
 
-    Cost: one (n, d) x (d, Tk) matmul and O(Tkn) work for the coordinates and the
-    split, then one sort of (T, k, n) coordinates, or of (T, n) when ``radius = 0``;
-    memory O(Tkn) (for ``d <= 3`` the residuals are formed explicitly, O(Tknd), for
-    exact float32 distances). Above ``d = 3`` the coordinates and split distances
-    come from :math:`|y - x|^2`, :math:`\langle y - x, \theta\rangle` and ``r``: a
-    value near 0 is resolved to about :math:`\sqrt{\epsilon}\,|y - x|`. The value
-    is invariant under a joint rigid motion of the data and explicit trees, and in
-    law under translations (the default centre is equivariant); scaling the data by
-    ``c`` acts like ``radius / c`` and ``delta * c``.
+    Cost: one (n_i, d) x (d, Tk + T) product per measure (directions and roots)
+    and O(Tkn) work for the coordinates and the split, then one sort of (T, k, n)
+    coordinates, or of (T, n) when ``radius = 0``; memory O(Tkn) (for ``d <= 3`` the
+    residuals are formed explicitly, O(Tknd), for exact float32 distances). Above ``d = 3``
+    the coordinates and split distances come from :math:`|y - x|^2`, :math:`\langle y - x,
+    \theta\rangle` and ``r``: a value near 0 is resolved to about
+    :math:`\sqrt{\epsilon}\,|y - x|`. The value is invariant under a joint rigid motion of
+    the data and explicit trees, and in law under translations (the default centre is
+    equivariant); scaling the data by ``c`` acts like ``radius / c`` and ``delta * c``.
 
     References
     ----------

@@ -111,16 +111,16 @@ def db_tsw(
     -----
     In a batch, sampled trees share their directions and root offsets; each item's
     roots are translated to its own centre, so a batched call equals a loop of
-    unbatched calls with the same seed. Cost: one (n, d) x (d, Tk) matmul, one sort
-    of (T, k, n) coordinates and O(Tkn) work; memory O(Tkn + nd + Tkd) (for
-    ``d <= 3`` the residuals to the lines are formed explicitly, O(Tknd), for exact
-    float32 distances near the lines). Above ``d = 3`` the distance of a point lying
-    within about ``sqrt(eps) |y - x|`` of a line is resolved only to that accuracy
-    (``eps`` the machine epsilon), which moves the value by at most ``delta`` times
-    that much times the point's mass: measured float32 errors against float64 stay
-    below 1e-5 for values and gradients (``tests/test_precision.py``). The value is
-    E(d)-invariant for fixed trees moved with the data, and invariant in law since the
-    centre is equivariant.
+    unbatched calls with the same seed. Cost: one (n_i, d) x (d, Tk + T) product per
+    measure (the line directions and the roots), one sort of (T, k, n) coordinates
+    and O(Tkn) work; memory O(Tkn + nd + Tkd) (for ``d <= 3`` the residuals to the
+    lines are formed explicitly, O(Tknd), for exact float32 distances near the lines).
+    Above ``d = 3`` the distance of a point lying within about ``sqrt(eps) |y - x|`` of a
+    line is resolved only to that accuracy (``eps`` the machine epsilon), which moves the
+    value by at most ``delta`` times that much times the point's mass: measured float32
+    errors against float64 stay below 1e-5 for values and gradients
+    (``tests/test_precision.py``). The value is E(d)-invariant for fixed trees moved with
+    the data, and invariant in law since the centre is equivariant.
 
     References
     ----------
