@@ -50,8 +50,10 @@ def make_problem(n: int, d: int, n_trees: int, n_lines: int, dtype, device, seed
     X = torch.randn(n, d, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
     Y = (torch.randn(n, d, generator=g, dtype=torch.float64) + 0.5).to(dtype=dtype, device=device)
     center = 0.5 * (X.mean(0) + Y.mean(0))
-    trees = tsw.sample_concurrent_lines(n_trees, n_lines, d, center=center, seed=seed)
-    chains = tsw.sample_chain_lines(n_trees, n_lines, d, center=center, seed=seed)
+    trees = tsw.sample_concurrent_lines(
+        d, n_trees=n_trees, n_lines=n_lines, center=center, seed=seed
+    )
+    chains = tsw.sample_chain_lines(d, n_trees=n_trees, n_lines=n_lines, center=center, seed=seed)
     proj = tsw.sample_projections(d, n_trees * n_lines, seed=seed, dtype=dtype, device=device)
     return X, Y, trees, chains, proj
 

@@ -52,7 +52,9 @@ def make_problem(n: int, dim: int, n_trees: int, n_lines: int, dtype, seed: int 
     Y = torch.randn(n, dim, generator=g, dtype=torch.float64)
     Y[:, -1] += 2.0
     X, Y = (torch.nn.functional.normalize(Z, dim=-1).to(dtype) for Z in (X, Y))
-    trees = tsw.sample_spherical_trees(n_trees, n_lines, dim, seed=seed, dtype=dtype)
+    trees = tsw.sample_spherical_trees(
+        dim, n_trees=n_trees, n_lines=n_lines, seed=seed, dtype=dtype
+    )
     return X, Y, trees
 
 

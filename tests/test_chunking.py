@@ -61,7 +61,7 @@ def test_chunked_gradcheck():
     X, Y, _, _ = _data(d=5)
     X = X[:6].clone().requires_grad_(True)
     Yr = Y[:5].clone().requires_grad_(True)
-    trees = tsw.sample_concurrent_lines(5, 3, 5, seed=0, dtype=F64)
+    trees = tsw.sample_concurrent_lines(5, n_trees=5, n_lines=3, seed=0, dtype=F64)
 
     def f(X, Y):
         return tsw.db_tsw(X, Y, trees=trees, p=2, chunk_size=2)
@@ -109,7 +109,7 @@ def _target_work(n, d, trees, lines, chunk):  # runs in a spawned child (peak_gr
     g = torch.Generator().manual_seed(0)
     X = torch.randn(n, d, generator=g).requires_grad_(True)
     Y = torch.randn(n, d, generator=g) + 0.5
-    T = tsw.sample_concurrent_lines(trees, lines, d, seed=0, center=torch.zeros(d))
+    T = tsw.sample_concurrent_lines(d, n_trees=trees, n_lines=lines, seed=0, center=torch.zeros(d))
 
     def work():
         tsw.db_tsw(X, Y, trees=T, validate=False, chunk_size=chunk).backward()

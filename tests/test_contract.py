@@ -595,13 +595,15 @@ def frozen(entry, d, *, dtype=F64, device="cpu", seed=11):
     kw = {"seed": seed, "dtype": dtype, "device": device}
     if entry.slices == "chain":
         n, k = entry.kwargs["n_trees"], entry.kwargs["n_lines"]
-        return {"trees": tsw.sample_chain_lines(n, k, d, center=center, std=0.5, **kw)}
+        return {
+            "trees": tsw.sample_chain_lines(d, n_trees=n, n_lines=k, center=center, std=0.5, **kw)
+        }
     if entry.slices == "concurrent":
         n, k = entry.kwargs["n_trees"], entry.kwargs["n_lines"]
         orth = entry.kwargs.get("orthogonal", False)
         return {
             "trees": tsw.sample_concurrent_lines(
-                n, k, d, center=center, std=0.5, orthogonal=orth, **kw
+                d, n_trees=n, n_lines=k, center=center, std=0.5, orthogonal=orth, **kw
             )
         }
     if entry.slices == "projections":
@@ -609,7 +611,7 @@ def frozen(entry, d, *, dtype=F64, device="cpu", seed=11):
         return {"projections": tsw.sample_projections(d, L, orthogonal=orth, **kw)}
     if entry.slices == "spherical":
         n, k = entry.kwargs["n_trees"], entry.kwargs["n_lines"]
-        return {"trees": tsw.sample_spherical_trees(n, k, d, **kw)}
+        return {"trees": tsw.sample_spherical_trees(d, n_trees=n, n_lines=k, **kw)}
     if entry.slices == "sphere_projections":
         return {
             "projections": tsw.sample_sphere_projections(d, entry.kwargs["n_projections"], **kw)

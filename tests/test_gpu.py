@@ -71,8 +71,10 @@ def test_cuda_generator_with_cpu_data_raises():
 
 
 def test_samplers_identical_across_devices():
-    a = tsw.sample_concurrent_lines(4, 3, 5, seed=0, dtype=torch.float64)
-    b = tsw.sample_concurrent_lines(4, 3, 5, seed=0, dtype=torch.float64, device="cuda")
+    a = tsw.sample_concurrent_lines(5, n_trees=4, n_lines=3, seed=0, dtype=torch.float64)
+    b = tsw.sample_concurrent_lines(
+        5, n_trees=4, n_lines=3, seed=0, dtype=torch.float64, device="cuda"
+    )
     torch.testing.assert_close(b.directions.cpu(), a.directions, rtol=0, atol=0)
     torch.testing.assert_close(b.roots.cpu(), a.roots, rtol=0, atol=0)
 

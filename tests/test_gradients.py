@@ -35,7 +35,7 @@ def test_db_tsw_gradcheck_above_the_explicit_residual_dimension(d, delta, p, ort
     X, Y, a0, b0 = problem(d, seed=d)
     center = 0.5 * (a0 @ X + b0 @ Y)
     trees = tsw.sample_concurrent_lines(
-        4, 3, d, center=center, std=0.5, orthogonal=orthogonal, seed=d, dtype=F64
+        d, n_trees=4, n_lines=3, center=center, std=0.5, orthogonal=orthogonal, seed=d, dtype=F64
     )
     # away from ties: distinct line coordinates of all points on every line
     Z = torch.cat([X, Y])

@@ -298,7 +298,7 @@ def test_explicit_and_expanded_paths_agree(radius, split, monkeypatch):
     g = torch.Generator().manual_seed(3)
     X = torch.randn(6, 3, generator=g, dtype=F64, requires_grad=True)
     Y = torch.randn(5, 3, generator=g, dtype=F64) + 0.5
-    trees = tsw.sample_concurrent_lines(4, 3, 3, std=0.5, seed=1, dtype=F64)
+    trees = tsw.sample_concurrent_lines(3, n_trees=4, n_lines=3, std=0.5, seed=1, dtype=F64)
     kw = {"radius": radius, "split": split, "trees": trees}
     v1 = tsw.circular_tsw(X, Y, **kw)
     (g1,) = torch.autograd.grad(v1, X)
@@ -343,7 +343,7 @@ def test_scaling_acts_on_radius_and_delta(split, c):
     """d(c mu, c nu; c trees, c r, delta / c) = c d(mu, nu) for p = 1; not with r fixed."""
     g = torch.Generator().manual_seed(1)
     X, Y = torch.randn(7, 3, generator=g, dtype=F64), torch.randn(5, 3, generator=g, dtype=F64)
-    trees = tsw.sample_concurrent_lines(6, 3, 3, std=0.5, seed=0, dtype=F64)
+    trees = tsw.sample_concurrent_lines(3, n_trees=6, n_lines=3, std=0.5, seed=0, dtype=F64)
     scaled = ConcurrentLines(c * trees.roots, trees.directions)
     base = tsw.circular_tsw(X, Y, radius=0.6, delta=2.0, split=split, trees=trees)
     v = tsw.circular_tsw(c * X, c * Y, radius=0.6 * c, delta=2.0 / c, split=split, trees=scaled)
@@ -461,7 +461,7 @@ def test_spatial_equals_db_tsw_on_mapped_points(mapping, degree, beta, batched):
     if mapping == "poly":
         HX = tsw.mappings.poly_map(t64(X), degree).numpy()
         HY = tsw.mappings.poly_map(t64(Y), degree).numpy()
-    trees = tsw.sample_concurrent_lines(5, 3, d_theta, std=0.7, seed=4, dtype=F64)
+    trees = tsw.sample_concurrent_lines(d_theta, n_trees=5, n_lines=3, std=0.7, seed=4, dtype=F64)
     for rand in ({"trees": trees}, {"seed": 8}):
         value = tsw.spatial_tsw(t64(X), t64(Y), t64(a), t64(b), delta=1.5, **opts, **rand)
         expected = tsw.db_tsw(t64(HX), t64(HY), t64(a), t64(b), delta=1.5, **rand)
@@ -485,7 +485,7 @@ def test_spatial_poly_order_does_not_matter_in_law():
     other, _ = np_poly(X, 3)
     perm = [int(np.argmin(np.abs(mine - other[:, [j]]).sum(0))) for j in range(other.shape[1])]
     np.testing.assert_allclose(mine[:, perm], other, rtol=1e-12)
-    trees = tsw.sample_concurrent_lines(4, 3, 4, seed=0, dtype=F64)
+    trees = tsw.sample_concurrent_lines(4, n_trees=4, n_lines=3, seed=0, dtype=F64)
     moved = ConcurrentLines(trees.roots[:, perm], trees.directions[..., perm])
     v = tsw.spatial_tsw(t64(X), t64(Y), mapping="poly", trees=trees)
     w = tsw.db_tsw(t64(other), t64(np_poly(Y, 3)[0]), trees=moved)
@@ -533,7 +533,9 @@ def test_spatial_signed_permutation_invariance(mapping, seed):
         (tsw.mappings.poly_map(X, 3) if mapping == "poly" else tsw.mappings.pow_map(X)) @ Sh.T,
     )
     d_theta = Sh.shape[0]
-    trees = tsw.sample_concurrent_lines(6, 3, d_theta, std=0.5, seed=seed, dtype=F64)
+    trees = tsw.sample_concurrent_lines(
+        d_theta, n_trees=6, n_lines=3, std=0.5, seed=seed, dtype=F64
+    )
     moved = ConcurrentLines(trees.roots @ Sh.T, trees.directions @ Sh.T)
     base = tsw.spatial_tsw(X, Y, mapping=mapping, trees=trees)
     assert_close(tsw.spatial_tsw(X @ S.T, Y @ S.T, mapping=mapping, trees=moved), float(base))

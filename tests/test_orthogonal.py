@@ -35,18 +35,24 @@ def data(d, seed=0, batch=None):
 
 @pytest.mark.parametrize(("T", "k", "d"), [(6, 3, 3), (5, 2, 7), (4, 4, 16), (3, 1, 2)])
 def test_concurrent_lines_sampler_orthonormal_frames(T, k, d):
-    trees = tsw.sample_concurrent_lines(T, k, d, orthogonal=True, seed=3, dtype=F64)
+    trees = tsw.sample_concurrent_lines(d, n_trees=T, n_lines=k, orthogonal=True, seed=3, dtype=F64)
     assert trees.directions.shape == (T, k, d)
     assert gram_defect(trees.directions) < 1e-12
     # batched centre: batched roots, the same orthonormal frames
     center = torch.zeros(2, d, dtype=F64)
-    batched = tsw.sample_concurrent_lines(T, k, d, center=center, orthogonal=True, seed=3)
+    batched = tsw.sample_concurrent_lines(
+        d, n_trees=T, n_lines=k, center=center, orthogonal=True, seed=3
+    )
     assert gram_defect(batched.directions) < 1e-12
     # float32 too
-    t32 = tsw.sample_concurrent_lines(T, k, d, orthogonal=True, seed=3, dtype=torch.float32)
+    t32 = tsw.sample_concurrent_lines(
+        d, n_trees=T, n_lines=k, orthogonal=True, seed=3, dtype=torch.float32
+    )
     assert gram_defect(t32.directions.double()) < 1e-5
     if k > 1:  # control: i.i.d. directions are not orthonormal
-        iid = tsw.sample_concurrent_lines(T, k, d, orthogonal=False, seed=3, dtype=F64)
+        iid = tsw.sample_concurrent_lines(
+            d, n_trees=T, n_lines=k, orthogonal=False, seed=3, dtype=F64
+        )
         assert gram_defect(iid.directions) > 1e-3
 
 
@@ -64,7 +70,7 @@ def test_projection_sampler_orthonormal_blocks(d, L):
 
 def _trees(T, k, d, center, seed):
     trees = tsw.sample_concurrent_lines(
-        T, k, d, center=center, std=0.1, orthogonal=True, seed=seed, dtype=F64
+        d, n_trees=T, n_lines=k, center=center, std=0.1, orthogonal=True, seed=seed, dtype=F64
     )
     assert gram_defect(trees.directions) < 1e-12
     return trees

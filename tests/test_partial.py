@@ -206,7 +206,9 @@ class TestReductions:
 
 
 def _frozen_trees(d=3, T=6, k=3):
-    return tsw.sample_concurrent_lines(T, k, d, center=torch.zeros(d, dtype=F64), std=0.5, seed=8)
+    return tsw.sample_concurrent_lines(
+        d, n_trees=T, n_lines=k, center=torch.zeros(d, dtype=F64), std=0.5, seed=8
+    )
 
 
 def _measure(g, n, loc, d=3):

@@ -15,7 +15,9 @@ def _problem(d: int, n: int, offset: float, seed: int = 0):
     X = (torch.randn(n, d, generator=g, dtype=torch.float64) + offset).float().double()
     Y = (torch.randn(n, d, generator=g, dtype=torch.float64) + offset + 0.5).float().double()
     center = 0.5 * (X.mean(0) + Y.mean(0))
-    trees = tsw.sample_concurrent_lines(100, 4, d, center=center, seed=seed, dtype=torch.float64)
+    trees = tsw.sample_concurrent_lines(
+        d, n_trees=100, n_lines=4, center=center, seed=seed, dtype=torch.float64
+    )
     return X, Y, trees
 
 
@@ -51,7 +53,7 @@ def _db_tsw_step(d: int):
     g = torch.Generator().manual_seed(0)
     X = torch.randn(1000, d, generator=g).requires_grad_(True)
     Y = torch.randn(1000, d, generator=g)
-    trees = tsw.sample_concurrent_lines(50, 4, d, seed=0)
+    trees = tsw.sample_concurrent_lines(d, n_trees=50, n_lines=4, seed=0)
     return lambda: tsw.db_tsw(X, Y, trees=trees, validate=False).backward()
 
 

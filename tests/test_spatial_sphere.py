@@ -44,7 +44,7 @@ def test_equals_stsw_on_independently_mapped_points_with_the_same_trees(p):
     X, Y = unit(17, 3, seed=1), unit(11, 3, seed=2)
     a = torch.rand(17, dtype=F64, generator=torch.Generator().manual_seed(3))
     a = a / a.sum()
-    trees = tsw.sample_spherical_trees(7, 4, 4, seed=0, dtype=F64)
+    trees = tsw.sample_spherical_trees(4, n_trees=7, n_lines=4, seed=0, dtype=F64)
     hX = torch.from_numpy(lift_numpy(X.numpy()))
     hY = torch.from_numpy(lift_numpy(Y.numpy()))
     expected = tsw.stsw(hX, hY, a, None, trees=trees, p=p)

@@ -75,7 +75,7 @@ def test_p1_equals_emd_on_spherical_star_tree(D, k):
         if N == M:
             M += 1
         X, Y, a, b = random_case(rng, D, N, M)
-        trees = tsw.sample_spherical_trees(1, k, D, seed=10 * k + case, dtype=F64)
+        trees = tsw.sample_spherical_trees(D, n_trees=1, n_lines=k, seed=10 * k + case, dtype=F64)
         delta = float(rng.uniform(0.5, 6.0))
         expected = spherical_star_emd(
             X, Y, a, b, trees.roots[0].numpy(), trees.directions[0].numpy(), delta
@@ -90,7 +90,7 @@ def test_p_greater_than_one_is_the_sobolev_sum(D, p):
     """p > 1: the Sobolev transport sum, edge by edge on each ray (numpy oracle)."""
     rng = np.random.default_rng(int(10 * p) + D)
     X, Y, a, b = random_case(rng, D, 5, 7)
-    trees = tsw.sample_spherical_trees(3, 4, D, seed=1, dtype=F64)
+    trees = tsw.sample_spherical_trees(D, n_trees=3, n_lines=4, seed=1, dtype=F64)
     total = 0.0
     for tau in range(3):
         root, dirs = trees.roots[tau].numpy(), trees.directions[tau].numpy()
@@ -162,7 +162,7 @@ def test_planar_and_general_paths_agree():
     """S^2 embedded in R^4 (last coordinate 0) goes through the general formulas."""
     rng = np.random.default_rng(3)
     X, Y, a, b = random_case(rng, 3, 9, 6)
-    trees = tsw.sample_spherical_trees(20, 4, 3, seed=2, dtype=F64)
+    trees = tsw.sample_spherical_trees(3, n_trees=20, n_lines=4, seed=2, dtype=F64)
     pad = torch.nn.functional.pad
     trees4 = SphericalTrees(pad(trees.roots, (0, 1)), pad(trees.directions, (0, 1)))
     Xt, Yt, at, bt = as_torch(X, Y, a, b)
@@ -188,7 +188,7 @@ def test_joint_rotation_invariance(D, reflect, dtype):
         Q[:, 0] = -Q[:, 0]
     assert (np.linalg.det(Q) < 0) == reflect
     X, Y, a, b, Q = (torch.tensor(z, dtype=dtype) for z in (X, Y, a, b, Q))
-    trees = tsw.sample_spherical_trees(30, 5, D, seed=4, dtype=dtype)
+    trees = tsw.sample_spherical_trees(D, n_trees=30, n_lines=5, seed=4, dtype=dtype)
     moved = SphericalTrees(trees.roots @ Q.T, trees.directions @ Q.T)
     base = tsw.stsw(X, Y, a, b, trees=trees, delta=3.0)
     rotated = tsw.stsw(X @ Q.T, Y @ Q.T, a, b, trees=moved, delta=3.0)
@@ -226,7 +226,7 @@ def test_finite_gradients_at_roots_antipodes_rays_and_coincident_points(D):
 def test_gradcheck_generic_points(D):
     rng = np.random.default_rng(D)
     X, Y, a, b = as_torch(*random_case(rng, D, 4, 3))
-    trees = tsw.sample_spherical_trees(3, 3, D, seed=0, dtype=F64)
+    trees = tsw.sample_spherical_trees(D, n_trees=3, n_lines=3, seed=0, dtype=F64)
 
     def f(X_s, X_t, w_s):
         w = a + (w_s - w_s.mean())
@@ -266,7 +266,7 @@ def test_uniform_split_delta_zero():
     geodesic distances to the root (no mass crosses the root)."""
     rng = np.random.default_rng(6)
     X, Y, a, b = random_case(rng, 3, 6, 9)
-    trees = tsw.sample_spherical_trees(5, 3, 3, seed=0, dtype=F64)
+    trees = tsw.sample_spherical_trees(3, n_trees=5, n_lines=3, seed=0, dtype=F64)
     expected = np.mean(
         [
             ot.wasserstein_1d(
@@ -280,7 +280,7 @@ def test_uniform_split_delta_zero():
 
 
 def test_sampler_law_and_seeding(device):
-    trees = tsw.sample_spherical_trees(500, 4, 5, seed=3, dtype=F64, device=device)
+    trees = tsw.sample_spherical_trees(5, n_trees=500, n_lines=4, seed=3, dtype=F64, device=device)
     assert trees.roots.shape == (500, 5)
     assert trees.directions.shape == (500, 4, 5)
     assert trees.roots.device == device
@@ -293,10 +293,10 @@ def test_sampler_law_and_seeding(device):
     # uniform roots: mean near 0, second moment near I / D
     assert float(trees.roots.mean(0).abs().max()) < 0.15
     # the same seed gives the same trees in float32 and float64, on every device
-    t32 = tsw.sample_spherical_trees(500, 4, 5, seed=3, dtype=torch.float32)
+    t32 = tsw.sample_spherical_trees(5, n_trees=500, n_lines=4, seed=3, dtype=torch.float32)
     torch.testing.assert_close(t32.roots.double(), trees.roots.cpu(), rtol=0, atol=1e-7)
     g = torch.Generator().manual_seed(3)
-    tg = tsw.sample_spherical_trees(500, 4, 5, generator=g, dtype=F64)
+    tg = tsw.sample_spherical_trees(5, n_trees=500, n_lines=4, generator=g, dtype=F64)
     assert torch.equal(tg.directions, trees.directions.cpu())
     # float32 trees pass their own validation
     SphericalTrees(t32.roots, t32.directions)
@@ -306,7 +306,9 @@ def test_batched_trees_and_batched_data():
     rng = np.random.default_rng(7)
     X = torch.tensor(unit(rng.normal(size=(3, 6, 4))), dtype=F64)
     Y = torch.tensor(unit(rng.normal(size=(3, 5, 4))), dtype=F64)
-    per_item = [tsw.sample_spherical_trees(4, 3, 4, seed=i, dtype=F64) for i in range(3)]
+    per_item = [
+        tsw.sample_spherical_trees(4, n_trees=4, n_lines=3, seed=i, dtype=F64) for i in range(3)
+    ]
     batched = SphericalTrees(
         torch.stack([t.roots for t in per_item]), torch.stack([t.directions for t in per_item])
     )
@@ -363,7 +365,7 @@ def test_stsw_unif_matches_a_brute_force_quadrature(D):
     rng = np.random.default_rng(D)
     X, _, a, _ = random_case(rng, D, 7, 2)
     X = unit(X + np.eye(D)[0])  # not uniform
-    trees = tsw.sample_spherical_trees(2, 3, D, seed=5, dtype=F64)
+    trees = tsw.sample_spherical_trees(D, n_trees=2, n_lines=3, seed=5, dtype=F64)
     n_u, n_t = (20000, 4000) if D == 3 else (8000, 2000)
     expected = np.mean(
         [
@@ -383,7 +385,7 @@ def test_stsw_unif_grid_convergence_and_sample_agreement():
     rng = np.random.default_rng(11)
     X, _, a, _ = random_case(rng, 3, 40, 2)
     X, a = as_torch(unit(X + np.array([0.0, 0.0, 1.5])), a)
-    trees = tsw.sample_spherical_trees(10, 4, 3, seed=2, dtype=F64)
+    trees = tsw.sample_spherical_trees(3, n_trees=10, n_lines=4, seed=2, dtype=F64)
     vals = [tsw.stsw_unif(X, a, trees=trees, n_grid=G).item() for G in (64, 256, 1024, 4096)]
     errors = [abs(v - vals[-1]) for v in vals[:-1]]
     assert errors[0] > 4 * errors[1] > 16 * errors[2] * 0.5
@@ -421,7 +423,7 @@ def test_stsw_unif_quadrature_converges_in_higher_dimension():
     rng = np.random.default_rng(12)
     X, _, a, _ = random_case(rng, 6, 50, 2)
     X, a = as_torch(unit(X + np.eye(6)[0]), a)
-    trees = tsw.sample_spherical_trees(20, 5, 6, seed=0, dtype=F64)
+    trees = tsw.sample_spherical_trees(6, n_trees=20, n_lines=5, seed=0, dtype=F64)
     ref = tsw.stsw_unif(X, a, trees=trees, n_quad=8192, seed=0).item()
     v = [tsw.stsw_unif(X, a, trees=trees, n_quad=128, seed=s).item() for s in range(4)]
     assert abs(np.mean(v) - ref) < 5e-3 * ref
@@ -488,7 +490,7 @@ def test_float32_matches_float64(D):
     g = torch.Generator().manual_seed(D)
     X = torch.nn.functional.normalize(torch.randn(1000, D, generator=g, dtype=F64), dim=-1)
     Y = torch.nn.functional.normalize(torch.randn(1000, D, generator=g, dtype=F64) + 1, dim=-1)
-    trees = tsw.sample_spherical_trees(50, 5, D, seed=0, dtype=F64)
+    trees = tsw.sample_spherical_trees(D, n_trees=50, n_lines=5, seed=0, dtype=F64)
     out = {}
     for dt in (torch.float32, F64):
         Xs = X.to(dt).requires_grad_()
@@ -504,7 +506,7 @@ def _stsw_step(D: int):
     g = torch.Generator().manual_seed(0)
     X = torch.nn.functional.normalize(torch.randn(1000, D, generator=g), dim=-1)
     Y = torch.nn.functional.normalize(torch.randn(1000, D, generator=g), dim=-1)
-    trees = tsw.sample_spherical_trees(50, 4, D, seed=0)
+    trees = tsw.sample_spherical_trees(D, n_trees=50, n_lines=4, seed=0)
     X.requires_grad_(True)
     return lambda: tsw.stsw(X, Y, trees=trees, validate=False).backward()
 

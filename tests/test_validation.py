@@ -437,13 +437,27 @@ def test_projection_and_iteration_counts():
         tsw.max_sw(X, Y, lr=-0.1)
 
 
+def test_samplers_take_the_dimension_first_and_counts_by_name():
+    # the old (n_trees, n_lines, dim) order must fail loudly, not be reinterpreted
+    for sampler in (
+        tsw.sample_concurrent_lines,
+        tsw.sample_chain_lines,
+        tsw.sample_spherical_trees,
+    ):
+        with pytest.raises(TypeError, match="positional argument"):
+            sampler(250, 4, 64)
+    trees = tsw.sample_concurrent_lines(5, n_trees=3, n_lines=2, seed=0)
+    assert (trees.n_trees, trees.n_lines, trees.dim) == (3, 2, 5)
+    assert tsw.sample_projections(5, 7, seed=0).shape == (5, 7)
+
+
 def test_sampler_counts():
     with pytest.raises(ValueError, match=lit("n_trees must be an int >= 1; got 0")):
-        tsw.sample_concurrent_lines(0, 2, 3)
+        tsw.sample_concurrent_lines(3, n_trees=0, n_lines=2)
     with pytest.raises(ValueError, match=lit("n_lines must be an int >= 1; got 0")):
-        tsw.sample_chain_lines(2, 0, 3)
+        tsw.sample_chain_lines(3, n_trees=2, n_lines=0)
     with pytest.raises(TypeError, match=lit("dim must be an int >= 1; got float")):
-        tsw.sample_concurrent_lines(2, 2, 3.0)
+        tsw.sample_concurrent_lines(3.0, n_trees=2, n_lines=2)
     with pytest.raises(ValueError, match=lit("n_projections must be an int >= 1; got 0")):
         tsw.sample_projections(3, 0)
 
@@ -471,7 +485,7 @@ def test_root_std_out_of_range(std):
     with pytest.raises(ValueError, match=lit("std must be a finite real number >= 0")):
         tsw.tsw_sl(X, Y, root_std=std, seed=0)
     with pytest.raises(ValueError, match=lit("std must be a finite real number >= 0")):
-        tsw.sample_concurrent_lines(2, 2, 3, std=std)
+        tsw.sample_concurrent_lines(3, n_trees=2, n_lines=2, std=std)
 
 
 def test_orthogonal_needs_k_at_most_d():
@@ -482,9 +496,9 @@ def test_orthogonal_needs_k_at_most_d():
     with pytest.raises(ValueError, match=msg):
         tsw.nn.DbTSWLoss(n_trees=2, n_lines=3, orthogonal=True)(X, Y)
     with pytest.raises(ValueError, match=msg):
-        tsw.sample_concurrent_lines(2, 3, 2, orthogonal=True)
+        tsw.sample_concurrent_lines(2, n_trees=2, n_lines=3, orthogonal=True)
     # k == d is fine
-    assert tsw.sample_concurrent_lines(2, 2, 2, orthogonal=True).n_lines == 2
+    assert tsw.sample_concurrent_lines(2, n_trees=2, n_lines=2, orthogonal=True).n_lines == 2
 
 
 @pytest.mark.parametrize("tree", ["star", "Chain", None, ""])
@@ -540,11 +554,11 @@ def test_alpha_dtype_and_type():
 
 
 def concurrent(T=3, k=2, d=3, dtype=F64):
-    return tsw.sample_concurrent_lines(T, k, d, seed=0, dtype=dtype)
+    return tsw.sample_concurrent_lines(d, n_trees=T, n_lines=k, seed=0, dtype=dtype)
 
 
 def chain(T=3, k=2, d=3, dtype=F64):
-    return tsw.sample_chain_lines(T, k, d, seed=0, dtype=dtype)
+    return tsw.sample_chain_lines(d, n_trees=T, n_lines=k, seed=0, dtype=dtype)
 
 
 def test_db_tsw_rejects_chain_trees():
@@ -585,7 +599,9 @@ def test_trees_of_wrong_dtype(make):
 
 def test_batched_trees_need_matching_batched_measures():
     X, Y = data()
-    trees = tsw.sample_concurrent_lines(3, 2, 3, center=torch.zeros(2, 3, dtype=F64), seed=0)
+    trees = tsw.sample_concurrent_lines(
+        3, n_trees=3, n_lines=2, center=torch.zeros(2, 3, dtype=F64), seed=0
+    )
     assert trees.batch_size == 2
     with pytest.raises(ValueError, match=lit("batched trees (batch size 2) need batched measures")):
         tsw.db_tsw(X, Y, trees=trees)
@@ -696,7 +712,7 @@ def test_center_shape():
     ):
         tsw.tsw_sl(Xb, Yb, center=torch.zeros(3, 3, dtype=F64))
     with pytest.raises(ValueError, match=lit("center must have shape (d,) or (B, d) with d=3")):
-        tsw.sample_concurrent_lines(2, 2, 3, center=torch.zeros(2, dtype=F64))
+        tsw.sample_concurrent_lines(3, n_trees=2, n_lines=2, center=torch.zeros(2, dtype=F64))
     with pytest.raises(TypeError, match=lit("center must be a torch.Tensor; got list")):
         tsw.db_tsw(X, Y, center=[0.0, 0.0, 0.0])
 
@@ -749,7 +765,7 @@ def test_generator_of_wrong_type(seeded_fn):
 
 def test_sampler_seed_checks():
     with pytest.raises(TypeError, match=lit("seed must be an int or None; got str")):
-        tsw.sample_chain_lines(2, 2, 3, seed="1")
+        tsw.sample_chain_lines(3, n_trees=2, n_lines=2, seed="1")
     with pytest.raises(ValueError, match=lit("pass at most one of seed and generator")):
         tsw.sample_projections(3, 4, seed=1, generator=torch.Generator())
 
@@ -1263,7 +1279,7 @@ def test_partial_price_and_measure_checks():
     with pytest.raises(ValueError, match=lit("b must have a positive total mass")):
         _partial(X, Y, None, 0 * uniform(4))
     with pytest.raises(TypeError, match=lit("trees must be ConcurrentLines; got ChainLines")):
-        _partial(X, Y, trees=tsw.sample_chain_lines(3, 2, 3, seed=0, dtype=F64))
+        _partial(X, Y, trees=tsw.sample_chain_lines(3, n_trees=3, n_lines=2, seed=0, dtype=F64))
     # shapes with different totals are accepted: they are normalised
     assert torch.equal(_partial(X, Y, uniform(5), 3 * uniform(4)), _partial(X, Y))
 
@@ -1375,25 +1391,27 @@ def test_spherical_tree_container():
 
 def test_spherical_sampler_arguments():
     with pytest.raises(ValueError, match=lit("spherical trees need dim = d+1 >= 2; got dim=1")):
-        tsw.sample_spherical_trees(2, 2, 1)
+        tsw.sample_spherical_trees(1, n_trees=2, n_lines=2)
     with pytest.raises(ValueError, match=lit("n_trees must be an int >= 1; got 0")):
-        tsw.sample_spherical_trees(0, 2, 3)
+        tsw.sample_spherical_trees(3, n_trees=0, n_lines=2)
     with pytest.raises(ValueError, match=lit("great circles need dim = d+1 >= 2; got dim=1")):
         tsw.sample_sphere_projections(1, 4)
     with pytest.raises(ValueError, match=lit("pass at most one of seed and generator")):
-        tsw.sample_spherical_trees(2, 2, 3, seed=0, generator=torch.Generator())
+        tsw.sample_spherical_trees(3, n_trees=2, n_lines=2, seed=0, generator=torch.Generator())
 
 
 def test_stsw_trees_type_dimension_and_counts():
     X, Y = on_sphere(5, 3), on_sphere(4, 3, seed=1)
     with pytest.raises(TypeError, match=lit("trees must be SphericalTrees; got ConcurrentLines")):
-        tsw.stsw(X, Y, trees=tsw.sample_concurrent_lines(2, 2, 3, dtype=F64))
+        tsw.stsw(X, Y, trees=tsw.sample_concurrent_lines(3, n_trees=2, n_lines=2, dtype=F64))
     with pytest.raises(ValueError, match=lit("trees must live in the dimension of the data, d=3")):
-        tsw.stsw(X, Y, trees=tsw.sample_spherical_trees(2, 2, 4, dtype=F64))
+        tsw.stsw(X, Y, trees=tsw.sample_spherical_trees(4, n_trees=2, n_lines=2, dtype=F64))
     with pytest.raises(ValueError, match=lit("trees must have the dtype and device of X_s")):
-        tsw.stsw(X, Y, trees=tsw.sample_spherical_trees(2, 2, 3))
+        tsw.stsw(X, Y, trees=tsw.sample_spherical_trees(3, n_trees=2, n_lines=2))
     with pytest.raises(ValueError, match=lit("n_lines=3 disagrees with the explicit trees")):
-        tsw.stsw(X, Y, n_lines=3, trees=tsw.sample_spherical_trees(2, 2, 3, dtype=F64))
+        tsw.stsw(
+            X, Y, n_lines=3, trees=tsw.sample_spherical_trees(3, n_trees=2, n_lines=2, dtype=F64)
+        )
     for name in ("n_trees", "n_lines"):
         with pytest.raises(ValueError, match=lit(f"{name} must be an int >= 1; got 0")):
             tsw.stsw(X, Y, **{name: 0})

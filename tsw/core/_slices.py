@@ -143,7 +143,7 @@ def resolve_trees(
 ) -> TreeSystem:
     """Explicit trees checked against the data, or trees drawn by ``sampler`` from ``rng``.
 
-    ``sampler(T, k, d, generator=, dtype=, device=)`` is one of the samplers of
+    ``sampler(d, n_trees=T, n_lines=k, generator=, dtype=, device=)`` is one of the samplers of
     :mod:`tsw.core.trees` with its structure-specific options bound. With ``root_std``
     (Euclidean trees) it also receives ``center=`` (the given one, or the detached
     weighted mean of both measures) and ``std=``.
@@ -160,5 +160,11 @@ def resolve_trees(
         extra = {"center": resolve_center(center, measures), "std": root_std}
     X = measures.X_s
     return sampler(
-        T, k, X.shape[-1], **extra, generator=rng.generator, dtype=X.dtype, device=X.device
+        X.shape[-1],
+        n_trees=T,
+        n_lines=k,
+        **extra,
+        generator=rng.generator,
+        dtype=X.dtype,
+        device=X.device,
     )

@@ -291,10 +291,10 @@ def _resolve_dtype_device(center, dtype, device):
 
 
 def sample_concurrent_lines(
-    n_trees: int,
-    n_lines: int,
     dim: int,
     *,
+    n_trees: int,
+    n_lines: int,
     center: Tensor | None = None,
     std: float = 0.1,
     orthogonal: bool = False,
@@ -311,8 +311,11 @@ def sample_concurrent_lines(
 
     Parameters
     ----------
-    n_trees, n_lines, dim : int
-        ``T``, ``k`` and ``d``.
+    dim : int
+        Ambient dimension ``d``; the only positional argument, as in every sampler.
+    n_trees, n_lines : int
+        ``T`` and ``k`` (keyword-only: since 0.2 the samplers take the dimension first, and
+        the counts by name so that a call in the old ``(T, k, d)`` order fails loudly).
     center : Tensor of shape (d,) or (B, d), optional
         Centre of the roots; zeros by default. A batched centre gives batched roots
         (the same random offsets translated to each item's centre) and shared
@@ -339,7 +342,7 @@ def sample_concurrent_lines(
     Examples
     --------
     >>> import tsw
-    >>> trees = tsw.sample_concurrent_lines(3, 2, 5, seed=0)
+    >>> trees = tsw.sample_concurrent_lines(5, n_trees=3, n_lines=2, seed=0)
     >>> tuple(trees.roots.shape), tuple(trees.directions.shape)
     ((3, 5), (3, 2, 5))
     """
@@ -364,10 +367,10 @@ def sample_concurrent_lines(
 
 
 def sample_chain_lines(
-    n_trees: int,
-    n_lines: int,
     dim: int,
     *,
+    n_trees: int,
+    n_lines: int,
     center: Tensor | None = None,
     std: float = 0.1,
     source_range: float = 1.0,
@@ -386,8 +389,11 @@ def sample_chain_lines(
 
     Parameters
     ----------
-    n_trees, n_lines, dim : int
-        ``T``, ``k`` and ``d``.
+    dim : int
+        Ambient dimension ``d``; the only positional argument, as in every sampler.
+    n_trees, n_lines : int
+        ``T`` and ``k`` (keyword-only: since 0.2 the samplers take the dimension first, and
+        the counts by name so that a call in the old ``(T, k, d)`` order fails loudly).
     center : Tensor of shape (d,) or (B, d), optional
         Centre of the roots; zeros by default.
     std : float, default 0.1
@@ -404,7 +410,7 @@ def sample_chain_lines(
     Examples
     --------
     >>> import tsw
-    >>> trees = tsw.sample_chain_lines(3, 4, 2, seed=0)
+    >>> trees = tsw.sample_chain_lines(2, n_trees=3, n_lines=4, seed=0)
     >>> tuple(trees.sources.shape), tuple(trees.attachments.shape)
     ((3, 4, 2), (3, 4))
     """
@@ -521,10 +527,10 @@ class SphericalTrees:
 
 
 def sample_spherical_trees(
-    n_trees: int,
-    n_lines: int,
     dim: int,
     *,
+    n_trees: int,
+    n_lines: int,
     seed: int | None = None,
     generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
@@ -539,10 +545,11 @@ def sample_spherical_trees(
 
     Parameters
     ----------
-    n_trees, n_lines : int
-        ``T`` and ``k``.
     dim : int
-        Ambient dimension ``d + 1 >= 2`` (the last dimension of the data).
+        Ambient dimension ``d + 1 >= 2`` (the last dimension of the data); the only
+        positional argument, as in every sampler.
+    n_trees, n_lines : int
+        ``T`` and ``k`` (keyword-only, see :func:`sample_concurrent_lines`).
     seed, generator
         Randomness, see the seeding contract in the README (``seed`` gives the same
         trees on every device).
@@ -561,7 +568,7 @@ def sample_spherical_trees(
     Examples
     --------
     >>> import tsw
-    >>> trees = tsw.sample_spherical_trees(3, 5, 4, seed=0)
+    >>> trees = tsw.sample_spherical_trees(4, n_trees=3, n_lines=5, seed=0)
     >>> tuple(trees.roots.shape), tuple(trees.directions.shape)
     ((3, 4), (3, 5, 4))
     """
