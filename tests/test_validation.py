@@ -1510,7 +1510,7 @@ def test_s3w_rotations():
     with pytest.raises(
         ValueError,
         match=lit(
-            "rotations must be orthogonal matrices (max |Q^T Q - I| <= 1.0e-06 in torch.float64); "
+            "rotations must have orthogonal matrices (max |Q^T Q - I| <= 1.0e-06 in torch.float64); "
             "got a deviation of 0.21"
         ),
     ):

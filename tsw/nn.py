@@ -32,8 +32,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from tsw.core._driver import LOW_PRECISION
 from tsw.core._random import check_seed
-from tsw.core._validation import check_choice, check_positive_int
+from tsw.core._validation import (
+    OPTION_CHECKS,
+    check_bool,
+    check_choice,
+    check_options,
+    check_positive_int,
+)
 from tsw.euclidean.circular_tsw import circular_tsw
 from tsw.euclidean.db_tsw import db_tsw
 from tsw.euclidean.mappings import resolve_mapping
@@ -91,8 +98,10 @@ class _Loss(nn.Module):
         super().__init__()
         self.reduction = check_choice(reduction, "reduction", ("mean", "sum", "none"))
         self.seed = seed = check_seed(seed)
-        self.resample = bool(resample)
-        for name, value in _bind_options(type(self), options).items():
+        self.resample = check_bool(resample, "resample")
+        bound = _bind_options(type(self), options)
+        check_options(bound)  # the functions' own checks, at construction
+        for name, value in bound.items():
             if isinstance(value, Tensor) and not isinstance(value, nn.Parameter):
                 self.register_buffer(name, value, persistent=False)
             else:
@@ -105,10 +114,88 @@ class _Loss(nn.Module):
         if not self.resample:
             self._fixed_seed = seed if seed is not None else secrets.randbits(63)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Set an attribute; an option is checked first (``loss.p = 0.5`` raises here)."""
+        if name in type(self)._options and name in OPTION_CHECKS:
+            OPTION_CHECKS[name](value, name)
+        super().__setattr__(name, value)
+
     @property
     def options(self) -> dict[str, Any]:
         """The keyword options passed to the function at the next call."""
         return {name: getattr(self, name) for name in self._options}
+
+    def _call_options(self, X: object) -> dict[str, Any]:
+        """Return the options, the tensor ones cast to the dtype and device of the data.
+
+        So ``.to(torch.float64)``, ``.half()`` or float64 data never leave a tensor
+        option in another precision than the data (a differentiable cast: an
+        ``nn.Parameter`` option still receives its gradient).
+        """
+        options = self.options
+        if not isinstance(X, Tensor) or not X.is_floating_point():
+            return options
+        dtype = torch.float32 if X.dtype in LOW_PRECISION else X.dtype
+        for name, value in options.items():
+            if isinstance(value, Tensor) and value.is_floating_point():
+                options[name] = value.to(dtype=dtype, device=X.device)
+        return options
+
+    def _apply(self, fn: Callable, recurse: bool = True) -> nn.Module:
+        """Apply ``.to()``, ``.half()``, ...: tensor options and pools move and keep their dtype.
+
+        They are cast to the data's dtype at every call (:meth:`_call_options`); a cast
+        here would only lose precision (``.half()`` rounds an ``alpha`` off the
+        simplex, a rotation pool off orthogonality).
+        """
+        kept = {
+            name: t
+            for name, t in self._buffers.items()
+            if t is not None and t.is_floating_point() and name in self._keep_dtype()
+        }
+        out = super()._apply(fn, recurse)
+        for name, t in kept.items():
+            moved = self._buffers[name]
+            if moved is not None and moved.dtype != t.dtype:
+                self._buffers[name] = t.to(device=moved.device)
+        return out
+
+    def _keep_dtype(self) -> set[str]:
+        return set(self._options)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """The random stream, saved in ``state_dict()``: a restored module resumes it.
+
+        The state of the module's generator (``seed=s``, ``resample=True``) and the seed
+        of ``resample=False``.
+        """
+        gen = self._generator
+        return {
+            "generator": None if gen is None else gen.get_state(),
+            "fixed_seed": self._fixed_seed,
+        }
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_extra_state` saved."""
+        gen_state = state.get("generator")
+        if gen_state is not None:
+            if self._generator is None:
+                self._generator = torch.Generator(device="cpu")
+            self._generator.set_state(gen_state)
+        if state.get("fixed_seed") is not None:
+            self._fixed_seed = state["fixed_seed"]
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
+    ) -> None:
+        # a checkpoint saved before the random stream was part of the state loads too
+        key = prefix + "_extra_state"
+        had = key in state_dict
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
+        )
+        if not had and key in missing_keys:
+            missing_keys.remove(key)
 
     def _randomness(self) -> dict[str, Any]:
         return {"generator": self._generator} if self.resample else {"seed": self._fixed_seed}
@@ -136,7 +223,8 @@ class _Loss(nn.Module):
             (B,) tensor (``reduction="none"``).
         """
         fn = type(self)._fn
-        return self._reduce(fn(X_s, X_t, a, b, **self.options, **self._randomness()))
+        options = self._call_options(X_s)
+        return self._reduce(fn(X_s, X_t, a, b, **options, **self._randomness()))
 
     def extra_repr(self) -> str:
         items = []
@@ -172,7 +260,7 @@ class _UnifLoss(_Loss):
             (B,) tensor (``reduction="none"``).
         """
         fn = type(self)._fn
-        return self._reduce(fn(X_s, a, **self.options, **self._randomness()))
+        return self._reduce(fn(X_s, a, **self._call_options(X_s), **self._randomness()))
 
 
 def function_options(
@@ -581,9 +669,26 @@ class ARIS3WLoss(_S3WPoolBase):
         gen = self._call_generator()
         idx = torch.randperm(self.pool_size, generator=gen)[: self.n_rotations]
         rotations = self.pool[idx.to(self.pool.device)]
+        options = self._call_options(X_s)
         if isinstance(X_s, Tensor) and X_s.is_floating_point():
-            rotations = rotations.to(device=X_s.device, dtype=X_s.dtype)
-        return self._reduce(s3w(X_s, X_t, a, b, **self.options, rotations=rotations, generator=gen))
+            dtype = torch.float32 if X_s.dtype in LOW_PRECISION else X_s.dtype
+            rotations = rotations.to(device=X_s.device, dtype=dtype)
+        return self._reduce(s3w(X_s, X_t, a, b, **options, rotations=rotations, generator=gen))
+
+    def _keep_dtype(self) -> set[str]:
+        return {*self._options, "pool"}
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """As for every loss, and the generator state of ``resample=False``."""
+        state = super().get_extra_state()
+        state["state"] = self._state
+        return state
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_extra_state` saved."""
+        super().set_extra_state(state)
+        if state.get("state") is not None:
+            self._state = state["state"]
 
     def extra_repr(self) -> str:
         """Show the pool's dimension and size, then the other hyper-parameters."""

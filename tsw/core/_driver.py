@@ -24,7 +24,9 @@ module holds its mathematics only; its public function reads::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -39,10 +41,11 @@ from tsw.core._safe import safe_root
 from tsw.core._validation import (
     Measures,
     check_bool,
+    check_chunk_size,
     check_measure,
     check_measures,
     check_p,
-    check_positive_int,
+    check_range,
 )
 from tsw.core.tree_wasserstein import line_cost, line_system_cost
 from tsw.core.wasserstein_1d import wasserstein_1d
@@ -245,9 +248,56 @@ def driver_options(sliced: bool = False, chunked: bool = False) -> Callable[[Cal
         if marker not in doc:
             raise ValueError(f"{fn.__name__}'s docstring has no Returns section")
         fn.__doc__ = doc.replace(marker, "\n" + block + marker[1:], 1)
-        return fn
+        return without_autocast(fn)
 
     return decorate
+
+
+#: device types whose autocast state is read (``torch.is_autocast_enabled(kind)``)
+AUTOCAST_KINDS = ("cpu", "cuda", "xpu", "mps")
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _autocast_kinds() -> list[str]:
+    kinds = []
+    for kind in AUTOCAST_KINDS:
+        try:
+            if torch.is_autocast_enabled(kind):
+                kinds.append(kind)
+        except (TypeError, RuntimeError):  # a torch without that device type
+            continue
+    return kinds
+
+
+def without_autocast(fn: Callable) -> Callable:
+    """Run ``fn`` outside ``torch.autocast``, in the inputs' precision.
+
+    Under autocast, matrix products would run in float16 / bfloat16: coordinates lose
+    their accuracy, and the dtype of the value would change. Inside an autocast region
+    the distances therefore disable it, take float16 / bfloat16 tensor arguments (such
+    as a generator's autocast output) as float32 (a differentiable cast), and return
+    float32 or float64 values. Outside autocast nothing changes: half precision raises.
+    """
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        kinds = _autocast_kinds()
+        if not kinds:
+            return fn(*args, **kwargs)
+
+        def up(x: Any) -> Any:
+            if isinstance(x, Tensor) and x.dtype in LOW_PRECISION:
+                return x.float()
+            return x
+
+        args = tuple(up(x) for x in args)
+        kwargs = {k: up(v) for k, v in kwargs.items()}
+        with contextlib.ExitStack() as stack:
+            for kind in kinds:
+                stack.enter_context(torch.autocast(kind, enabled=False))
+            return fn(*args, **kwargs)
+
+    return run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,9 +374,9 @@ class Problem:
         cls, measures, p, seed, generator, validate, power, log, numpy, chunk_size
     ) -> Problem:
         p = check_p(p)
+        validate = check_bool(validate, "validate")
         power, log = check_bool(power, "power"), check_bool(log, "log")
-        if chunk_size is not None and chunk_size != "auto":
-            check_positive_int(chunk_size, "chunk_size")
+        check_chunk_size(chunk_size)
         X = measures.X_s
         rng = resolve_sampler(seed, generator, dtype=X.dtype, device=X.device)
         return cls(measures, p, rng, validate, power, log, numpy, chunk_size)
@@ -353,8 +403,18 @@ class Problem:
         a second forward pass). ``narrow(slices, start, stop)`` cuts a block (tree
         containers and (d, L) directions by default).
         """
+        self.check_range()
         per_slice = self._per_slice(project, slices, cost, narrow)
         return self.finish(per_slice, slices, projections)
+
+    def check_range(self) -> None:
+        """With ``validate``, raise if the supports' magnitude would overflow or underflow.
+
+        See :func:`~tsw.core._validation.check_range`; called by :meth:`evaluate` and by
+        the methods that compute their costs without it.
+        """
+        if self.validate:
+            check_range(self.measures, self.p)
 
     def _per_slice(self, project, slices, cost, narrow) -> Tensor:
         def run(block: Any) -> Tensor:

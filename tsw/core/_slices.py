@@ -16,6 +16,7 @@ from torch import Tensor
 from tsw.core._random import Sampler
 from tsw.core._validation import (
     Measures,
+    check_finite,
     check_nonnegative_float,
     check_positive_int,
     check_tensor,
@@ -101,11 +102,12 @@ def resolve_counts(
     return T, k
 
 
-def resolve_center(center: Tensor | None, measures: Measures) -> Tensor:
+def resolve_center(center: Tensor | None, measures: Measures, validate: bool = True) -> Tensor:
     """Centre of the roots: the given one, or the detached weighted mean of both measures.
 
     Shape (d,) for unbatched measures (so that the drawn trees are unbatched too), (B, d)
-    or (d,) for batched ones.
+    or (d,) for batched ones. A given centre must be finite (a value check, with
+    ``validate``).
     """
     if center is None:
         center = weighted_center(measures)
@@ -116,6 +118,8 @@ def resolve_center(center: Tensor | None, measures: Measures) -> Tensor:
     if center.shape not in ((d,), (B, d)):
         form = f"(d,) = ({d},)" + (f" or (B, d) = ({B}, {d})" if measures.batched else "")
         raise ValueError(f"center must have shape {form}; got center.shape={tuple(center.shape)}")
+    if validate:
+        check_finite(center, "center")
     return center.to(dtype=measures.X_s.dtype, device=measures.X_s.device).detach()
 
 
@@ -140,13 +144,14 @@ def resolve_trees(
     center: Tensor | None = None,
     root_std: float | None = None,
     defaults: tuple[int, int] = (DEFAULT_N_TREES, DEFAULT_N_LINES),
+    validate: bool = True,
 ) -> TreeSystem:
     """Explicit trees checked against the data, or trees drawn by ``sampler`` from ``rng``.
 
     ``sampler(d, n_trees=T, n_lines=k, generator=, dtype=, device=)`` is one of the samplers of
     :mod:`tsw.core.trees` with its structure-specific options bound. With ``root_std``
     (Euclidean trees) it also receives ``center=`` (the given one, or the detached
-    weighted mean of both measures) and ``std=``.
+    weighted mean of both measures, checked finite with ``validate``) and ``std=``.
     """
     extra = {}
     if root_std is not None:
@@ -157,7 +162,8 @@ def resolve_trees(
         return trees
     T, k = resolve_counts(None, n_trees, n_lines, defaults)
     if root_std is not None:
-        extra = {"center": resolve_center(center, measures), "std": root_std}
+        center = resolve_center(center, measures, validate)
+        extra = {"center": center, "std": root_std, "validate": False}
     X = measures.X_s
     return sampler(
         X.shape[-1],

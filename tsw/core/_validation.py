@@ -17,19 +17,25 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "OPTION_CHECKS",
     "Measures",
     "check_bool",
     "check_choice",
+    "check_chunk_size",
+    "check_dtype_device",
     "check_mass",
     "check_measure",
     "check_measures",
     "check_measures_on_sphere",
     "check_nonnegative_int",
     "check_on_sphere",
+    "check_options",
     "check_orthogonal",
     "check_p",
     "check_positive_int",
+    "check_range",
     "check_tensor",
+    "check_unit",
     "mass_rtol",
     "sphere_tol",
 ]
@@ -68,6 +74,54 @@ def check_tensor(x: object, name: str) -> Tensor:
     if x.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{name} must have dtype torch.float32 or torch.float64; got {x.dtype}")
     return x
+
+
+def check_dtype_device(
+    dtype: object, device: object, default_dtype: torch.dtype | None = None
+) -> tuple[torch.dtype, torch.device]:
+    """Check the ``dtype`` and ``device`` arguments of a sampler; ``None`` takes the defaults.
+
+    ``dtype`` must be ``torch.float32`` or ``torch.float64`` (``None``: ``default_dtype``,
+    else ``torch.get_default_dtype()``); ``device`` a ``torch.device``, a device string
+    or ``None`` (the CPU).
+    """
+    if dtype is None:
+        dtype = torch.get_default_dtype() if default_dtype is None else default_dtype
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(
+            f"dtype must be torch.float32, torch.float64 or None; got {type(dtype).__name__} "
+            f"{dtype!r}"
+        )
+    if dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"dtype must be torch.float32 or torch.float64; got {dtype}")
+    if device is None:
+        return dtype, torch.device("cpu")
+    if not isinstance(device, str | torch.device):
+        raise TypeError(
+            f"device must be a torch.device, a device string or None; got {type(device).__name__}"
+        )
+    try:
+        return dtype, torch.device(device)
+    except RuntimeError as err:  # torch's message for a malformed string
+        raise ValueError(f"device must name a torch device; got {device!r} ({err})") from None
+
+
+def check_unit(x: Tensor, name: str, *, dim: int = -1, what: str = "rows") -> None:
+    """Raise ``ValueError`` unless ``x`` is finite with unit vectors along ``dim`` (a value check).
+
+    Accepts ``| ||v|| - 1 | <=`` :func:`sphere_tol` (1e-6 in float64, 1.2e-4 in float32),
+    so that directions normalised in float32 and cast to float64 pass; a zero vector, a
+    NaN or an Inf raises.
+    """
+    check_finite(x, name)
+    norms = torch.linalg.vector_norm(x.detach(), dim=dim)
+    err = (norms - 1).abs()
+    tol = sphere_tol(x.dtype)
+    if norms.numel() and bool((err > tol).any()):
+        raise ValueError(
+            f"{name} must have unit-norm {what} (norm 1 up to {tol:.1e} in {x.dtype}); got "
+            f"one of norm {norms.reshape(-1)[err.argmax()].item():.6g}"
+        )
 
 
 def check_stack(
@@ -137,7 +191,12 @@ def check_nonnegative_float(value: object, name: str) -> float:
 
 
 def check_bool(value: object, name: str) -> bool:
-    """Return ``value`` if it is a bool, else raise ``TypeError``."""
+    """Return ``value`` if it is a bool (numpy's ``bool_`` too), else raise ``TypeError``.
+
+    A string such as ``"False"`` is truthy in Python: it raises rather than meaning True.
+    """
+    if type(value).__name__ == "bool_" and type(value).__module__ == "numpy":
+        return bool(value)
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False; got {type(value).__name__}")
     return value
@@ -151,11 +210,7 @@ def check_mass(value: object, name: str, X: Tensor, batched: bool, validate: boo
     value check for tensors, skipped with ``validate=False``).
     """
     if isinstance(value, Tensor):
-        if not value.dtype.is_floating_point:
-            raise TypeError(
-                f"{name} must be a real number or a floating tensor; got a tensor of "
-                f"dtype {value.dtype}"
-            )
+        check_mass_number(value, name)
         check_same_device_dtype(X, "X_s", value, name)
         B = X.shape[0]
         if value.shape not in (((), (B,)) if batched else ((),)):
@@ -171,13 +226,93 @@ def check_mass(value: object, name: str, X: Tensor, batched: bool, validate: boo
                     f"{name} must be non-negative; got a minimum of {float(value.min()):.6g}"
                 )
         return value
+    return torch.tensor(check_mass_number(value, name), dtype=X.dtype, device=X.device)
+
+
+def check_mass_number(value: object, name: str) -> float:
+    """Check the part of :func:`check_mass` that needs no data: a finite real >= 0.
+
+    A tensor passes when it is floating (its shape and values are checked against the
+    data by :func:`check_mass`).
+    """
+    if isinstance(value, Tensor):
+        if not value.dtype.is_floating_point:
+            raise TypeError(
+                f"{name} must be a real number or a floating tensor; got a tensor of "
+                f"dtype {value.dtype}"
+            )
+        return value  # type: ignore[return-value]
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(
             f"{name} must be a real number >= 0 or a tensor; got {type(value).__name__}"
         )
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be a finite real number >= 0; got {value}")
-    return torch.tensor(float(value), dtype=X.dtype, device=X.device)
+    return float(value)
+
+
+def check_chunk_size(value: object, name: str = "chunk_size") -> int | str | None:
+    """Return ``value`` if it is None, ``"auto"`` or an int >= 1, else raise."""
+    if value is None or (isinstance(value, str) and value == "auto"):
+        return value
+    if isinstance(value, str):
+        raise ValueError(f"{name} must be an int >= 1, 'auto' or None; got {value!r}")
+    return check_positive_int(value, name)
+
+
+def _optional(check):
+    def run(value: object, name: str) -> object:
+        return None if value is None else check(value, name)
+
+    return run
+
+
+def _optional_tensor(value: object, name: str) -> object:
+    return None if value is None else check_tensor(value, name)
+
+
+#: the checks of the keyword options that several distances share, by option name: each
+#: distance runs them on its options, and a loss module runs them at construction and at
+#: every assignment (``loss.p = 0.5`` raises at once), so a bad hyper-parameter raises
+#: where it is given. Checks that need the data (shapes of ``center``, ``alpha``; a mass
+#: tensor's shape) run at the call.
+OPTION_CHECKS = {
+    "p": lambda value, name: check_p(value),
+    "n_trees": _optional(check_positive_int),
+    "n_lines": _optional(check_positive_int),
+    "n_grid": _optional(check_positive_int),
+    "n_projections": check_positive_int,
+    "n_init": check_positive_int,
+    "n_quad": check_positive_int,
+    "n_samples": check_positive_int,
+    "n_rotations": check_nonnegative_int,
+    "n_iter": check_nonnegative_int,
+    "delta": check_nonnegative_float,
+    "root_std": check_nonnegative_float,
+    "source_range": check_nonnegative_float,
+    "radius": check_nonnegative_float,
+    "price": check_nonnegative_float,
+    "lr": check_nonnegative_float,
+    "orthogonal": check_bool,
+    "renormalize": check_bool,
+    "compat": check_bool,
+    "validate": check_bool,
+    "power": check_bool,
+    "log": check_bool,
+    "chunk_size": check_chunk_size,
+    "mass_s": check_mass_number,
+    "mass_t": check_mass_number,
+    "center": _optional_tensor,
+    "alpha": _optional_tensor,
+}
+
+
+def check_options(options: dict[str, object]) -> None:
+    """Run :data:`OPTION_CHECKS` on the options it knows (the others pass)."""
+    for name, value in options.items():
+        check = OPTION_CHECKS.get(name)
+        if check is not None:
+            check(value, name)
 
 
 def check_choice(value: object, name: str, allowed: Sequence[str]) -> str:
@@ -350,7 +485,10 @@ def check_on_sphere(X: Tensor, name: str, *, renormalize: bool, validate: bool) 
 
     ``X`` has shape (..., d+1) and describes points of the sphere :math:`\mathbb S^d`;
     ``d + 1 >= 2`` is always checked. With ``renormalize=True`` the rows are divided by
-    their norms (a zero row raises when ``validate``); otherwise, when ``validate``, a row
+    their norms, computed after a division by a power of 2 near the row's largest entry
+    (exact), so that rows of any finite magnitude, 1e-30 or 1e30 in float32, are
+    normalised without overflow or underflow (a zero row raises when ``validate``);
+    otherwise, when ``validate``, a row
     whose norm differs from 1 by more than :func:`sphere_tol` raises.
     """
     if X.shape[-1] < 2:
@@ -358,11 +496,17 @@ def check_on_sphere(X: Tensor, name: str, *, renormalize: bool, validate: bool) 
             f"{name} must have d+1 >= 2 coordinates to describe points of the sphere S^d; "
             f"got {name}.shape={tuple(X.shape)}"
         )
-    norms = torch.linalg.vector_norm(X.detach(), dim=-1)
+    renormalize = check_bool(renormalize, "renormalize")
     if renormalize:
-        if validate and bool((norms == 0).any()):
+        # divide by the largest entry first (a detached power of 2, exact): the norm of
+        # rows near 1e30 or 1e-30 would overflow or underflow in float32
+        top = X.detach().abs().amax(dim=-1, keepdim=True)
+        if validate and bool((top == 0).any()):
             raise ValueError(f"{name} has a zero row, which cannot be renormalised onto the sphere")
-        return X / torch.linalg.vector_norm(X, dim=-1, keepdim=True)
+        scale = torch.exp2(torch.round(torch.log2(torch.where(top > 0, top, 1))))
+        Z = X / scale
+        return Z / torch.linalg.vector_norm(Z, dim=-1, keepdim=True)
+    norms = torch.linalg.vector_norm(X.detach(), dim=-1)
     if validate:
         err = (norms - 1).abs()
         tol = sphere_tol(X.dtype)
@@ -384,7 +528,9 @@ def check_measures_on_sphere(measures: Measures, *, renormalize: bool, validate:
 
 
 def check_orthogonal(Q: Tensor, name: str) -> None:
-    r"""Raise ``ValueError`` unless the matrices ``Q`` (..., n, n) are orthogonal (a value check).
+    r"""Raise ``ValueError`` unless ``Q`` (..., m, n) has orthonormal columns (a value check).
+
+    Square ``Q`` (rotations): orthogonal matrices; (m, 2) frames: great circles.
 
     Accepts :math:`\max |Q^T Q - I| \le` :func:`sphere_tol` (1e-6 in float64, 1.2e-4 in
     float32); NaN/Inf raise first.
@@ -394,7 +540,41 @@ def check_orthogonal(Q: Tensor, name: str) -> None:
     err = (Q.detach().transpose(-1, -2) @ Q.detach() - eye).abs().amax()
     tol = sphere_tol(Q.dtype)
     if bool(err > tol):
+        what = "orthogonal matrices" if Q.shape[-1] == Q.shape[-2] else "orthonormal columns"
         raise ValueError(
-            f"{name} must be orthogonal matrices (max |Q^T Q - I| <= {tol:.1e} in {Q.dtype}); "
+            f"{name} must have {what} (max |Q^T Q - I| <= {tol:.1e} in {Q.dtype}); "
             f"got a deviation of {err.item():.3g}"
+        )
+
+
+def check_range(measures: Measures, p: float) -> None:
+    r"""Raise ``ValueError`` if the supports' magnitude leaves the dtype's range (a value check).
+
+    The distances square coordinates (distances to lines) and raise differences to the
+    power ``p``. With :math:`s = \max |x_{ij}|` over both supports, :math:`q = \max(2, p)`
+    and :math:`r = 2 \sqrt d\, s` (a bound on the distances), :math:`n\, r^q` must stay below
+    the dtype's largest value and a non-zero :math:`s^q` above its smallest normal value
+    (1.2e-38 in float32): otherwise the costs overflow to Inf or NaN, or underflow to 0,
+    silently. In float32 that accepts magnitudes from about 1e-19 to 1e17 at ``p <= 2``.
+    """
+    X_s, X_t = measures.X_s, measures.X_t
+    s = X_s.detach().abs().amax() if X_s.numel() else X_s.new_zeros(())
+    if X_t.numel():
+        s = torch.maximum(s, X_t.detach().abs().amax())
+    s = float(s)
+    if not math.isfinite(s) or s == 0:
+        return
+    info = torch.finfo(X_s.dtype)
+    q = max(2.0, p)
+    d, n = X_s.shape[-1], X_s.shape[-2] + X_t.shape[-2]
+    log_r = math.log(2 * math.sqrt(d) * s)
+    high = q * log_r + math.log(n) > math.log(info.max)
+    low = q * math.log(s) < math.log(info.tiny)
+    if high or low:
+        name = "X_s" if float(X_s.detach().abs().amax()) == s else "X_t"
+        way = "overflow" if high else "underflow"
+        raise ValueError(
+            f"{name} has entries of magnitude up to {s:.3g}: in {X_s.dtype} the squared "
+            f"distances and p-th powers (p={p:g}) would {way}, giving Inf, NaN or 0. Rescale "
+            "the data (the distances are in the units of the data) or use torch.float64"
         )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from tsw.core._validation import check_finite, check_tensor, mass_rtol
+from tsw.core._validation import check_finite, check_tensor, sphere_tol
 
 __all__ = ["check_alpha", "constant_split", "distance_split", "uniform_split"]
 
@@ -32,7 +32,11 @@ def uniform_split(n_lines: int, like: Tensor) -> Tensor:
 
 
 def check_alpha(alpha: Tensor, n_trees: int, n_lines: int, like: Tensor, validate: bool) -> Tensor:
-    """Validate a constant splitting vector of shape (k,) or (T, k) on the simplex."""
+    """Validate a constant splitting vector of shape (k,) or (T, k) on the simplex.
+
+    Its sums must be 1 to :func:`~tsw.core._validation.sphere_tol` (1e-6 in float64,
+    1.2e-4 in float32), so that a vector written in float32 passes in float64.
+    """
     check_tensor(alpha, "alpha")
     if alpha.device != like.device or alpha.dtype != like.dtype:
         raise ValueError(
@@ -48,7 +52,8 @@ def check_alpha(alpha: Tensor, n_trees: int, n_lines: int, like: Tensor, validat
         check_finite(alpha, "alpha")
         if bool((alpha < 0).any()):
             raise ValueError("alpha must lie on the simplex (non-negative entries summing to 1)")
-        if bool(((alpha.sum(-1) - 1).abs() > mass_rtol(alpha.dtype)).any()):
+        # sphere_tol: a vector normalised in float32 and cast to float64 passes
+        if bool(((alpha.sum(-1) - 1).abs() > sphere_tol(alpha.dtype)).any()):
             raise ValueError(
                 "alpha must lie on the simplex (non-negative entries summing to 1); got a sum "
                 f"of {alpha.sum(-1).reshape(-1)[0].item():.10g}"

@@ -23,6 +23,8 @@ from torch import Tensor
 
 from tsw.core._random import resolve_sampler
 from tsw.core._validation import (
+    check_bool,
+    check_dtype_device,
     check_finite,
     check_nonnegative_float,
     check_positive_int,
@@ -56,7 +58,8 @@ def _check_directions(directions: Tensor, name: str, validate: bool) -> None:
             )
 
 
-def _check_pair(first: Tensor, fname: str, directions: Tensor, fshape: str) -> None:
+def _check_pair(first: Tensor, fname: str, directions: Tensor, validate: object) -> None:
+    check_bool(validate, "validate")
     check_tensor(first, fname)
     check_tensor(directions, "directions")
     if first.device != directions.device or first.dtype != directions.dtype:
@@ -64,10 +67,10 @@ def _check_pair(first: Tensor, fname: str, directions: Tensor, fshape: str) -> N
             f"{fname} and directions must share dtype and device; got "
             f"{first.dtype} on {first.device} and {directions.dtype} on {directions.device}"
         )
-    if directions.ndim not in (3, 4):
+    if directions.ndim not in (3, 4) or 0 in directions.shape:
         raise ValueError(
-            "directions must have shape (T, k, d) or (B, T, k, d); got "
-            f"directions.shape={tuple(directions.shape)}"
+            "directions must have shape (T, k, d) or (B, T, k, d) with T, k, d (and B) >= 1; "
+            f"got directions.shape={tuple(directions.shape)}"
         )
 
 
@@ -106,7 +109,7 @@ class ConcurrentLines:
     directions: Tensor
 
     def __init__(self, roots: Tensor, directions: Tensor, *, validate: bool = True):
-        _check_pair(roots, "roots", directions, "(T, d)")
+        _check_pair(roots, "roots", directions, validate)
         if (
             roots.ndim not in (2, 3)
             or roots.shape[-2:] != (directions.shape[-3], directions.shape[-1])
@@ -203,7 +206,7 @@ class ChainLines:
     directions: Tensor
 
     def __init__(self, sources: Tensor, directions: Tensor, *, validate: bool = True):
-        _check_pair(sources, "sources", directions, "(T, k, d)")
+        _check_pair(sources, "sources", directions, validate)
         if sources.shape != directions.shape:
             raise ValueError(
                 "sources must have the shape of directions, (T, k, d) or (B, T, k, d); got "
@@ -270,7 +273,7 @@ class ChainLines:
 TreeSystem = ConcurrentLines | ChainLines
 
 
-def _check_center(center: Tensor | None, dim: int, dtype, device) -> Tensor:
+def _check_center(center: Tensor | None, dim: int, dtype, device, validate: bool) -> Tensor:
     if center is None:
         return torch.zeros(dim, dtype=dtype, device=device)
     check_tensor(center, "center")
@@ -279,15 +282,16 @@ def _check_center(center: Tensor | None, dim: int, dtype, device) -> Tensor:
             f"center must have shape (d,) or (B, d) with d={dim}; got "
             f"center.shape={tuple(center.shape)}"
         )
+    if check_bool(validate, "validate"):
+        check_finite(center, "center")
     return center.to(dtype=dtype, device=device)
 
 
 def _resolve_dtype_device(center, dtype, device):
-    if dtype is None:
-        dtype = center.dtype if isinstance(center, Tensor) else torch.get_default_dtype()
-    if device is None:
-        device = center.device if isinstance(center, Tensor) else torch.device("cpu")
-    return dtype, torch.device(device)
+    if isinstance(center, Tensor):
+        dtype = center.dtype if dtype is None else dtype
+        device = center.device if device is None else device
+    return check_dtype_device(dtype, device)
 
 
 def sample_concurrent_lines(
@@ -302,6 +306,7 @@ def sample_concurrent_lines(
     generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
+    validate: bool = True,
 ) -> ConcurrentLines:
     r"""Sample ``n_trees`` star trees of ``n_lines`` concurrent lines (Db-TSW law).
 
@@ -328,7 +333,10 @@ def sample_concurrent_lines(
         Randomness, see the seeding contract in the README (``seed`` gives the same
         trees on every device).
     dtype, device
-        Of the result; default to those of ``center``, else the default dtype, CPU.
+        Of the result (float32 or float64); default to those of ``center``, else the
+        default dtype, CPU.
+    validate : bool, default True
+        Check that ``center`` is finite (a value check: a device synchronisation).
 
     Returns
     -------
@@ -336,8 +344,11 @@ def sample_concurrent_lines(
 
     Raises
     ------
+    TypeError
+        For a non-bool ``orthogonal``, a ``dtype`` other than float32 / float64.
     ValueError
-        If a count is < 1, ``orthogonal`` with ``n_lines > dim``, bad ``center`` shape.
+        If a count is < 1, ``orthogonal`` with ``n_lines > dim``, bad ``center`` shape,
+        or (``validate``) a non-finite ``center``.
 
     Examples
     --------
@@ -350,8 +361,9 @@ def sample_concurrent_lines(
     check_positive_int(n_lines, "n_lines")
     check_positive_int(dim, "dim")
     std = check_nonnegative_float(std, "std")
+    orthogonal = check_bool(orthogonal, "orthogonal")
     dtype, device = _resolve_dtype_device(center, dtype, device)
-    center = _check_center(center, dim, dtype, device)
+    center = _check_center(center, dim, dtype, device, validate)
     if orthogonal and n_lines > dim:
         raise ValueError(
             f"orthogonal directions need n_lines <= dim; got n_lines={n_lines} and dim={dim}"
@@ -378,6 +390,7 @@ def sample_chain_lines(
     generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
+    validate: bool = True,
 ) -> ChainLines:
     r"""Sample ``n_trees`` chain trees of ``n_lines`` lines (TSW-SL, Algorithm 1).
 
@@ -400,7 +413,7 @@ def sample_chain_lines(
         Standard deviation of the roots around ``center``.
     source_range : float, default 1.0
         Half-width of the uniform law of the attachment coordinates ``t_i``.
-    seed, generator, dtype, device
+    seed, generator, dtype, device, validate
         As in :func:`sample_concurrent_lines`.
 
     Returns
@@ -420,7 +433,7 @@ def sample_chain_lines(
     std = check_nonnegative_float(std, "std")
     source_range = check_nonnegative_float(source_range, "source_range")
     dtype, device = _resolve_dtype_device(center, dtype, device)
-    center = _check_center(center, dim, dtype, device)
+    center = _check_center(center, dim, dtype, device, validate)
     sampler = resolve_sampler(seed, generator, dtype=dtype, device=device)
     offsets = sampler.normal(n_trees, dim)
     directions = sampler.sphere(n_trees, n_lines, dim)
@@ -476,7 +489,7 @@ class SphericalTrees:
     directions: Tensor
 
     def __init__(self, roots: Tensor, directions: Tensor, *, validate: bool = True):
-        _check_pair(roots, "roots", directions, "(T, d+1)")
+        _check_pair(roots, "roots", directions, validate)
         if (
             roots.ndim not in (2, 3)
             or roots.shape[-2:] != (directions.shape[-3], directions.shape[-1])
@@ -554,7 +567,7 @@ def sample_spherical_trees(
         Randomness, see the seeding contract in the README (``seed`` gives the same
         trees on every device).
     dtype, device
-        Of the result; default dtype and CPU by default.
+        Of the result (float32 or float64); default dtype and CPU by default.
 
     Returns
     -------

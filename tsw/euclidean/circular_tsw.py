@@ -212,6 +212,7 @@ def circular_tsw(
         rng=problem.rng,
         center=center,
         root_std=root_std,
+        validate=problem.validate,
     )
     project = partial(circular_projection, radius=radius, delta=delta, split=split)
     if compat:

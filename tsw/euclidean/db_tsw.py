@@ -9,7 +9,7 @@ from torch import Tensor
 
 from tsw.core._driver import STAR, Problem, Projection, driver_options, signed_masses
 from tsw.core._slices import resolve_trees
-from tsw.core._validation import Measures, check_nonnegative_float
+from tsw.core._validation import Measures, check_bool, check_nonnegative_float
 from tsw.core.splits import distance_split, uniform_split
 from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
 from tsw.euclidean._lines import project
@@ -177,6 +177,7 @@ def resolve_db_trees(
     Shared by :func:`db_tsw`, :func:`tsw.spatial_tsw` and :func:`tsw.partial_tsw` (the
     same trees for the same seed).
     """
+    orthogonal = check_bool(orthogonal, "orthogonal")
     return resolve_trees(
         problem.measures,
         trees,
@@ -187,6 +188,7 @@ def resolve_db_trees(
         rng=problem.rng,
         center=center,
         root_std=root_std,
+        validate=problem.validate,
     )
 
 

@@ -157,6 +157,7 @@ def tsw_sl(
         rng=problem.rng,
         center=center,
         root_std=root_std,
+        validate=problem.validate,
     )
     X = problem.measures.X_s
     if alpha is None:

@@ -31,6 +31,7 @@ from tsw.core._random import Sampler, resolve_sampler
 from tsw.core._validation import (
     Measures,
     check_bool,
+    check_dtype_device,
     check_measures_on_sphere,
     check_nonnegative_int,
     check_orthogonal,
@@ -89,8 +90,7 @@ def sample_rotations(
     check_positive_int(n_rotations, "n_rotations")
     if dim < 2:
         raise ValueError(f"rotations of the sphere need dim = d+1 >= 2; got dim={dim}")
-    dtype = torch.get_default_dtype() if dtype is None else dtype
-    device = torch.device("cpu") if device is None else torch.device(device)
+    dtype, device = check_dtype_device(dtype, device)
     return resolve_sampler(seed, generator, dtype=dtype, device=device).rotations(
         n_rotations, dim=dim
     )
@@ -258,7 +258,9 @@ def _s3w(
     )
     # projections live in the mapped dimension d: checked against a d-dimensional view
     view = measures._replace(X_s=X_s[..., :-1], X_t=measures.X_t[..., :-1])
-    proj = resolve_projections(view, projections, n_projections, False, problem.rng)
+    proj = resolve_projections(
+        view, projections, n_projections, False, problem.rng, problem.validate
+    )
     project = partial(s3w_projection, compat=compat)
     return problem.evaluate(project, (rot, proj), projections=proj)
 

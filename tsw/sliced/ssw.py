@@ -26,7 +26,13 @@ from torch import Tensor
 
 from tsw.core._driver import Problem, driver_options, from_numpy
 from tsw.core._random import resolve_sampler
-from tsw.core._validation import check_measures_on_sphere, check_positive_int, check_stack
+from tsw.core._validation import (
+    check_dtype_device,
+    check_measures_on_sphere,
+    check_orthogonal,
+    check_positive_int,
+    check_stack,
+)
 
 __all__ = ["sample_sphere_projections", "ssw", "ssw_unif"]
 
@@ -68,14 +74,18 @@ def sample_sphere_projections(
     check_positive_int(n_projections, "n_projections")
     if dim < 2:
         raise ValueError(f"great circles need dim = d+1 >= 2; got dim={dim}")
-    dtype = torch.get_default_dtype() if dtype is None else dtype
-    device = torch.device("cpu") if device is None else torch.device(device)
+    dtype, device = check_dtype_device(dtype, device)
     sampler = resolve_sampler(seed, generator, dtype=dtype, device=device)
     return sampler.orthonormal(n_projections, n=2, dim=dim).transpose(-1, -2)
 
 
 def resolve_circles(problem: Problem, projections: Tensor | None, n_projections: int) -> Tensor:
-    """Explicit great circles checked against the data, or drawn ones: (L, d+1, 2) or (B, ...)."""
+    """Explicit great circles checked against the data, or drawn ones: (L, d+1, 2) or (B, ...).
+
+    Explicit frames must have orthonormal columns (a value check, with ``validate``): a
+    NaN or a zero frame projects every point to NaN (POT's binary search never ends on
+    it), a non-orthonormal one to the wrong circle.
+    """
     X = problem.measures.X_s
     D = X.shape[-1]
     projections = from_numpy(projections, "projections")
@@ -84,19 +94,12 @@ def resolve_circles(problem: Problem, projections: Tensor | None, n_projections:
             D, n_projections, generator=problem.rng.generator, dtype=X.dtype, device=X.device
         )
     shape = f"(L, d+1, 2) with d+1={D}"
-    return check_stack(projections, "projections", (D, 2), shape, X, problem.measures.batched)
-
-
-def _pot_input(X: Tensor) -> Tensor:
-    """Return the rows as unit vectors in float64, as passed to POT.
-
-    POT checks ``| |x|^2 - 1 | <= 1e-4`` and its projection on a circle uses ``x / |x|``
-    only. Its binary search for the circle :math:`W_p`, ``p > 1``, stops on an interval
-    width of 1e-7, which float32 cannot always resolve (an endless loop): POT always runs
-    in float64 here, and the value is cast back (gradients flow through the casts).
-    """
-    X = X.to(torch.float64)
-    return X / torch.linalg.vector_norm(X, dim=-1, keepdim=True)
+    projections = check_stack(
+        projections, "projections", (D, 2), shape, X, problem.measures.batched
+    )
+    if problem.validate:
+        check_orthogonal(projections, "projections")
+    return projections
 
 
 @driver_options(sliced=True)
@@ -162,12 +165,16 @@ def ssw(
 
     Notes
     -----
-    POT's binary search loops forever on NaN, so with ``validate=False`` the inputs are
-    still checked for NaN/Inf (a device synchronisation, negligible next to POT's own)
-    and a NaN is returned. Gradients with respect to the *weights* come from POT and
-    disagree with finite differences as soon as there is more than one great circle
-    (POT 0.9.7; found by the contract tests); gradients with respect to the points are
-    correct.
+    POT's binary search loops forever on NaN. Explicit frames are therefore checked
+    (finite, orthonormal columns to ``max(1e3 eps, 1e-6)``) with ``validate``; with
+    ``validate=False`` the inputs and frames are still checked for NaN/Inf (a device
+    synchronisation, negligible next to POT's own) and a NaN is returned. The positions
+    on the circles are computed here (POT's formula, in float64) and passed to POT's
+    ``ot.wasserstein_circle``: a point at a pole of a circle (:math:`U^T x = 0`, where
+    the projection is undefined and POT's own gives 0/0) gets position 0. Gradients
+    with respect to the *weights* come from POT and disagree with finite differences as
+    soon as there is more than one great circle (POT 0.9.7; found by the contract
+    tests); gradients with respect to the points are correct.
 
     References
     ----------
@@ -191,32 +198,32 @@ def ssw(
     Xs, Xt, p = measures.X_s, measures.X_t, problem.p
     check_positive_int(n_projections, "n_projections")
     proj = resolve_circles(problem, projections, n_projections)
+    L = proj.shape[-3]
     if not validate:  # POT's binary search never ends on NaN: give NaN without calling it
         finite = torch.isfinite(Xs).all() & torch.isfinite(Xt).all()
         finite &= torch.isfinite(measures.a).all() & torch.isfinite(measures.b).all()
+        finite &= torch.isfinite(proj).all()
         if not bool(finite):
-            L = proj.shape[-3]
             nan = torch.full((Xs.shape[0], L), math.nan, dtype=Xs.dtype, device=Xs.device)
             return problem.finish(nan, proj, projections=proj)
-    proj = proj.to(torch.float64)
+    # POT's circle solver on positions in [0, 1) computed here in float64 (its binary
+    # search for p > 1 stops on an interval width float32 cannot always resolve): a point
+    # at a pole of a circle (U^T x = 0, where POT's own projection gives 0/0 and its
+    # search loops forever) gets position 0
+    p64 = proj.to(torch.float64)
+    u = _circle_coordinates(Xs.to(torch.float64), p64)  # (B, L, N)
+    v = _circle_coordinates(Xt.to(torch.float64), p64)
     a, b = measures.a.to(torch.float64), measures.b.to(torch.float64)
     per_circle = []
     for i in range(Xs.shape[0]):
         mass = a[i].sum()
-        _, log = ot.sliced_wasserstein_sphere(
-            _pot_input(Xs[i]),
-            _pot_input(Xt[i]),
-            a[i] / mass,
-            b[i] / b[i].sum(),
-            p=p,
-            projections=proj[i] if proj.ndim == 4 else proj,
-            n_projections=proj.shape[-3],  # POT reshapes with it even given projections
-            log=True,
+        w = ot.wasserstein_circle(
+            u[i].T, v[i].T, u_weights=a[i] / mass, v_weights=b[i] / b[i].sum(), p=p
         )
-        per_circle.append(log["projected_emds"] * mass)
+        per_circle.append(w * mass)
     # the mean and the root are the driver's (zero subgradient at 0; POT's gives NaN)
-    per_circle = torch.stack(per_circle).to(Xs.dtype)
-    proj = proj.to(Xs.dtype)
+    empty = Xs.new_zeros((0, L))  # an empty batch
+    per_circle = torch.stack(per_circle).to(Xs.dtype) if per_circle else empty
     return problem.finish(per_circle, proj, projections=proj)
 
 
@@ -227,7 +234,11 @@ def _circle_coordinates(X: Tensor, projections: Tensor) -> Tensor:
     """
     spec = "bnd,ldk->bnlk" if projections.ndim == 3 else "bnd,bldk->bnlk"
     xp = torch.einsum(spec, X, projections)  # (B, N, L, 2)
-    angle = torch.atan2(-xp[..., 1], -xp[..., 0]) + math.pi
+    x, y = xp[..., 0], xp[..., 1]
+    pole = (x == 0) & (y == 0)  # U^T x = 0: no projection; position 0, zero gradient
+    x = torch.where(pole, torch.ones_like(x), x)
+    y = torch.where(pole, torch.zeros_like(y), y)
+    angle = torch.atan2(-y, -x) + math.pi
     return (angle / (2 * math.pi)).transpose(-1, -2)
 
 

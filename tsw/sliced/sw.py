@@ -27,9 +27,13 @@ from tsw.core._driver import (
 from tsw.core._random import Sampler, resolve_sampler
 from tsw.core._validation import (
     Measures,
+    check_bool,
+    check_dtype_device,
     check_nonnegative_float,
+    check_nonnegative_int,
     check_positive_int,
     check_tensor,
+    check_unit,
 )
 
 __all__ = ["max_sw", "sample_projections", "sw"]
@@ -70,8 +74,8 @@ def sample_projections(
     """
     check_positive_int(dim, "dim")
     check_positive_int(n_projections, "n_projections")
-    dtype = torch.get_default_dtype() if dtype is None else dtype
-    device = torch.device("cpu") if device is None else torch.device(device)
+    orthogonal = check_bool(orthogonal, "orthogonal")
+    dtype, device = check_dtype_device(dtype, device)
     sampler = resolve_sampler(seed, generator, dtype=dtype, device=device)
     if orthogonal:
         frames = sampler.orthonormal(math.ceil(n_projections / dim), n=dim, dim=dim)
@@ -79,7 +83,7 @@ def sample_projections(
     return sampler.sphere(n_projections, dim).T
 
 
-def _check_projections(projections: Tensor, measures: Measures) -> Tensor:
+def _check_projections(projections: Tensor, measures: Measures, validate: bool) -> Tensor:
     check_tensor(projections, "projections")
     d = measures.X_s.shape[-1]
     ok = projections.ndim == 2 and projections.shape[0] == d
@@ -100,6 +104,8 @@ def _check_projections(projections: Tensor, measures: Measures) -> Tensor:
             f"projections must have the dtype and device of X_s; got {projections.dtype} on "
             f"{projections.device}"
         )
+    if validate:
+        check_unit(projections, "projections", dim=-2, what="columns (directions)")
     return projections
 
 
@@ -109,11 +115,17 @@ def resolve_projections(
     n_projections: int,
     orthogonal: bool,
     rng: Sampler,
+    validate: bool = True,
 ) -> Tensor:
-    """Explicit projections checked against the data, or drawn ones: (d, L) or (B, d, L)."""
+    """Explicit projections checked against the data, or drawn ones: (d, L) or (B, d, L).
+
+    Explicit ones must be finite unit columns (a value check, with ``validate``): a NaN,
+    a zero or a non-unit direction would give a wrong value silently.
+    """
+    orthogonal = check_bool(orthogonal, "orthogonal")
     projections = from_numpy(projections, "projections")
     if projections is not None:
-        return _check_projections(projections, measures)
+        return _check_projections(projections, measures, validate)
     return sample_projections(
         measures.X_s.shape[-1],
         n_projections,
@@ -175,7 +187,8 @@ def sw(
     p : float, default 2
         Order of the one-dimensional Wasserstein distances.
     projections : Tensor of shape (d, L) or (B, d, L), optional
-        Explicit unit directions as columns (POT's layout).
+        Explicit unit directions as columns (POT's layout); with ``validate``, NaN, Inf
+        and columns whose norm is not 1 (to ``max(1e3 eps, 1e-6)``) raise.
     orthogonal : bool, default False
         Sample blocks of orthonormal directions (orthogonal SW).
     seed, generator
@@ -220,7 +233,7 @@ def sw(
         chunk_size=chunk_size,
     )
     projections = resolve_projections(
-        problem.measures, projections, n_projections, orthogonal, problem.rng
+        problem.measures, projections, n_projections, orthogonal, problem.rng, problem.validate
     )
     return problem.evaluate(line_projection, projections, projections=projections)
 
@@ -294,17 +307,30 @@ def max_sw(
     problem = Problem.of(
         X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
     )
-    measures, p = problem.measures, problem.p
-    if isinstance(n_iter, bool) or not isinstance(n_iter, int) or n_iter < 0:
-        raise ValueError(f"n_iter must be an int >= 0; got {n_iter!r}")
+    _measures, p = problem.measures, problem.p
+    check_nonnegative_int(n_iter, "n_iter")
     check_positive_int(n_init, "n_init")
     lr = check_nonnegative_float(lr, "lr")
+    problem.check_range()
+    with torch.inference_mode(False):  # the ascent differentiates, in any mode
+        best = _ascent(problem, n_iter=n_iter, lr=lr, n_init=n_init)
+    # the value along the final direction goes through the driver (one slice per item)
+    return problem.evaluate(line_projection, best, projections=best)
+
+
+def _ascent(problem: Problem, *, n_iter: int, lr: float, n_init: int) -> Tensor:
+    """Max-SW's direction, (B, d, 1): best of ``n_init`` random ones, then the ascent.
+
+    Runs on detached copies (clones of inference tensors under ``torch.inference_mode``,
+    which autograd cannot record), with autograd enabled for the tangent gradients.
+    """
+    measures, p = problem.measures, problem.p
+
+    def plain(t: Tensor) -> Tensor:
+        return t.detach().clone() if t.is_inference() else t.detach()
+
     detached = Measures(
-        measures.X_s.detach(),
-        measures.X_t.detach(),
-        measures.a.detach(),
-        measures.b.detach(),
-        True,
+        plain(measures.X_s), plain(measures.X_t), plain(measures.a), plain(measures.b), True
     )
     init = resolve_projections(detached, None, n_init, False, problem.rng)
     with torch.no_grad():
@@ -327,6 +353,4 @@ def max_sw(
             theta = torch.where(better.unsqueeze(-1), cand, theta)
             best_cost = torch.where(better, cost, best_cost)
             eta = torch.where(better, (1.5 * eta).clamp_max(1.0), 0.5 * eta)
-    # the value along the final direction goes through the driver (one slice per item)
-    best = theta.detach().unsqueeze(-1)  # (B, d, 1)
-    return problem.evaluate(line_projection, best, projections=best)
+    return theta.detach().unsqueeze(-1)  # (B, d, 1)

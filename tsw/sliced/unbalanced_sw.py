@@ -41,7 +41,9 @@ def _line_coordinates(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Projected supports (B, L, N) and (B, L, M) on explicit or drawn directions."""
     measures = problem.measures
-    proj = resolve_projections(measures, projections, n_projections, orthogonal, problem.rng)
+    proj = resolve_projections(
+        measures, projections, n_projections, orthogonal, problem.rng, problem.validate
+    )
     coords = line_projection(measures, proj).coords
     N = measures.X_s.shape[-2]
     return coords[..., :N], coords[..., N:], proj
@@ -200,6 +202,11 @@ def _check_reg_m(reg_m: object) -> tuple[float, float]:
     return float(pair[0]), float(pair[1])
 
 
+def _plain(t: Tensor) -> Tensor:
+    """Detach ``t``, copying an inference tensor so that autograd can record it."""
+    return t.detach().clone() if t.is_inference() else t.detach()
+
+
 def _kl(p: Tensor, q: Tensor) -> Tensor:
     """Generalised KL divergence of non-negative vectors on the last axis (0 log 0 = 0)."""
     pos = p > 0
@@ -268,10 +275,14 @@ def unbalanced_sw(
     n_iter : int, default 10
         Frank-Wolfe iterations of POT's solver (POT's default). Each slice's value is
         the objective at POT's current marginals, an upper bound of the slice's UOT that
-        decreases with ``n_iter``; ten steps can be far from converged (measured: 6 vs 9
-        Gaussian points, ``reg_m=0.5``, 12 projections: 0.661 at 10 steps, 0.444 at 50,
-        0.439 at 1000), and the early iterates depend on tie-breaking in the 1-D duals
-        (equal cumulative weights) and on the order of the two measures.
+        decreases with ``n_iter``, or, where those marginals are not finite or cost
+        more (large costs against ``reg_m``: data at a large scale, ``p = 8``,
+        ``reg_m = 1e-3``, a zero mass), the objective of the empty plan,
+        :math:`\rho_1 m_s + \rho_2 m_t`, itself an upper bound; ten steps can be far
+        from converged (measured: 6 vs 9 Gaussian points, ``reg_m=0.5``, 12
+        projections: 0.661 at 10 steps, 0.444 at 50, 0.439 at 1000), and the early
+        iterates depend on tie-breaking in the 1-D duals (equal cumulative weights) and
+        on the order of the two measures.
 
     Returns
     -------
@@ -324,26 +335,46 @@ def unbalanced_sw(
     pi_s, pi_t = [], []
     for i in range(us.shape[0]):
         # POT solves on detached inputs; its solver differentiates internally, which
-        # must not touch the caller's graph
-        with torch.enable_grad():
+        # must not touch the caller's graph (plain copies under torch.inference_mode)
+        with torch.inference_mode(False), torch.enable_grad():
             pa, pb, _ = ot.unbalanced.uot_1d(
-                us[i].detach().T,
-                vs[i].detach().T,
+                *(_plain(t) for t in (us[i].T, vs[i].T)),
                 rho,
-                wa[i].detach(),
-                wb[i].detach(),
+                *(_plain(t) for t in (wa[i], wb[i])),
                 p,
                 numItermax=n_iter,
             )
         pi_s.append(pa.T)
         pi_t.append(pb.T)
-    pi_s, pi_t = torch.stack(pi_s).detach(), torch.stack(pi_t).detach()  # (B, L, N), (B, L, M)
-    # W_p^p between the fixed marginals (equal totals up to rounding), times nothing:
-    # W_p^p is 1-homogeneous in the common mass
-    pi_t = pi_t * (pi_s.sum(-1, keepdim=True) / pi_t.sum(-1, keepdim=True))
-    cost = wasserstein_1d(us, vs, pi_s, pi_t, p)  # (B, L)
-    if rho[0] != math.inf:
-        cost = cost + rho[0] * _kl(pi_s, wa.unsqueeze(-2))
-    if rho[1] != math.inf:
-        cost = cost + rho[1] * _kl(pi_t, wb.unsqueeze(-2))
-    return problem.finish(cost, proj, projections=proj)
+    if pi_s:
+        pi_s, pi_t = torch.stack(pi_s).detach(), torch.stack(pi_t).detach()  # (B, L, N), (B, L, M)
+    else:  # an empty batch
+        pi_s, pi_t = us.new_zeros(us.shape), vs.new_zeros(vs.shape)
+
+    def objective(pi_s: Tensor, pi_t: Tensor) -> Tensor:
+        # W_p^p between the fixed marginals (equal totals up to rounding): W_p^p is
+        # 1-homogeneous in the common mass; the empty plan (both 0) costs the KL terms only
+        total_s, total_t = pi_s.sum(-1, keepdim=True), pi_t.sum(-1, keepdim=True)
+        pi_t = pi_t * torch.where(total_t > 0, total_s / torch.where(total_t > 0, total_t, 1), 0)
+        cost = wasserstein_1d(us, vs, pi_s, pi_t, p)  # (B, L)
+        if rho[0] != math.inf:
+            cost = cost + rho[0] * _kl(pi_s, wa.unsqueeze(-2))
+        if rho[1] != math.inf:
+            cost = cost + rho[1] * _kl(pi_t, wb.unsqueeze(-2))
+        return cost
+
+    # POT's Frank-Wolfe iterates leave the range of the dtype when the costs are large
+    # against reg_m (exp(-f / reg_m) over- or underflows: NaN at reg_m = 1e-3, at p = 8 or
+    # for a zero mass) and can cost more than transporting nothing. The empty plan is
+    # feasible for finite penalties (or a zero mass under an infinite one) and costs
+    # rho_1 m_s + rho_2 m_t: a slice whose FW marginals are not finite, or cost more,
+    # takes it instead (a better upper bound of the slice's UOT)
+    with torch.no_grad():
+        fw = objective(pi_s, pi_t)
+        zero_s, zero_t = torch.zeros_like(pi_s), torch.zeros_like(pi_t)
+        empty = objective(zero_s, zero_t)
+        bad = (~torch.isfinite(fw) | (fw > empty)) & torch.isfinite(empty)
+    if bool(bad.any()):
+        pi_s = torch.where(bad.unsqueeze(-1), zero_s, pi_s)
+        pi_t = torch.where(bad.unsqueeze(-1), zero_t, pi_t)
+    return problem.finish(objective(pi_s, pi_t), proj, projections=proj)
