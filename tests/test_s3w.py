@@ -408,11 +408,14 @@ def test_ari_pool_determinism_and_buffer():
     assert a.pool.dtype == F64
     assert a.pool.shape == (30, 4, 4)
     torch.testing.assert_close(torch.linalg.det(a.pool), torch.ones(30, dtype=F64))
-    # a buffer: saved, loaded, cast and moved with the module
-    assert list(a.state_dict()) == ["pool"]
+    # a buffer: saved, loaded and moved with the module; it keeps float64 under
+    # .to(dtype) / .half() (cast to the data's dtype at each call), so that it stays
+    # orthogonal; the random stream is saved with it
+    assert list(a.state_dict()) == ["pool", "_extra_state"]
     c.load_state_dict(a.state_dict())
     assert torch.equal(c.pool, a.pool)
-    assert a.to(torch.float32).pool.dtype == torch.float32
+    assert a.to(torch.float32).pool.dtype == F64
+    assert a.half().pool.dtype == F64
     assert "pool" not in dict(a.named_parameters())
     assert "dim=4, pool_size=30, n_rotations=5" in repr(a)
     # the indices of one call are distinct (drawn without replacement)

@@ -429,7 +429,7 @@ def test_projection_and_iteration_counts():
         tsw.nn.SWLoss(n_projections=0)(X, Y)
     with pytest.raises(ValueError, match=lit("n_iter must be an int >= 0; got -1")):
         tsw.max_sw(X, Y, n_iter=-1)
-    with pytest.raises(ValueError, match=lit("n_iter must be an int >= 0; got 2.5")):
+    with pytest.raises(TypeError, match=lit("n_iter must be an int >= 0; got float")):
         tsw.max_sw(X, Y, n_iter=2.5)
     with pytest.raises(ValueError, match=lit("n_init must be an int >= 1; got 0")):
         tsw.max_sw(X, Y, n_init=0)

@@ -164,7 +164,7 @@ class _Loss(nn.Module):
         return set(self._options)
 
     def get_extra_state(self) -> dict[str, Any]:
-        """The random stream, saved in ``state_dict()``: a restored module resumes it.
+        """Return the random stream, saved in ``state_dict()``: a restored module resumes it.
 
         The state of the module's generator (``seed=s``, ``resample=True``) and the seed
         of ``resample=False``.
@@ -568,7 +568,8 @@ class ARIS3WLoss(_S3WPoolBase):
 
     At construction the module samples ``pool_size`` Haar rotations of ``R^dim``
     (:func:`tsw.sample_rotations`, in float64) into the buffer ``pool`` (saved in the
-    ``state_dict``, moved and cast by ``.to()``). Every call draws ``n_rotations`` of them
+    ``state_dict``, moved by ``.to()``; it stays in float64 under ``.to(dtype)`` and
+    ``.half()``, and is cast to the data's dtype at each call). Every call draws ``n_rotations`` of them
     without replacement and returns :func:`tsw.s3w` with ``rotations=pool[idx]``. One CPU
     generator, seeded with ``seed`` (operating-system entropy without one), draws the
     pool, then at each call the indices ``torch.randperm(pool_size)[:n_rotations]``
@@ -679,7 +680,7 @@ class ARIS3WLoss(_S3WPoolBase):
         return {*self._options, "pool"}
 
     def get_extra_state(self) -> dict[str, Any]:
-        """As for every loss, and the generator state of ``resample=False``."""
+        """Return the random stream as every loss does, and the state of ``resample=False``."""
         state = super().get_extra_state()
         state["state"] = self._state
         return state

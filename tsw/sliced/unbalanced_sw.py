@@ -373,7 +373,15 @@ def unbalanced_sw(
         fw = objective(pi_s, pi_t)
         zero_s, zero_t = torch.zeros_like(pi_s), torch.zeros_like(pi_t)
         empty = objective(zero_s, zero_t)
+        # an infinite penalty fixes its marginal: the empty plan is then feasible only
+        # for a zero mass
+        for r, m in ((rho[0], m_s), (rho[1], m_t)):
+            if r == math.inf:
+                empty = torch.where(m.detach() > 0, math.inf, empty)
         bad = (~torch.isfinite(fw) | (fw > empty)) & torch.isfinite(empty)
+        # non-finite data (validate=False) must give a non-finite value, not the fallback
+        bad &= torch.isfinite(us).all(-1) & torch.isfinite(vs).all(-1)
+        bad &= (torch.isfinite(wa).all(-1) & torch.isfinite(wb).all(-1)).unsqueeze(-1)
     if bool(bad.any()):
         pi_s = torch.where(bad.unsqueeze(-1), zero_s, pi_s)
         pi_t = torch.where(bad.unsqueeze(-1), zero_t, pi_t)
