@@ -569,10 +569,10 @@ class ARIS3WLoss(_S3WPoolBase):
     At construction the module samples ``pool_size`` Haar rotations of ``R^dim``
     (:func:`tsw.sample_rotations`, in float64) into the buffer ``pool`` (saved in the
     ``state_dict``, moved by ``.to()``; it stays in float64 under ``.to(dtype)`` and
-    ``.half()``, and is cast to the data's dtype at each call). Every call draws ``n_rotations`` of them
-    without replacement and returns :func:`tsw.s3w` with ``rotations=pool[idx]``. One CPU
-    generator, seeded with ``seed`` (operating-system entropy without one), draws the
-    pool, then at each call the indices ``torch.randperm(pool_size)[:n_rotations]``
+    ``.half()``, and is cast to the data's dtype at each call). Every call draws
+    ``n_rotations`` of them without replacement and returns :func:`tsw.s3w` with
+    ``rotations=pool[idx]``. One CPU generator, seeded with ``seed`` (operating-system
+    entropy without one), draws the pool, then at each call the indices ``torch.randperm(pool_size)[:n_rotations]``
     and the directions (through ``s3w``'s ``generator``). So ``ARIS3WLoss(seed=s)``
     replays::
 

@@ -47,8 +47,8 @@ from tsw.core._validation import (
     check_p,
     check_range,
 )
-from tsw.core.tree_wasserstein import line_cost, line_system_cost
-from tsw.core.wasserstein_1d import wasserstein_1d
+from tsw.core.tree_wasserstein import line_cost, system_cost
+from tsw.core.wasserstein_1d import quantile_cost
 
 __all__ = [
     "CHAIN",
@@ -184,12 +184,12 @@ def closed_form(projection: Projection, p: float) -> Tensor:
     c, m = projection.coords, projection.masses
     if projection.structure == LINE:
         n = projection.n_source
-        return wasserstein_1d(c[..., :n], c[..., n:], m[..., :n], m[..., n:], p)
+        return quantile_cost(c[..., :n], c[..., n:], m[..., :n], m[..., n:], p)
     if projection.structure == RAYS:
         return line_cost(c, m, p, rays=True).sum(-1)
     if projection.structure == CHAIN:
-        return line_system_cost(c, m, projection.attachments, p)
-    return line_system_cost(c, m, None, p)
+        return system_cost(c, m, projection.attachments, p)
+    return system_cost(c, m, None, p)
 
 
 #: the documentation of the options every distance takes from the driver, inserted into

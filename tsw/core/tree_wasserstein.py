@@ -250,7 +250,12 @@ def line_cost(coords: Tensor, masses: Tensor, p: float = 1.0, *, rays: bool = Fa
 
 
 def line_system_cost(
-    coords: Tensor, masses: Tensor, attachments: Tensor | None = None, p: float = 1.0
+    coords: Tensor,
+    masses: Tensor,
+    attachments: Tensor | None = None,
+    p: float = 1.0,
+    *,
+    validate: bool = True,
 ) -> Tensor:
     r"""Closed-form transport cost on a system of ``k`` lines forming a tree.
 
@@ -269,12 +274,26 @@ def line_system_cost(
         0, the common root). For a chain, ``attachments[..., i]`` is the coordinate on
         line ``i - 1`` where line ``i`` starts (entry 0 is ignored).
     p : float, default 1
-        Exponent: ``p = 1`` gives the tree :math:`W_1`, ``p > 1`` the Sobolev-type sum.
+        Exponent, a finite real ``>= 1``: ``p = 1`` gives the tree :math:`W_1`,
+        ``p > 1`` the Sobolev-type sum.
+    validate : bool, default True
+        Run the value check (finite inputs). Types (float32 or float64, one dtype and
+        device), shapes and ``p`` are always checked. The masses need not balance: an
+        imbalance leaves through the root, which no edge counts (as
+        :func:`tsw.partial_tsw` uses).
 
     Returns
     -------
     Tensor of shape (...)
         :math:`\sum_e w_e |m(\Gamma_e)|^p` over all edges of the tree (no root taken).
+
+    Raises
+    ------
+    TypeError
+        For non-tensors, integer or half-precision dtypes, mixed dtypes.
+    ValueError
+        For shapes that do not fit (``k, n >= 1``), a bad ``p``, other devices, or
+        (``validate``) the value checks.
 
     Notes
     -----
@@ -291,6 +310,53 @@ def line_system_cost(
     >>> line_system_cost(torch.tensor([[1.0], [2.0]]), torch.tensor([[1.0], [-1.0]]))
     tensor(3.)
     """
+    p = check_p(p)
+    coords = check_tensor(coords, "coords")
+    masses = check_tensor(masses, "masses")
+    check_same_device_dtype(coords, "coords", masses, "masses")
+    if masses.ndim < 2 or 0 in masses.shape[-2:]:
+        raise ValueError(
+            "masses must have shape (..., k, n) with k, n >= 1; got "
+            f"masses.shape={tuple(masses.shape)}"
+        )
+    try:
+        shape = broadcast_shape(coords.shape, masses.shape)
+    except ValueError:
+        shape = None
+    k_ok = coords.ndim >= 2 and coords.shape[-2] in (1, masses.shape[-2])
+    if shape is None or tuple(shape[-2:]) != tuple(masses.shape[-2:]) or not k_ok:
+        raise ValueError(
+            "coords must have shape (..., k, n) or (..., 1, n) broadcasting with masses "
+            f"(..., k, n); got coords.shape={tuple(coords.shape)} and "
+            f"masses.shape={tuple(masses.shape)}"
+        )
+    if attachments is not None:
+        check_tensor(attachments, "attachments")
+        check_same_device_dtype(coords, "coords", attachments, "attachments")
+        k = masses.shape[-2]
+        if coords.shape[-2] != k or attachments.ndim < 1 or attachments.shape[-1] != k:
+            raise ValueError(
+                f"attachments must have shape (..., k) with k={k}, for coords of shape "
+                f"(..., k, n); got attachments.shape={tuple(attachments.shape)} and "
+                f"coords.shape={tuple(coords.shape)}"
+            )
+        try:
+            broadcast_shape(attachments.shape, shape[:-1])
+        except ValueError:
+            raise ValueError(
+                f"attachments must broadcast to {tuple(shape[:-1])}; got "
+                f"attachments.shape={tuple(attachments.shape)}"
+            ) from None
+    if check_bool(validate, "validate"):
+        check_finite(coords, "coords")
+        check_finite(masses, "masses")
+        if attachments is not None:
+            check_finite(attachments, "attachments")
+    return system_cost(coords, masses, attachments, p)
+
+
+def system_cost(coords: Tensor, masses: Tensor, attachments: Tensor | None, p: float) -> Tensor:
+    """Compute :func:`line_system_cost` without any check (the driver's closed form)."""
     if attachments is None:
         return line_cost(coords, masses, p).sum(-1)
     masses = masses.expand(coords.shape)
@@ -447,9 +513,15 @@ def tree_wasserstein(
             f"mass_s and mass_t must have the same shape (..., V) with V={n}; got "
             f"mass_s.shape={tuple(mass_s.shape)} and mass_t.shape={tuple(mass_t.shape)}"
         )
-    if edge_lengths.ndim == 0 or edge_lengths.shape[-1] != n:
+    try:
+        fits = edge_lengths.ndim > 0 and edge_lengths.shape[-1] == n
+        fits = fits and broadcast_shape(edge_lengths.shape, mass_s.shape) == mass_s.shape
+    except ValueError:
+        fits = False
+    if not fits:
         raise ValueError(
-            f"edge_lengths must have shape (V,) or (..., V) with V={n}; got "
+            f"edge_lengths must have shape (V,) or (..., V) with V={n}, broadcasting to "
+            f"mass_s.shape={tuple(mass_s.shape)}; got "
             f"edge_lengths.shape={tuple(edge_lengths.shape)}"
         )
     if validate:

@@ -5,6 +5,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from tsw.core._safe import broadcast_shape
+from tsw.core._validation import (
+    check_bool,
+    check_finite,
+    check_p,
+    check_same_device_dtype,
+    check_tensor,
+    mass_rtol,
+)
+
 __all__ = ["wasserstein_1d"]
 
 
@@ -14,6 +24,8 @@ def wasserstein_1d(
     u_weights: Tensor | None = None,
     v_weights: Tensor | None = None,
     p: float = 1.0,
+    *,
+    validate: bool = True,
 ) -> Tensor:
     r"""Cost :math:`W_p^p` between batched weighted measures on the real line.
 
@@ -29,16 +41,30 @@ def wasserstein_1d(
     ----------
     u_values : Tensor of shape (..., n)
     v_values : Tensor of shape (..., m)
+        The leading dimensions of ``u_values`` and ``v_values`` broadcast together;
+        ``n, m >= 1``. float32 or float64, one dtype and device for all inputs.
     u_weights, v_weights : Tensor of shape (..., n) / (..., m), optional
         Non-negative weights of equal totals, broadcastable to the values; uniform
-        ``1/n``, ``1/m`` by default. Not validated here: callers validate.
+        ``1/n``, ``1/m`` by default.
     p : float, default 1
-        Exponent ``>= 1``.
+        Exponent, a finite real ``>= 1``.
+    validate : bool, default True
+        Run the value checks: finite values and weights, non-negative weights, equal
+        totals (to ``1e3 eps`` relative). Types, dtypes, shapes and ``p`` are always
+        checked.
 
     Returns
     -------
     Tensor of shape (...)
         :math:`W_p^p` (no root), differentiable in values and weights.
+
+    Raises
+    ------
+    TypeError
+        For non-tensors, integer or half-precision dtypes, mixed dtypes.
+    ValueError
+        For shapes that do not broadcast, ``n = 0`` or ``m = 0``, a bad ``p``, other
+        devices, or (``validate``) the value checks.
 
     Examples
     --------
@@ -47,6 +73,72 @@ def wasserstein_1d(
     >>> wasserstein_1d(torch.tensor([0.0, 1.0]), torch.tensor([2.0, 3.0]), p=2)
     tensor(4.)
     """
+    p = check_p(p)
+    u_values = check_tensor(u_values, "u_values")
+    v_values = check_tensor(v_values, "v_values")
+    check_same_device_dtype(u_values, "u_values", v_values, "v_values")
+    named = [
+        (u_values, "u_values", u_weights, "u_weights"),
+        (v_values, "v_values", v_weights, "v_weights"),
+    ]
+    for values, vname, weights, wname in named:
+        if values.ndim == 0 or values.shape[-1] == 0:
+            raise ValueError(
+                f"{vname} must have shape (..., n) with n >= 1 atoms; got "
+                f"{vname}.shape={tuple(values.shape)}"
+            )
+        if weights is not None:
+            check_tensor(weights, wname)
+            check_same_device_dtype(u_values, "u_values", weights, wname)
+            try:
+                broadcast_shape(weights.shape, values.shape)
+            except ValueError:
+                raise ValueError(
+                    f"{wname} must broadcast to {vname}.shape={tuple(values.shape)}; got "
+                    f"{wname}.shape={tuple(weights.shape)}"
+                ) from None
+    try:
+        broadcast_shape(u_values.shape[:-1], v_values.shape[:-1])
+    except ValueError:
+        raise ValueError(
+            "the leading (batch) dimensions of u_values and v_values must broadcast; got "
+            f"u_values.shape={tuple(u_values.shape)} and v_values.shape={tuple(v_values.shape)}"
+        ) from None
+    if check_bool(validate, "validate"):
+        for t, name in ((u_values, "u_values"), (v_values, "v_values")):
+            check_finite(t, name)
+        totals = []
+        for weights, wname in ((u_weights, "u_weights"), (v_weights, "v_weights")):
+            if weights is None:
+                totals.append(None)
+                continue
+            check_finite(weights, wname)
+            if bool((weights < 0).any()):
+                raise ValueError(
+                    f"{wname} must be non-negative; got a minimum of {weights.min():.3g}"
+                )
+            totals.append(weights.sum(-1))
+        su = 1.0 if totals[0] is None else totals[0]
+        sv = 1.0 if totals[1] is None else totals[1]
+        diff = torch.as_tensor(su - sv).abs()
+        scale = torch.maximum(torch.as_tensor(su).abs(), torch.as_tensor(sv).abs())
+        if bool((diff > mass_rtol(u_values.dtype) * scale).any()):
+            raise ValueError(
+                "u_weights and v_weights must have equal totals (1 for the default uniform "
+                f"weights); got totals {torch.as_tensor(su).reshape(-1)[0].item():.10g} and "
+                f"{torch.as_tensor(sv).reshape(-1)[0].item():.10g}"
+            )
+    return quantile_cost(u_values, v_values, u_weights, v_weights, p)
+
+
+def quantile_cost(
+    u_values: Tensor,
+    v_values: Tensor,
+    u_weights: Tensor | None,
+    v_weights: Tensor | None,
+    p: float,
+) -> Tensor:
+    """Compute :func:`wasserstein_1d` without any check (the driver's closed form)."""
     n, m = u_values.shape[-1], v_values.shape[-1]
     if u_weights is None:
         u_weights = torch.full_like(u_values, 1.0 / n)

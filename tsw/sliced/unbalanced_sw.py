@@ -27,7 +27,7 @@ from torch import Tensor
 
 from tsw.core._driver import Problem, driver_options
 from tsw.core._validation import check_mass, check_positive_int
-from tsw.core.wasserstein_1d import wasserstein_1d
+from tsw.core.wasserstein_1d import quantile_cost
 from tsw.sliced.sw import line_projection, resolve_projections
 
 __all__ = ["partial_sw", "unbalanced_sw"]
@@ -356,7 +356,7 @@ def unbalanced_sw(
         # 1-homogeneous in the common mass; the empty plan (both 0) costs the KL terms only
         total_s, total_t = pi_s.sum(-1, keepdim=True), pi_t.sum(-1, keepdim=True)
         pi_t = pi_t * torch.where(total_t > 0, total_s / torch.where(total_t > 0, total_t, 1), 0)
-        cost = wasserstein_1d(us, vs, pi_s, pi_t, p)  # (B, L)
+        cost = quantile_cost(us, vs, pi_s, pi_t, p)  # (B, L)
         if rho[0] != math.inf:
             cost = cost + rho[0] * _kl(pi_s, wa.unsqueeze(-2))
         if rho[1] != math.inf:
