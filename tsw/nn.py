@@ -572,8 +572,8 @@ class ARIS3WLoss(_S3WPoolBase):
     ``.half()``, and is cast to the data's dtype at each call). Every call draws
     ``n_rotations`` of them without replacement and returns :func:`tsw.s3w` with
     ``rotations=pool[idx]``. One CPU generator, seeded with ``seed`` (operating-system
-    entropy without one), draws the pool, then at each call the indices ``torch.randperm(pool_size)[:n_rotations]``
-    and the directions (through ``s3w``'s ``generator``). So ``ARIS3WLoss(seed=s)``
+    entropy without one), draws the pool, then at each call the indices
+    ``torch.randperm(pool_size)[:n_rotations]`` and the directions (through ``s3w``'s ``generator``). So ``ARIS3WLoss(seed=s)``
     replays::
 
         g = torch.Generator().manual_seed(s)
