@@ -573,8 +573,9 @@ class ARIS3WLoss(_S3WPoolBase):
     ``n_rotations`` of them without replacement and returns :func:`tsw.s3w` with
     ``rotations=pool[idx]``. One CPU generator, seeded with ``seed`` (operating-system
     entropy without one), draws the pool, then at each call the indices
-    ``torch.randperm(pool_size)[:n_rotations]`` and the directions (through ``s3w``'s ``generator``). So ``ARIS3WLoss(seed=s)``
-    replays::
+    ``torch.randperm(pool_size)[:n_rotations]`` and the directions (through ``s3w``'s
+    ``generator``). So ``ARIS3WLoss(seed=s)`` replays (and a state_dict round trip
+    resumes the generator)::
 
         g = torch.Generator().manual_seed(s)
         pool = tsw.sample_rotations(dim, pool_size, generator=g, dtype=torch.float64)
