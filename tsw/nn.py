@@ -41,16 +41,16 @@ from tsw.core._validation import (
     check_options,
     check_positive_int,
 )
-from tsw.euclidean.circular_tsw import circular_tsw
+from tsw.euclidean.circular_tsw import SPLITS, circular_tsw
 from tsw.euclidean.db_tsw import db_tsw
 from tsw.euclidean.mappings import resolve_mapping
 from tsw.euclidean.partial_tsw import partial_tsw
 from tsw.euclidean.spatial_tsw import spatial_tsw
-from tsw.euclidean.tsw_sl import tsw_sl
+from tsw.euclidean.tsw_sl import TREES, tsw_sl
 from tsw.sliced.s3w import s3w, s3w_unif, sample_rotations
 from tsw.sliced.ssw import ssw, ssw_unif
 from tsw.sliced.sw import max_sw, sw
-from tsw.sphere.spatial_stsw import spatial_stsw
+from tsw.sphere.spatial_stsw import resolve_sphere_mapping, spatial_stsw
 from tsw.sphere.stsw import stsw, stsw_unif
 
 __all__ = [
@@ -353,6 +353,18 @@ def _check_spatial(options: dict[str, Any]) -> None:
     resolve_mapping(options["mapping"], options["degree"], options["beta"])
 
 
+def _check_tree(options: dict[str, Any]) -> None:
+    check_choice(options["tree"], "tree", TREES)
+
+
+def _check_split(options: dict[str, Any]) -> None:
+    check_choice(options["split"], "split", SPLITS)
+
+
+def _check_sphere_mapping(options: dict[str, Any]) -> None:
+    resolve_sphere_mapping(options["mapping"])
+
+
 TSWSLLoss = _loss_from(
     tsw_sl,
     "TSWSLLoss",
@@ -365,6 +377,7 @@ TSWSLLoss = _loss_from(
     >>> X.grad.shape
     torch.Size([10, 2])
     """,
+    check=_check_tree,
 )
 
 DbTSWLoss = _loss_from(
@@ -391,6 +404,7 @@ CircularTSWLoss = _loss_from(
     >>> X.grad.shape
     torch.Size([10, 3])
     """,
+    check=_check_split,
 )
 
 SpatialTSWLoss = _loss_from(
@@ -484,6 +498,7 @@ SpatialSTSWLoss = _loss_from(
     >>> loss(X, Y).item() > 0
     True
     """,
+    check=_check_sphere_mapping,
 )
 
 STSWUnifLoss = _loss_from(

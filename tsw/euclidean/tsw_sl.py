@@ -16,6 +16,9 @@ from tsw.euclidean._lines import project
 
 __all__ = ["tsw_sl"]
 
+#: the structures of sampled trees
+TREES = ("chain", "concurrent")
+
 
 @driver_options(chunked=True)
 def tsw_sl(
@@ -142,7 +145,7 @@ def tsw_sl(
         log=log,
         chunk_size=chunk_size,
     )
-    tree = check_choice(tree, "tree", ("chain", "concurrent"))
+    tree = check_choice(tree, "tree", TREES)
     if tree == "chain":
         sampler = partial(sample_chain_lines, source_range=source_range)
     else:

@@ -57,6 +57,17 @@ def sphere_lift(y: Tensor, eps: float = 1e-6) -> Tensor:
     return torch.cat([torch.cos(phi), torch.sin(phi) * y], dim=-1)
 
 
+def resolve_sphere_mapping(mapping: object) -> Callable[[Tensor], Tensor]:
+    """Return the map of :func:`spatial_stsw`: ``"lift"`` (:func:`sphere_lift`) or a callable."""
+    if isinstance(mapping, str):
+        if mapping != "lift":
+            raise ValueError(f"mapping must be 'lift' or a callable; got {mapping!r}")
+        return sphere_lift
+    if callable(mapping):
+        return mapping
+    raise TypeError(f"mapping must be 'lift' or a callable; got {type(mapping).__name__}")
+
+
 @driver_options(chunked=True)
 def spatial_stsw(
     X_s: Tensor,
@@ -126,14 +137,7 @@ def spatial_stsw(
     >>> bool(tsw.spatial_stsw(X, Y, n_trees=50, seed=0) > 0)
     True
     """
-    if isinstance(mapping, str):
-        if mapping != "lift":
-            raise ValueError(f"mapping must be 'lift' or a callable; got {mapping!r}")
-        h = sphere_lift
-    elif callable(mapping):
-        h = mapping
-    else:
-        raise TypeError(f"mapping must be 'lift' or a callable; got {type(mapping).__name__}")
+    h = resolve_sphere_mapping(mapping)
     problem = Problem.of(
         X_s,
         X_t,
