@@ -1510,8 +1510,8 @@ def test_s3w_rotations():
     with pytest.raises(
         ValueError,
         match=lit(
-            "rotations must have orthogonal matrices (max |Q^T Q - I| <= 1.0e-06 in torch.float64); "
-            "got a deviation of 0.21"
+            "rotations must have orthogonal matrices (max |Q^T Q - I| <= 1.0e-06 in "
+            "torch.float64); got a deviation of 0.21"
         ),
     ):
         tsw.s3w(X, Y, rotations=1.1 * Q)
@@ -1602,3 +1602,382 @@ def test_ari_loss_arguments():
         loss(on_sphere(5, 4), on_sphere(4, 4))
     with pytest.raises(ValueError, match=lit("p must be a finite real number >= 1; got 0.5")):
         tsw.nn.ARIS3WLoss(dim=3, p=0.5)(on_sphere(5, 3), on_sphere(4, 3))
+
+
+# --------------------------------------------------------------------------- issue 15 pins
+# Each defect of the adversarial pass (issue 15), pinned: a clear error naming the
+# argument, or a finite value checked against an independent computation.
+
+CIRCLES = [
+    ("ssw", lambda X, Y, **kw: tsw.ssw(X, Y, **kw)),
+    ("ssw_unif", lambda X, Y, **kw: tsw.ssw_unif(X, **kw)),
+]
+
+
+def sphere_data(N=12, M=9, dtype=F64):
+    X, Y = data(N, M, 3, dtype=dtype)
+    return torch.nn.functional.normalize(X, dim=-1), torch.nn.functional.normalize(Y, dim=-1)
+
+
+@pytest.mark.parametrize(("name", "f"), CIRCLES)
+@pytest.mark.parametrize("kind", ["nan", "inf", "zero", "scaled", "skew"])
+def test_circle_frames_are_value_checked(name, f, kind):
+    """NaN or zero frames made POT's binary search loop forever; skewed ones were silent."""
+    X, Y = sphere_data()
+    P = tsw.sample_sphere_projections(3, 6, seed=0, dtype=F64)
+    if kind == "nan":
+        P[0, 0, 0] = math.nan
+    elif kind == "inf":
+        P[2, 1, 1] = math.inf
+    elif kind == "zero":
+        P = torch.zeros_like(P)
+    elif kind == "scaled":
+        P = 2 * P
+    else:
+        P[..., 1] = P[..., 0]
+    message = "contains NaN or Inf" if kind in ("nan", "inf") else "must have orthonormal columns"
+    with pytest.raises(ValueError, match=lit(f"projections {message}")):
+        f(X, Y, projections=P, p=2) if name == "ssw" else f(X, Y, projections=P)
+
+
+def test_ssw_without_validation_never_hangs_on_bad_frames():
+    X, Y = sphere_data()
+    P = tsw.sample_sphere_projections(3, 6, seed=0, dtype=F64)
+    P[0, 0, 0] = math.nan
+    assert math.isnan(float(tsw.ssw(X, Y, projections=P, validate=False)))
+    value = tsw.ssw(X, Y, projections=torch.zeros_like(P), validate=False)
+    assert math.isfinite(float(value))
+
+
+def test_ssw_point_at_a_pole_of_a_circle():
+    """U^T x = 0: POT's own projection gives 0/0 and its p > 1 search never ends."""
+    import numpy as np
+    import ot
+
+    X = torch.tensor([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]], dtype=F64)
+    Y = torch.tensor([[0.0, 1.0, 0.0], [-1.0, 0.0, 0.0]], dtype=F64)
+    P = torch.eye(3, dtype=F64)[None, :, :2]  # the circle of the (e1, e2) plane
+    for p in (1, 2):
+        got = tsw.ssw(X, Y, projections=P, p=p, power=True)
+        # positions atan2(y, x) / 2pi by hand: the pole (e3) at 0 (the convention), e1 at
+        # 0, e2 at 0.25, -e1 at 0.5
+        u, v = np.array([[0.0], [0.0]]), np.array([[0.25], [0.5]])
+        want = ot.wasserstein_circle(u, v, p=p)[0]
+        assert abs(float(got) - want) < 1e-12
+
+
+@pytest.mark.parametrize("kind", ["nan", "inf", "zero", "scaled"])
+@pytest.mark.parametrize("name", ["sw", "s3w", "partial_sw", "unbalanced_sw"])
+def test_explicit_projections_are_value_checked(name, kind):
+    X, Y = data(6, 6, 3)
+    d = 2 if name == "s3w" else 3
+    if name == "s3w":
+        X, Y = sphere_data(6, 6)
+    P = tsw.sample_projections(d, 5, seed=0, dtype=F64)
+    if kind == "nan":
+        P[0, 1] = math.nan
+    elif kind == "inf":
+        P[1, 3] = -math.inf
+    elif kind == "zero":
+        P[:, 2] = 0
+    else:
+        P = 1.5 * P
+    f = getattr(tsw, name)
+    message = (
+        "projections contains NaN or Inf"
+        if kind in ("nan", "inf")
+        else ("projections must have unit-norm columns (directions)")
+    )
+    with pytest.raises(ValueError, match=lit(message)):
+        f(X, Y, projections=P)
+    f(X, Y, projections=P, validate=False)  # skipped without validation
+
+
+def test_projections_normalised_in_float32_pass_in_float64():
+    X, Y = data()
+    P = tsw.sample_projections(3, 7, seed=1, dtype=torch.float32).double()
+    want = tsw.sw(X, Y, projections=P / torch.linalg.vector_norm(P, dim=0), p=2)
+    torch.testing.assert_close(tsw.sw(X, Y, projections=P, p=2), want, rtol=1e-6, atol=0)
+
+
+def test_tree_wasserstein_sobolev_gradient_is_finite_where_the_measures_meet():
+    mu = torch.tensor([0.0, 0.5, 0.5], dtype=F64, requires_grad=True)
+    lengths = torch.tensor([0.0, 1.0, 2.0], dtype=F64)
+    tsw.tree_wasserstein([-1, 0, 0], lengths, mu, mu.detach(), p=2).backward()
+    assert torch.equal(mu.grad, torch.zeros(3, dtype=F64))
+    # away from the meeting point, the gradient of (sum w |d|^2)^(1/2) by hand
+    mu = torch.tensor([0.0, 0.7, 0.3], dtype=F64, requires_grad=True)
+    nu = torch.tensor([0.0, 0.5, 0.5], dtype=F64)
+    tsw.tree_wasserstein([-1, 0, 0], lengths, mu, nu, p=2).backward()
+    diff = (mu - nu).detach()
+    value = math.sqrt(float((lengths * diff**2).sum()))
+    torch.testing.assert_close(mu.grad, lengths * diff / value)
+
+
+EMPTY_BATCH = {
+    **{n: f for n, f in ALL.items() if not n[0].isupper()},
+    "ssw_unif": lambda X, Y, **kw: tsw.ssw_unif(X, n_projections=3, **kw),
+    "stsw_unif": lambda X, Y, **kw: tsw.stsw_unif(X, n_trees=3, renormalize=True, **kw),
+    "s3w_unif": lambda X, Y, **kw: tsw.s3w_unif(X, n_samples=20, renormalize=True, **kw),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY_BATCH))
+def test_empty_batch_gives_an_empty_value(name):
+    """B = 0: shape (0,), as db_tsw, sw and stsw already gave (ssw raised)."""
+    X = torch.nn.functional.normalize(torch.randn(0, 5, 3, dtype=F64), dim=-1)
+    kw = {"renormalize": True} if name in ("ssw_unif",) else {}
+    value = EMPTY_BATCH[name](X, X, seed=0, **kw)
+    assert value.shape == (0,)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ConcurrentLines(torch.zeros(0, 3), torch.zeros(0, 2, 3)),
+        lambda: ConcurrentLines(torch.zeros(2, 3), torch.zeros(2, 0, 3)),
+        lambda: ChainLines(torch.zeros(0, 2, 3), torch.zeros(0, 2, 3)),
+        lambda: tsw.SphericalTrees(torch.zeros(0, 3), torch.zeros(0, 2, 3)),
+    ],
+)
+def test_empty_tree_containers_raise(make):
+    with pytest.raises(ValueError, match=lit("with T, k, d >= 1")):
+        make()
+
+
+def test_max_sw_under_inference_mode_and_no_grad():
+    X, Y = data(12, 9, 3, dtype=torch.float32)
+    want = tsw.max_sw(X, Y, seed=0)
+    with torch.inference_mode():
+        got = tsw.max_sw(X, Y, seed=0)
+    assert torch.equal(got, want)
+    with torch.no_grad():
+        assert torch.equal(tsw.max_sw(X, Y, seed=0), want)
+
+
+def test_unbalanced_sw_under_inference_mode():
+    X, Y = data(12, 9, 3)
+    want = tsw.unbalanced_sw(X, Y, n_projections=5, seed=0)
+    with torch.inference_mode():
+        assert torch.equal(tsw.unbalanced_sw(X, Y, n_projections=5, seed=0), want)
+
+
+@pytest.mark.parametrize("name", ["db_tsw", "tsw_sl", "circular_tsw", "spatial_tsw", "partial_tsw"])
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_nonfinite_center_raises(name, bad):
+    X, Y = data()
+    center = torch.zeros(3, dtype=F64)
+    center[1] = bad
+    kw = {"radius": 0.5} if name == "circular_tsw" else {}
+    with pytest.raises(ValueError, match=lit("center contains NaN or Inf")):
+        getattr(tsw, name)(X, Y, n_trees=3, center=center, seed=0, **kw)
+
+
+@pytest.mark.parametrize("sampler", [tsw.sample_concurrent_lines, tsw.sample_chain_lines])
+def test_samplers_check_center_values_and_dtypes(sampler):
+    with pytest.raises(ValueError, match=lit("center contains NaN or Inf")):
+        sampler(2, n_trees=2, n_lines=2, center=torch.tensor([0.0, math.nan]))
+    sampler(2, n_trees=2, n_lines=2, center=torch.tensor([0.0, math.nan]), validate=False)
+
+
+SAMPLERS = {
+    "sample_concurrent_lines": lambda **kw: tsw.sample_concurrent_lines(
+        3, n_trees=2, n_lines=2, **kw
+    ),
+    "sample_chain_lines": lambda **kw: tsw.sample_chain_lines(3, n_trees=2, n_lines=2, **kw),
+    "sample_spherical_trees": lambda **kw: tsw.sample_spherical_trees(
+        3, n_trees=2, n_lines=2, **kw
+    ),
+    "sample_projections": lambda **kw: tsw.sample_projections(3, 4, **kw),
+    "sample_sphere_projections": lambda **kw: tsw.sample_sphere_projections(3, 4, **kw),
+    "sample_rotations": lambda **kw: tsw.sample_rotations(3, 4, **kw),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_sampler_dtype_and_device_arguments(name):
+    f = SAMPLERS[name]
+    for bad in (torch.int64, torch.float16, torch.bfloat16):
+        with pytest.raises(
+            TypeError, match=lit(f"dtype must be torch.float32 or torch.float64; got {bad}")
+        ):
+            f(dtype=bad, seed=0)
+    with pytest.raises(
+        TypeError, match=lit("dtype must be torch.float32, torch.float64 or None; got str")
+    ):
+        f(dtype="float32", seed=0)
+    with pytest.raises(ValueError, match=lit("device must name a torch device; got 'gpu0'")):
+        f(device="gpu0", seed=0)
+    with pytest.raises(
+        TypeError, match=lit("device must be a torch.device, a device string or None")
+    ):
+        f(device=3.5, seed=0)
+    out = f(dtype=torch.float64, device="cpu", seed=0)
+    out = out.directions if hasattr(out, "directions") else out
+    assert out.dtype == F64
+
+
+FLAGS = [
+    ("db_tsw", "orthogonal"),
+    ("sw", "orthogonal"),
+    ("partial_sw", "orthogonal"),
+    ("unbalanced_sw", "orthogonal"),
+    ("db_tsw", "validate"),
+    ("sw", "validate"),
+    ("ssw", "renormalize"),
+    ("stsw", "renormalize"),
+    ("s3w", "renormalize"),
+    ("s3w", "compat"),
+    ("db_tsw", "power"),
+]
+
+
+@pytest.mark.parametrize(("name", "flag"), FLAGS)
+def test_flags_must_be_bools(name, flag):
+    """orthogonal="False" is truthy: it raises instead of meaning True."""
+    X, Y = sphere_data() if name in ("ssw", "stsw", "s3w") else data()
+    for bad in ("False", 0, None):
+        with pytest.raises(TypeError, match=lit(f"{flag} must be True or False; got")):
+            getattr(tsw, name)(X, Y, seed=0, **{flag: bad})
+    np = pytest.importorskip("numpy")
+    getattr(tsw, name)(X, Y, seed=0, **{flag: np.bool_(flag == "validate")})
+
+
+def test_sampler_flags_must_be_bools():
+    with pytest.raises(TypeError, match=lit("orthogonal must be True or False; got str")):
+        tsw.sample_concurrent_lines(3, n_trees=2, n_lines=2, orthogonal="False")
+    with pytest.raises(TypeError, match=lit("orthogonal must be True or False; got int")):
+        tsw.sample_projections(3, 4, orthogonal=1)
+    with pytest.raises(TypeError, match=lit("validate must be True or False; got str")):
+        ConcurrentLines(torch.zeros(1, 2), torch.eye(2)[None], validate="yes")
+
+
+@pytest.mark.parametrize("scale", [1e30, 1e-30, 1e38])
+def test_renormalize_rows_of_any_finite_magnitude(scale):
+    X, Y = data(8, 6, 3)
+    unit_X, unit_Y = (torch.nn.functional.normalize(t, dim=-1) for t in (X, Y))
+    want = tsw.stsw(unit_X.float(), unit_Y.float(), n_trees=5, seed=0)
+    got = tsw.stsw((scale * X).float(), (scale * Y).float(), n_trees=5, seed=0, renormalize=True)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize(("scale", "way"), [(1e30, "overflow"), (1e-30, "underflow")])
+@pytest.mark.parametrize(
+    "name", ["db_tsw", "tsw_sl", "sw", "max_sw", "partial_tsw", "unbalanced_sw"]
+)
+def test_magnitudes_out_of_the_float32_range_raise(name, scale, way):
+    """At 1e30 squared distances overflow float32 (NaN or Inf); at 1e-30 they underflow to 0."""
+    X, Y = data(8, 6, 3)
+    X32, Y32 = (scale * X).float(), (scale * Y).float()
+    with pytest.raises(ValueError, match=r"X_[st] has entries of magnitude up to") as info:
+        getattr(tsw, name)(X32, Y32, seed=0)
+    assert way in str(info.value)
+    assert "torch.float64" in str(info.value)
+    # the same data in float64 give a finite value
+    kw = {"root_std": 0.1 * scale} if name in ("db_tsw", "tsw_sl", "partial_tsw") else {}
+    assert math.isfinite(float(getattr(tsw, name)(scale * X, scale * Y, seed=0, **kw)))
+
+
+def test_magnitudes_inside_the_range_pass():
+    X, Y = data(8, 6, 3)
+    for scale in (1e-15, 1e15):
+        tsw.sw((scale * X).float(), (scale * Y).float(), seed=0)
+
+
+@pytest.mark.parametrize("name", ["db_tsw", "tsw_sl"])
+def test_roots_far_beyond_float32_data_warn(name):
+    """root_std=0.1 around float32 data at 1e-8 left no correct digit: a warning names it."""
+    X, Y = data(40, 30, 5)
+    s = 1e-8
+    with pytest.warns(UserWarning, match="Pass root_std"):
+        bad = getattr(tsw, name)((s * X).float(), (s * Y).float(), n_trees=20, seed=0)
+    exact = getattr(tsw, name)(s * X, s * Y, n_trees=20, seed=0)
+    assert abs(float(bad) - float(exact)) > 0.1 * float(exact)  # the loss is real
+    # the remedy: root_std (and source_range) in the data's units
+    kw = {"root_std": 0.1 * s} | ({"source_range": s} if name == "tsw_sl" else {})
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        good = getattr(tsw, name)((s * X).float(), (s * Y).float(), n_trees=20, seed=0, **kw)
+        at_one = getattr(tsw, name)(X.float(), Y.float(), n_trees=20, seed=0)
+    want = getattr(tsw, name)(s * X, s * Y, n_trees=20, seed=0, **kw)
+    torch.testing.assert_close(good.double(), want, rtol=1e-5, atol=0)
+    assert float(at_one) > 0
+
+
+WASSERSTEIN_1D = [
+    (
+        "wasserstein_1d",
+        lambda p=1.0, **kw: tsw.wasserstein_1d(
+            kw.get("u", torch.tensor([0.0, 1.0])), kw.get("v", torch.tensor([2.0])), p=p
+        ),
+    ),
+    (
+        "line_system_cost",
+        lambda p=1.0, **kw: tsw.line_system_cost(
+            kw.get("u", torch.tensor([[1.0], [2.0]])), torch.tensor([[1.0], [-1.0]]), p=p
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "f"), WASSERSTEIN_1D)
+def test_closed_forms_check_p_and_types(name, f):
+    for p in (-1, 0.5, math.nan, math.inf):
+        with pytest.raises(ValueError, match=lit("p must be a finite real number >= 1")):
+            f(p=p)
+    with pytest.raises(
+        TypeError, match="must have dtype torch.float32 or torch.float64; got torch.int64"
+    ):
+        f(u=torch.tensor([[0, 1]]) if name == "line_system_cost" else torch.tensor([0, 1]))
+
+
+def test_wasserstein_1d_checks():
+    u, v = torch.tensor([0.0, 1.0]), torch.tensor([2.0, 3.0])
+    assert float(tsw.wasserstein_1d(u, v, p=2)) == 4.0
+    with pytest.raises(TypeError, match=lit("v_values must have the same dtype as u_values")):
+        tsw.wasserstein_1d(u, v.double())
+    with pytest.raises(ValueError, match=lit("v_values must have shape (..., n) with n >= 1")):
+        tsw.wasserstein_1d(u, torch.zeros(0))
+    with pytest.raises(ValueError, match=lit("u_weights must broadcast to u_values.shape=(2,)")):
+        tsw.wasserstein_1d(u, v, torch.ones(3) / 3)
+    with pytest.raises(ValueError, match=lit("leading (batch) dimensions")):
+        tsw.wasserstein_1d(torch.zeros(3, 2), torch.zeros(4, 2))
+    with pytest.raises(ValueError, match=lit("u_values contains NaN or Inf")):
+        tsw.wasserstein_1d(torch.tensor([0.0, math.inf]), v)
+    with pytest.raises(ValueError, match=lit("u_weights must be non-negative")):
+        tsw.wasserstein_1d(u, v, torch.tensor([1.5, -0.5]))
+    with pytest.raises(ValueError, match=lit("u_weights and v_weights must have equal totals")):
+        tsw.wasserstein_1d(u, v, torch.tensor([0.5, 0.6]))
+    assert math.isfinite(float(tsw.wasserstein_1d(u, v, torch.tensor([0.5, 0.6]), validate=False)))
+
+
+def test_line_system_cost_checks():
+    c, m = torch.tensor([[1.0], [2.0]]), torch.tensor([[1.0], [-1.0]])
+    assert float(tsw.line_system_cost(c, m)) == 3.0
+    with pytest.raises(ValueError, match=lit("coords must have shape (..., k, n) or (..., 1, n)")):
+        tsw.line_system_cost(torch.zeros(3, 1), m)
+    with pytest.raises(ValueError, match=lit("masses must have shape (..., k, n) with k, n >= 1")):
+        tsw.line_system_cost(c, torch.zeros(2, 0))
+    with pytest.raises(ValueError, match=lit("attachments must have shape (..., k) with k=2")):
+        tsw.line_system_cost(c, m, torch.zeros(3))
+    with pytest.raises(ValueError, match=lit("masses contains NaN or Inf")):
+        tsw.line_system_cost(c, torch.tensor([[math.nan], [-1.0]]))
+    with pytest.raises(TypeError, match=lit("masses must have the same dtype as coords")):
+        tsw.line_system_cost(c, m.double())
+
+
+def test_tree_wasserstein_shape_mismatches_name_the_argument():
+    mu = torch.tensor([[0.0, 0.5, 0.5], [0.0, 1.0, 0.0]], dtype=F64)
+    nu = mu.flip(0)
+    with pytest.raises(
+        ValueError, match=lit("edge_lengths must have shape (V,) or (..., V) with V=3")
+    ):
+        tsw.tree_wasserstein([-1, 0, 0], torch.ones(4, 3, dtype=F64), mu, nu)
+    with pytest.raises(ValueError, match=lit("edge_lengths must have shape")):
+        tsw.tree_wasserstein([-1, 0, 0], torch.ones(2, dtype=F64), mu, nu)
+    with pytest.raises(ValueError, match=lit("mass_s and mass_t must have the same shape")):
+        tsw.tree_wasserstein([-1, 0, 0], torch.ones(3, dtype=F64), mu, nu[0])
+    with pytest.raises(TypeError, match=lit("parents must hold integers")):
+        tsw.tree_wasserstein([-1, 0.5, 0], torch.ones(3, dtype=F64), mu, nu)

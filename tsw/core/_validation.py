@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -195,7 +196,7 @@ def check_bool(value: object, name: str) -> bool:
 
     A string such as ``"False"`` is truthy in Python: it raises rather than meaning True.
     """
-    if type(value).__name__ == "bool_" and type(value).__module__ == "numpy":
+    if isinstance(value, np.bool_):
         return bool(value)
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False; got {type(value).__name__}")
@@ -498,12 +499,12 @@ def check_on_sphere(X: Tensor, name: str, *, renormalize: bool, validate: bool) 
         )
     renormalize = check_bool(renormalize, "renormalize")
     if renormalize:
-        # divide by the largest entry first (a detached power of 2, exact): the norm of
+        # divide by a power of 2 below the largest entry first (detached, exact): the norm of
         # rows near 1e30 or 1e-30 would overflow or underflow in float32
         top = X.detach().abs().amax(dim=-1, keepdim=True)
         if validate and bool((top == 0).any()):
             raise ValueError(f"{name} has a zero row, which cannot be renormalised onto the sphere")
-        scale = torch.exp2(torch.round(torch.log2(torch.where(top > 0, top, 1))))
+        scale = torch.exp2(torch.floor(torch.log2(torch.where(top > 0, top, 1))))
         Z = X / scale
         return Z / torch.linalg.vector_norm(Z, dim=-1, keepdim=True)
     norms = torch.linalg.vector_norm(X.detach(), dim=-1)

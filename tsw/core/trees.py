@@ -67,9 +67,9 @@ def _check_pair(first: Tensor, fname: str, directions: Tensor, validate: object)
             f"{fname} and directions must share dtype and device; got "
             f"{first.dtype} on {first.device} and {directions.dtype} on {directions.device}"
         )
-    if directions.ndim not in (3, 4) or 0 in directions.shape:
+    if directions.ndim not in (3, 4) or 0 in directions.shape[-3:]:
         raise ValueError(
-            "directions must have shape (T, k, d) or (B, T, k, d) with T, k, d (and B) >= 1; "
+            "directions must have shape (T, k, d) or (B, T, k, d) with T, k, d >= 1; "
             f"got directions.shape={tuple(directions.shape)}"
         )
 

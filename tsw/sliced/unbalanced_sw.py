@@ -40,6 +40,7 @@ def _line_coordinates(
     orthogonal: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Projected supports (B, L, N) and (B, L, M) on explicit or drawn directions."""
+    problem.check_range()
     measures = problem.measures
     proj = resolve_projections(
         measures, projections, n_projections, orthogonal, problem.rng, problem.validate
