@@ -1928,7 +1928,7 @@ def test_closed_forms_check_p_and_types(name, f):
         with pytest.raises(ValueError, match=lit("p must be a finite real number >= 1")):
             f(p=p)
     with pytest.raises(
-        TypeError, match="must have dtype torch.float32 or torch.float64; got torch.int64"
+        TypeError, match=lit("must have dtype torch.float32 or torch.float64; got torch.int64")
     ):
         f(u=torch.tensor([[0, 1]]) if name == "line_system_cost" else torch.tensor([0, 1]))
 
