@@ -185,3 +185,50 @@ def test_unbalanced_sw_batch_and_validation():
         tsw.unbalanced_sw(X[0], Y[0], mass_t=-1.0)
     with pytest.raises(ValueError, match=re.escape("n_iter must be an int >= 1; got 0")):
         tsw.unbalanced_sw(X[0], Y[0], n_iter=0)
+
+
+# --------------------------------------------------------------------------- issue 15 pins
+
+
+def _issue_data():
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(12, 3, generator=g, dtype=F64)
+    Y = torch.randn(9, 3, generator=g, dtype=F64) + 0.7
+    return X, Y
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"mass_s": 0.0}, {"reg_m": 1e-3}, {"p": 8}, {"scale": 10.0}, {"scale": 1e3}]
+)
+def test_unbalanced_sw_stays_finite_and_below_the_empty_plan(kwargs):
+    """Were 0.667, nan, nan, nan and 441281 (POT's FW iterates out of range)."""
+    X, Y = _issue_data()
+    kwargs = dict(kwargs)
+    scale = kwargs.pop("scale", 1.0)
+    p = kwargs.get("p", 2)
+    rho = kwargs.get("reg_m", 1.0)
+    m_s = kwargs.get("mass_s", 1.0)
+    P = tsw.sample_projections(3, 5, seed=0, dtype=F64)
+    value = tsw.unbalanced_sw(scale * X, scale * Y, projections=P, **kwargs)
+    # transporting nothing costs rho (m_s + m_t): an upper bound of every slice's UOT
+    bound = (rho * (m_s + 1.0)) ** (1 / p)
+    assert math.isfinite(float(value))
+    assert 0 <= float(value) <= bound * (1 + 1e-12)
+    if m_s == 0:  # nothing to transport: exactly the KL of destroying the target
+        assert abs(float(value) - (rho * 1.0) ** (1 / p)) < 1e-12
+    # per slice: POT's Frank-Wolfe objective where finite and below the empty plan
+    if not kwargs:
+        *_, log = ot.unbalanced.uot_1d(scale * X @ P, scale * Y @ P, rho, p=p, log=True)
+        cost = log["total_cost"]
+        want = torch.where(torch.isfinite(cost) & (cost <= 2 * rho), cost, 2 * rho).mean()
+        torch.testing.assert_close(value**p, want, rtol=1e-12, atol=1e-14)
+
+
+def test_unbalanced_sw_empty_plan_gradients():
+    """On the empty plan the value is rho (m_s + m_t): its gradient in the masses is rho."""
+    X, Y = _issue_data()
+    mass = torch.tensor(0.0, dtype=F64, requires_grad=True)
+    value = tsw.unbalanced_sw(X, Y, mass_s=mass, n_projections=4, seed=0, power=True)
+    value.backward()
+    torch.testing.assert_close(value.detach(), torch.tensor(1.0, dtype=F64))
+    assert math.isfinite(float(mass.grad))
