@@ -204,6 +204,10 @@ def resolve_trees(
 ) -> TreeSystem:
     """Explicit trees checked against the data, or trees drawn by ``sampler`` from ``rng``.
 
+    With ``validate``, explicit trees also pass their container's value checks again
+    (finite, unit directions, chains' sources on the previous line), since a container
+    built with ``validate=False`` skipped them.
+
     ``sampler(d, n_trees=T, n_lines=k, generator=, dtype=, device=)`` is one of the samplers of
     :mod:`tsw.core.trees` with its structure-specific options bound. With ``root_std``
     (Euclidean trees) it also receives ``center=`` (the given one, or the detached
@@ -216,6 +220,10 @@ def resolve_trees(
         trees = check_trees(trees, allowed, measures)
         resolve_counts(trees, n_trees, n_lines)
         if validate:
+            # the container's own value checks again: it may have been built with
+            # validate=False (a NaN direction would otherwise give a silent NaN)
+            fields = [getattr(trees, f) for f in trees.__dataclass_fields__]
+            type(trees)(*fields, validate=True)
             check_spread(trees, measures)
         return trees
     T, k = resolve_counts(None, n_trees, n_lines, defaults)
