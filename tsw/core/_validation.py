@@ -552,11 +552,13 @@ def check_range(measures: Measures, p: float) -> None:
     r"""Raise ``ValueError`` if the supports' magnitude leaves the dtype's range (a value check).
 
     The distances square coordinates (distances to lines) and raise differences to the
-    power ``p``. With :math:`s = \max |x_{ij}|` over both supports, :math:`q = \max(2, p)`
-    and :math:`r = 2 \sqrt d\, s` (a bound on the distances), :math:`n\, r^q` must stay below
-    the dtype's largest value and a non-zero :math:`s^q` above its smallest normal value
-    (1.2e-38 in float32): otherwise the costs overflow to Inf or NaN, or underflow to 0,
-    silently. In float32 that accepts magnitudes from about 1e-19 to 1e17 at ``p <= 2``.
+    power ``p``. With :math:`s = \max |x_{ij}|` over both supports and :math:`n` atoms,
+    the squared distances (bounded by :math:`(2 \sqrt d\, s)^2`) and the powers
+    :math:`(2 s)^p`, summed over :math:`n` atoms, must stay below the dtype's largest
+    value, and a non-zero :math:`s^{\max(2, p)}` above its smallest normal value (1.2e-38
+    in float32): otherwise the costs overflow to Inf or NaN, or underflow to 0, silently.
+    In float32 at ``p <= 2`` that accepts magnitudes from about 1e-19 to 1e17-1e18
+    (depending on ``n`` and ``d``).
     """
     X_s, X_t = measures.X_s, measures.X_t
     s = X_s.detach().abs().amax() if X_s.numel() else X_s.new_zeros(())
@@ -566,13 +568,13 @@ def check_range(measures: Measures, p: float) -> None:
     if not math.isfinite(s) or s == 0:
         return
     info = torch.finfo(X_s.dtype)
-    q = max(2.0, p)
     d, n = X_s.shape[-1], X_s.shape[-2] + X_t.shape[-2]
-    log_r = math.log(2 * math.sqrt(d) * s)
-    high = q * log_r + math.log(n) > math.log(info.max)
-    low = q * math.log(s) < math.log(info.tiny)
+    log_sq = 2 * math.log(2 * math.sqrt(d) * s)
+    log_pow = p * math.log(2 * s)
+    high = max(log_sq, log_pow) + math.log(n) > math.log(info.max)
+    low = max(2.0, p) * math.log(s) < math.log(info.tiny)
     if high or low:
-        name = "X_s" if float(X_s.detach().abs().amax()) == s else "X_t"
+        name = "X_s" if X_s.numel() and float(X_s.detach().abs().amax()) == s else "X_t"
         way = "overflow" if high else "underflow"
         raise ValueError(
             f"{name} has entries of magnitude up to {s:.3g}: in {X_s.dtype} the squared "

@@ -124,6 +124,10 @@ def circular_tsw(
         measures (per batch item).
     root_std : float, default 0.1
         Standard deviation of the roots around the centre.
+        In the units of the data, not scaled with them: for data at a scale far below
+        1, pass a proportional value (with ``validate``, a ``UserWarning`` says when
+        float rounding of the line coordinates hides the data,
+        :func:`tsw.core._slices.check_spread`).
     seed, generator
         Randomness of the trees (``seed`` gives the same trees on every device; the
         global torch RNG is never used).

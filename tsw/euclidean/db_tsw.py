@@ -88,6 +88,10 @@ def db_tsw(
         measures (per batch item).
     root_std : float, default 0.1
         Standard deviation of the roots around the centre (official code's value).
+        In the units of the data, not scaled with them: for data at a scale far below
+        1, pass a proportional value (with ``validate``, a ``UserWarning`` says when
+        float rounding of the line coordinates hides the data,
+        :func:`tsw.core._slices.check_spread`).
     seed, generator
         Randomness of the trees: ``seed`` gives identical trees on every device.
         Without either, fresh trees from operating-system entropy; the global torch

@@ -139,6 +139,10 @@ def partial_tsw(
         weights).
     root_std : float, default 0.1
         Standard deviation of the roots around the centre.
+        In the units of the data, not scaled with them: for data at a scale far below
+        1, pass a proportional value (with ``validate``, a ``UserWarning`` says when
+        float rounding of the line coordinates hides the data,
+        :func:`tsw.core._slices.check_spread`).
     seed, generator
         Randomness of the trees, as in :func:`tsw.db_tsw`.
     validate : bool, default True

@@ -99,9 +99,14 @@ def tsw_sl(
         measures.
     root_std : float, default 0.1
         Standard deviation of the roots around the centre.
+        In the units of the data, not scaled with them: for data at a scale far below
+        1, pass a proportional value (with ``validate``, a ``UserWarning`` says when
+        float rounding of the line coordinates hides the data,
+        :func:`tsw.core._slices.check_spread`).
     source_range : float, default 1.0
         Chains only: attachment coordinates are uniform in ``[-source_range,
-        source_range]`` (paper's Algorithm 1).
+        source_range]`` (paper's Algorithm 1); in the units of the data, as
+        ``root_std``.
     seed, generator
         Randomness, as in :func:`tsw.db_tsw`.
     validate : bool, default True
