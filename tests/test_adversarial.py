@@ -341,7 +341,7 @@ def _explicit_slices(name, X):
 
 
 def _corrupt(tensor: torch.Tensor, position: int, bad: float) -> torch.Tensor:
-    out = tensor.detach().clone()
+    out = tensor.detach().clone().contiguous()
     flat = out.view(-1)
     flat[position % flat.numel()] = bad
     return out
@@ -668,10 +668,10 @@ def _wasserstein_1d(n, m, seed, p, dtype, batch, weighted):
     assert value.dtype == dtype
     assert bool(torch.isfinite(value).all())
     want = ot.wasserstein_1d(
-        u.T.numpy(),
-        v.T.numpy(),
-        None if uw is None else uw.T.numpy(),
-        None if vw is None else vw.T.numpy(),
+        u.movedim(-1, 0).numpy(),
+        v.movedim(-1, 0).numpy(),
+        None if uw is None else uw.movedim(-1, 0).numpy(),
+        None if vw is None else vw.movedim(-1, 0).numpy(),
         p=p,
     )
     tol = 1e-10 if dtype == F64 else 1e-4
