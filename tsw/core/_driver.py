@@ -279,6 +279,98 @@ def driver_options(sliced: bool = False, chunked: bool = False) -> Callable[[Cal
     return decorate
 
 
+def _external_leaves(out: Tensor, own: set[int]) -> bool:
+    """Whether ``out``'s graph reaches a tensor requiring grad other than ``own`` leaves."""
+    seen, stack = set(), [out.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        variable = getattr(fn, "variable", None)
+        if variable is not None and id(variable) not in own:
+            return True
+        stack.extend(nxt for nxt, _ in fn.next_functions)
+    return False
+
+
+class _BlockCosts(torch.autograd.Function):
+    r"""Per-slice costs of blocks of slices, each block's gradient formed in the forward.
+
+    For each block, the forward pass computes its costs ``c_t`` and, at once, the
+    gradient of :math:`\sum_{t \in \text{block}} c_t` with respect to the measures
+    (accumulated over the blocks), then frees the block's graph. The usual upstream
+    gradient is the same for every slice of a batch item (the value is a function of
+    the mean over slices), so the backward pass only scales the accumulated gradient.
+    An upstream gradient that differs across slices (a loss built from
+    ``log["per_tree"]``) recomputes each block's forward and backward instead.
+
+    ``apply`` returns ``None`` when the first block reaches tensors that require grad
+    other than the measures (closed over by the projection): the caller then falls
+    back to activation checkpointing, which differentiates through them too.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, block: Callable, ranges: list[tuple[int, int]], *inputs: Tensor):
+        needs = ctx.needs_input_grad[2:]
+        summed: list[Tensor | None] = [None] * len(inputs)
+        parts = []
+        for i, (lo, hi) in enumerate(ranges):
+            with torch.enable_grad():
+                local = tuple(
+                    x.detach().requires_grad_(n) for x, n in zip(inputs, needs, strict=True)
+                )
+                part = block(local, lo, hi)
+                if i == 0 and _external_leaves(part, {id(x) for x in local}):
+                    return None
+                wrt = [x for x, n in zip(local, needs, strict=True) if n]
+                grads = torch.autograd.grad(part, wrt, torch.ones_like(part), allow_unused=True)
+            grads_iter = iter(grads)
+            for j, n in enumerate(needs):
+                if not n:
+                    continue
+                g = next(grads_iter)
+                if g is not None:
+                    summed[j] = g if summed[j] is None else summed[j] + g
+            parts.append(part.detach())
+        ctx.block, ctx.ranges, ctx.summed = block, ranges, summed
+        ctx.save_for_backward(*inputs)
+        return torch.cat(parts, dim=-1)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, g: Tensor):
+        inputs = ctx.saved_tensors
+        needs = ctx.needs_input_grad[2:]
+        B = g.shape[0]
+        per_item = g[..., :1]
+        if torch.equal(g, per_item.expand_as(g)) and all(
+            x.shape[0] == B for x, n in zip(inputs, needs, strict=True) if n
+        ):
+            out = []
+            for x, s, n in zip(inputs, ctx.summed, needs, strict=True):
+                if not n or s is None:
+                    out.append(None)
+                else:
+                    out.append(s * per_item.reshape(B, *([1] * (x.dim() - 1))))
+            return (None, None, *out)
+        total: list[Tensor | None] = [None] * len(inputs)
+        for lo, hi in ctx.ranges:
+            with torch.enable_grad():
+                local = tuple(
+                    x.detach().requires_grad_(n) for x, n in zip(inputs, needs, strict=True)
+                )
+                part = ctx.block(local, lo, hi)
+                wrt = [x for x, n in zip(local, needs, strict=True) if n]
+                grads = iter(torch.autograd.grad(part, wrt, g[..., lo:hi], allow_unused=True))
+            for j, n in enumerate(needs):
+                if n:
+                    gj = next(grads)
+                    if gj is not None:
+                        total[j] = gj if total[j] is None else total[j] + gj
+        return (None, None, *total)
+
+
 @dataclasses.dataclass(frozen=True)
 class Problem:
     """A validated call: measures in batched form, ``p``, the randomness and the options.
@@ -421,24 +513,34 @@ class Problem:
         return self._blocks(run, self.measures, slices, counts, narrow)
 
     def _blocks(self, run, measures: Measures, slices, counts, narrow) -> Tensor:
-        """All ``counts[0]`` slices, in blocks of :meth:`chunk_trees` (checkpointed)."""
+        """All ``counts[0]`` slices, in blocks of :meth:`chunk_trees`.
+
+        Under grad mode the blocks go through :class:`_BlockCosts`, which forms each
+        block's gradient during the forward pass (no block's graph outlives it, and no
+        forward is recomputed), or, when a block depends on other tensors that require
+        grad (a learnable split, a tensor mass), through activation checkpointing.
+        """
         T, k = counts
         chunk = self.chunk_trees(T, k)
         if chunk >= T:
             return run(measures, slices)
-        needs_grad = torch.is_grad_enabled() and any(
-            t.requires_grad for t in measures if isinstance(t, Tensor)
-        )
-        parts = []
-        for start in range(0, T, chunk):
-            block = narrow(slices, start, min(start + chunk, T))
-            if needs_grad:
-                part = checkpoint(
-                    run, measures, block, use_reentrant=False, preserve_rng_state=False
-                )
-            else:
-                part = run(measures, block)
-            parts.append(part)
+        ranges = [(lo, min(lo + chunk, T)) for lo in range(0, T, chunk)]
+        inputs = tuple(measures[:4])
+
+        def block(tensors: tuple[Tensor, ...], lo: int, hi: int) -> Tensor:
+            return run(Measures(*tensors, measures.batched), narrow(slices, lo, hi))
+
+        needs = [torch.is_grad_enabled() and t.requires_grad for t in inputs]
+        if not any(needs):
+            return torch.cat([block(inputs, lo, hi) for lo, hi in ranges], dim=-1)
+        if not any(t.requires_grad for t in all_tensors(slices)):
+            out = _BlockCosts.apply(block, ranges, *inputs)
+            if out is not None:
+                return out
+        parts = [
+            checkpoint(block, inputs, lo, hi, use_reentrant=False, preserve_rng_state=False)
+            for lo, hi in ranges
+        ]
         return torch.cat(parts, dim=-1)
 
     def _distributed(self, run, slices, counts, narrow) -> Tensor:
