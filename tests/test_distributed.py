@@ -11,7 +11,11 @@ per-tree costs. The ranks run in spawned processes (tests/_distributed_cases.py)
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import _distributed_cases as cases
 import pytest
@@ -97,3 +101,30 @@ def test_clear_errors_on_every_rank(ranks, key, message):
     _world, results = ranks
     for res in results:
         assert message in res["errors"][key], res["errors"][key]
+
+
+def test_ddp_example_matches_one_process():
+    # torchrun, 2 gloo processes: the first step's loss and DDP-averaged gradients equal one
+    # process's on the union of the shards (the example's --check), then two more steps
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--standalone",
+        str(root / "examples" / "ddp_train.py"),
+        "--steps",
+        "3",
+        "--batch",
+        "64",
+        "--trees",
+        "8",
+        "--check",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=root)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    assert "check: |value - 1 process|" in out.stdout
+    assert "step 3:" in out.stdout
