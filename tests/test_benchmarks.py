@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from benchmarks import gradient_flow, runtime
 
 
@@ -108,3 +110,13 @@ def test_outlier_problem_geometry():
     assert target.shape == (214, 3)
     assert outliers.shape == (14, 3)
     assert torch.equal(target[200:].double(), outliers.float().double())
+
+
+@pytest.mark.slow  # five spawned processes: about 50 s under load
+def test_distributed_quick(tmp_path, capsys):
+    from benchmarks import distributed
+
+    assert distributed.main(["--quick", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "speed-up t(1)/t(R)" in text
+    assert (tmp_path / "distributed.csv").read_text().count("\n") == 4

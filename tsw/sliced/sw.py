@@ -11,6 +11,7 @@ ascent on the sphere that no projection describes: that loop lives in :func:`max
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -35,6 +36,9 @@ from tsw.core._validation import (
     check_tensor,
     check_unit,
 )
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["max_sw", "sample_projections", "sw"]
 
@@ -165,6 +169,8 @@ def sw(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
+    process_group: ProcessGroup | None = None,
+    gather: bool = False,
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Monte-Carlo sliced Wasserstein distance :math:`SW_p`.
 
@@ -231,6 +237,8 @@ def sw(
         power=power,
         log=log,
         chunk_size=chunk_size,
+        process_group=process_group,
+        gather=gather,
     )
     projections = resolve_projections(
         problem.measures, projections, n_projections, orthogonal, problem.rng, problem.validate
