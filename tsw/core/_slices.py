@@ -22,6 +22,7 @@ from tsw.core._validation import (
     check_nonnegative_float,
     check_positive_int,
     check_tensor,
+    check_unit,
 )
 from tsw.core.trees import ChainLines, ConcurrentLines, TreeSystem
 
@@ -204,9 +205,9 @@ def resolve_trees(
 ) -> TreeSystem:
     """Explicit trees checked against the data, or trees drawn by ``sampler`` from ``rng``.
 
-    With ``validate``, explicit trees also pass their container's value checks again
-    (finite, unit directions, chains' sources on the previous line), since a container
-    built with ``validate=False`` skipped them.
+    With ``validate``, explicit trees are also checked at the call (finite tensors, unit
+    directions to :func:`~tsw.core._validation.sphere_tol`), since a container built
+    with ``validate=False`` or cast by ``.to()`` skipped its own checks.
 
     ``sampler(d, n_trees=T, n_lines=k, generator=, dtype=, device=)`` is one of the samplers of
     :mod:`tsw.core.trees` with its structure-specific options bound. With ``root_std``
@@ -220,10 +221,13 @@ def resolve_trees(
         trees = check_trees(trees, allowed, measures)
         resolve_counts(trees, n_trees, n_lines)
         if validate:
-            # the container's own value checks again: it may have been built with
-            # validate=False (a NaN direction would otherwise give a silent NaN)
-            fields = [getattr(trees, f) for f in trees.__dataclass_fields__]
-            type(trees)(*fields, validate=True)
+            # the container may have been built with validate=False (or cast by .to(),
+            # which skips its checks): finite tensors and unit directions, to the
+            # tolerance of explicit projections (directions normalised in float32 and
+            # cast to float64 pass); a NaN direction would otherwise give a silent NaN
+            for name in trees.__dataclass_fields__:
+                check_finite(getattr(trees, name), f"trees.{name}")
+            check_unit(trees.directions, "trees.directions")
             check_spread(trees, measures)
         return trees
     T, k = resolve_counts(None, n_trees, n_lines, defaults)
