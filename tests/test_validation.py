@@ -1981,3 +1981,21 @@ def test_tree_wasserstein_shape_mismatches_name_the_argument():
         tsw.tree_wasserstein([-1, 0, 0], torch.ones(3, dtype=F64), mu, nu[0])
     with pytest.raises(TypeError, match=lit("parents must hold integers")):
         tsw.tree_wasserstein([-1, 0.5, 0], torch.ones(3, dtype=F64), mu, nu)
+
+
+def test_explicit_trees_are_checked_at_the_call():
+    """A container built with validate=False, or cast by .to(), is checked by the distance."""
+    X, Y = data()
+    trees = tsw.sample_concurrent_lines(3, n_trees=3, n_lines=2, seed=0, dtype=F64)
+    bad = trees.directions.clone()
+    bad[1, 0, 2] = math.nan
+    unchecked = ConcurrentLines(trees.roots, bad, validate=False)
+    with pytest.raises(ValueError, match=lit("trees.directions contains NaN or Inf")):
+        tsw.db_tsw(X, Y, trees=unchecked)
+    assert math.isnan(float(tsw.db_tsw(X, Y, trees=unchecked, validate=False)))
+    skew = ConcurrentLines(trees.roots, 1.01 * trees.directions, validate=False)
+    with pytest.raises(ValueError, match=lit("trees.directions must have unit-norm rows")):
+        tsw.db_tsw(X, Y, trees=skew)
+    # sampled in float32 and cast to float64: unit to float32 accuracy, accepted
+    cast = tsw.sample_concurrent_lines(3, n_trees=3, n_lines=2, seed=0).to(F64)
+    assert math.isfinite(float(tsw.db_tsw(X, Y, trees=cast)))
