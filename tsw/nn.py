@@ -9,7 +9,10 @@ randomness (``seed``, ``generator``), explicit slices (``trees``, ``projections`
 for the same trees. Options are attributes: assign a new value to follow a schedule
 (``loss.mass_t = 1.02``); an ``nn.Parameter`` or ``nn.Module`` option is registered
 (trained through the loss, moved by ``.to()``), and a plain tensor option is a
-non-persistent buffer (moved and cast by ``.to()``; assign a tensor to change it).
+non-persistent buffer (moved by ``.to()``, keeping its precision under ``.to(dtype)``
+and ``.half()``; assign a tensor to change it). Tensor options are cast to the data's
+dtype and device at every call. Options are checked at construction and at every
+assignment, by the functions' own checks (:data:`tsw.core._validation.OPTION_CHECKS`).
 
 Randomness:
 
@@ -19,6 +22,9 @@ Randomness:
 * ``resample=False``: the same random draw (directions, root offsets) at every call.
   The roots still follow the data's centre unless ``center`` is given, so the
   objective is a deterministic function of the inputs.
+* ``state_dict()`` holds the random stream (the generator's state, the fixed seed):
+  a module restored with ``load_state_dict`` resumes the stream where the saved one
+  was; a checkpoint saved without it still loads.
 """
 
 from __future__ import annotations
