@@ -43,7 +43,7 @@ from tsw.sliced.unbalanced_sw import partial_sw, unbalanced_sw
 from tsw.sphere.spatial_stsw import spatial_stsw
 from tsw.sphere.stsw import stsw, stsw_unif
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 # The module paths of the flat layout before the subpackages (``from tsw.trees import
 # ...``) keep working: each names the module that now holds its code.
