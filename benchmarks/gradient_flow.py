@@ -26,7 +26,6 @@ main job, about a minute on two CPU cores).
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import time
 
@@ -44,33 +43,26 @@ from benchmarks._report import (
     progress,
     write_results,
 )
+from tsw import datasets, metrics
 
 
 def make_target(name: str, n: int, seed: int) -> torch.Tensor:
-    """Target cloud of ``n`` points, centred to zero mean (float64).
+    """Target cloud of ``n`` points from :mod:`tsw.datasets`, centred to zero mean (float64).
 
-    The 2-D sets follow the definitions of the Db-TSW gradient-flow experiments:
-    ``25gaussians`` puts ``n / 25`` points in each cell of the grid ``2 * {-2..2}^2``
-    with noise std 0.05, all divided by 2.828; ``swissroll`` is the (x, z) projection
-    of the noiseless 3-D Swiss roll, ``t (cos t, sin t)`` with ``t ~ 1.5 pi (1 + 2 U)``,
-    divided by its largest absolute coordinate.
+    ``25gaussians`` is :func:`tsw.datasets.make_25gaussians`, ``swissroll``
+    :func:`tsw.datasets.make_swiss_roll`, ``gaussian<d>d``
+    :func:`tsw.datasets.make_gaussian` in dimension ``d``; each drawn with the seed
+    ``10_000 + seed``.
     """
-    g = torch.Generator().manual_seed(10_000 + seed)
+    s = 10_000 + seed
     if name == "25gaussians":
-        grid = torch.arange(-2.0, 3.0, dtype=torch.float64)
-        centres = 2 * torch.cartesian_prod(grid, grid)
-        reps = max(n // 25, 1)
-        Y = centres.repeat(reps, 1)
-        Y = Y + 0.05 * torch.randn(Y.shape, generator=g, dtype=torch.float64)
-        Y = Y[torch.randperm(len(Y), generator=g)][:n] / 2.828
+        Y = datasets.make_25gaussians(n, seed=s)
     elif name == "swissroll":
-        t = 1.5 * math.pi * (1 + 2 * torch.rand(n, generator=g, dtype=torch.float64))
-        Y = torch.stack([t * torch.cos(t), t * torch.sin(t)], dim=1)
-        Y = Y / Y.abs().max()
-    elif name.startswith("gaussian") and name.endswith("d"):
-        d = int(name[len("gaussian") : -1])  # N(mu, I) with mu ~ U([0, 1)^d)
-        mu = torch.rand(d, generator=g, dtype=torch.float64)
-        Y = mu + torch.randn(n, d, generator=g, dtype=torch.float64)
+        Y = datasets.make_swiss_roll(n, seed=s)
+    elif (
+        name.startswith("gaussian") and name.endswith("d") and name[len("gaussian") : -1].isdigit()
+    ):
+        Y = datasets.make_gaussian(n, int(name[len("gaussian") : -1]), seed=s)
     else:
         raise ValueError(f"unknown dataset {name!r}")
     return Y - Y.mean(0)
@@ -181,10 +173,8 @@ for _d, _sw, _tsw in [
 
 
 def w2_squared(X: torch.Tensor, Y: torch.Tensor) -> float:
-    """Exact squared W2 between uniform clouds, in float64."""
-    Xn, Yn = X.detach().double().numpy(), Y.detach().double().numpy()
-    M = ot.dist(Xn, Yn)
-    return float(ot.emd2(np.full(len(Xn), 1 / len(Xn)), np.full(len(Yn), 1 / len(Yn)), M))
+    """Exact squared W2 between uniform clouds, in float64 (:func:`tsw.metrics.wasserstein`)."""
+    return metrics.wasserstein(X, Y, power=True)
 
 
 def lr_scheduler(opt: torch.optim.Optimizer, schedule: str, iters: int):

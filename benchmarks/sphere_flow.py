@@ -28,8 +28,6 @@ import math
 import statistics
 import time
 
-import numpy as np
-import ot
 import torch
 
 import tsw
@@ -42,49 +40,22 @@ from benchmarks._report import (
     progress,
     write_results,
 )
-
-
-def icosahedron() -> torch.Tensor:
-    """The 12 unit vertices of a regular icosahedron, float64."""
-    phi = (1 + math.sqrt(5)) / 2
-    v = []
-    for s1 in (-1.0, 1.0):
-        for s2 in (-1.0, 1.0):
-            v += [(0.0, s1, s2 * phi), (s1, s2 * phi, 0.0), (s2 * phi, 0.0, s1)]
-    V = torch.tensor(v, dtype=torch.float64)
-    return V / V.norm(dim=1, keepdim=True)
-
-
-def sample_vmf(mu: torch.Tensor, kappa: float, n: int, g: torch.Generator) -> torch.Tensor:
-    """``n`` samples of vMF(mu, kappa) on S^2 (exact inverse CDF of ``w = <x, mu>``)."""
-    u = torch.rand(n, generator=g, dtype=torch.float64)
-    w = 1 + torch.log(u + (1 - u) * math.exp(-2 * kappa)) / kappa
-    v = torch.randn(n, 3, generator=g, dtype=torch.float64)
-    v = v - (v @ mu)[:, None] * mu
-    v = v / v.norm(dim=1, keepdim=True)
-    return w[:, None] * mu + torch.sqrt((1 - w * w).clamp_min(0))[:, None] * v
+from tsw import datasets, metrics
 
 
 def make_target(per_component: int, kappa: float, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(20_000 + seed)
-    return torch.cat([sample_vmf(m, kappa, per_component, g) for m in icosahedron()])
+    """The 12-vMF target of :func:`tsw.datasets.make_vmf_mixture`, seed ``20_000 + seed``."""
+    return datasets.make_vmf_mixture(per_component, kappa, seed=20_000 + seed)
 
 
 def geodesic_w2_squared(X: torch.Tensor, Y: torch.Tensor) -> float:
-    """Exact squared geodesic W2 between uniform clouds (float64, no clamp bias)."""
-    Xn, Yn = X.detach().double(), Y.detach().double()
-    cross = torch.linalg.vector_norm(torch.linalg.cross(Xn[:, None], Yn[None]), dim=-1)
-    M = torch.atan2(cross, Xn @ Yn.T).pow(2).numpy()  # angle without arccos clamp
-    n, m = len(Xn), len(Yn)
-    return float(ot.emd2(np.full(n, 1 / n), np.full(m, 1 / m), M, numItermax=10**7))
+    """Exact squared geodesic W2 of uniform clouds (:func:`tsw.metrics.geodesic_wasserstein`)."""
+    return metrics.geodesic_wasserstein(X, Y, power=True)
 
 
 def nll(X: torch.Tensor, kappa: float) -> float:
-    """Mean negative log-likelihood under the uniform mixture of the 12 vMF."""
-    mus = icosahedron()
-    log_c = math.log(kappa / (2 * math.pi)) - kappa - math.log1p(-math.exp(-2 * kappa))
-    logits = log_c + kappa * (X.detach().double() @ mus.T)
-    return float(-(torch.logsumexp(logits, dim=1) - math.log(12)).mean())
+    """Mean NLL under the 12-vMF mixture (:func:`tsw.metrics.vmf_mixture_nll`)."""
+    return metrics.vmf_mixture_nll(X, datasets.icosahedron(), kappa)
 
 
 def methods(args) -> dict[str, dict]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 
 from benchmarks import gradient_flow, runtime
 
@@ -63,24 +62,6 @@ def test_sphere_flow_tiny(tmp_path, capsys):
     assert (tmp_path / "sphere_flow.png").stat().st_size > 0
 
 
-def test_vmf_sampler_and_icosahedron():
-    import torch
-
-    from benchmarks.sphere_flow import icosahedron, sample_vmf
-
-    V = icosahedron()
-    assert V.shape == (12, 3)
-    G = V @ V.T
-    assert torch.allclose(G.diagonal(), torch.ones(12, dtype=G.dtype))
-    # every vertex has 5 nearest neighbours at the same angle
-    off = G - 2 * torch.eye(12, dtype=G.dtype)
-    assert torch.allclose(off.max(1).values, off.max(1).values[0].expand(12))
-    x = sample_vmf(V[0], 50.0, 4000, torch.Generator().manual_seed(0))
-    assert torch.allclose(x.norm(dim=1), torch.ones(4000, dtype=x.dtype))
-    mean_w = float((x @ V[0]).mean())  # E<x, mu> = coth(kappa) - 1/kappa
-    assert abs(mean_w - (1 / math.tanh(50.0) - 1 / 50.0)) < 2e-3
-
-
 def test_outlier_flow_tiny(tmp_path, capsys):
     from benchmarks import outlier_flow
 
@@ -94,17 +75,3 @@ def test_outlier_flow_tiny(tmp_path, capsys):
     assert set(data["runs"]) == {"ptsw-1", "ptsw-1.04", "sw", "psw", "usw-0.1"}
     assert all(0 <= r["on_outliers"] <= 100 for runs in data["runs"].values() for r in runs)
     assert (tmp_path / "outlier_flow.png").stat().st_size > 0
-
-
-def test_outlier_problem_geometry():
-    import torch
-
-    from benchmarks.outlier_flow import distance_to_torus, noisy_problem, torus_surface
-
-    P = torus_surface(500, torch.Generator().manual_seed(0))
-    assert float(distance_to_torus(P).max()) < 1e-12  # points lie on the surface
-    source, target, outliers = noisy_problem(0, n=200)
-    assert source.shape == (200, 3)
-    assert target.shape == (214, 3)
-    assert outliers.shape == (14, 3)
-    assert torch.equal(target[200:].double(), outliers.float().double())

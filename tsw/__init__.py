@@ -15,11 +15,15 @@ splits, closed forms, the driver), :mod:`tsw.euclidean`, :mod:`tsw.sphere`,
 :mod:`tsw.sliced` (the SW baselines), :mod:`tsw.nn` (losses built from the functions).
 See ``ARCHITECTURE.md``. Sliced baselines for unequal masses (POT's solvers):
 :func:`partial_sw`, :func:`unbalanced_sw`.
+
+Data and evaluation: :mod:`tsw.datasets` (the synthetic point clouds of the papers'
+experiments) and :mod:`tsw.metrics` (exact W_p through ``ot.emd2``, the geodesic W_p on
+the sphere, the NLL of a von Mises-Fisher mixture).
 """
 
 import sys as _sys
 
-from tsw import nn
+from tsw import datasets, metrics, nn
 from tsw.core.tree_wasserstein import line_system_cost, tree_wasserstein
 from tsw.core.trees import (
     ChainLines,
@@ -74,10 +78,12 @@ __all__ = [
     "SphericalTrees",
     "__version__",
     "circular_tsw",
+    "datasets",
     "db_tsw",
     "line_system_cost",
     "mappings",
     "max_sw",
+    "metrics",
     "nn",
     "partial_sw",
     "partial_tsw",
