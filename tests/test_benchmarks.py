@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import csv
 import json
+
+import pytest
 
 from benchmarks import gradient_flow, runtime
 
@@ -34,6 +37,29 @@ def test_gradient_flow_tiny(tmp_path, capsys):
     errors = [r["errors"]["10"] for runs in data["runs"].values() for r in runs]
     assert all(e > 0 for e in errors)
     assert (tmp_path / "25gaussians.png").exists()
+    # the CSV is numeric; the published numbers are a table of their own, at their iterations
+    rows = list(csv.DictReader((tmp_path / "25gaussians.csv").open()))
+    assert {r["key"] for r in rows} == {"sw2", "sw1", "tswsl", "dbtsw", "dbtsw-orth"}
+    for r in rows:
+        assert float(r["w2sq_it10_mean"]) > 0
+        assert float(r["w2sq_it10_std"]) == 0.0  # one seed
+        assert float(r["s_per_iter_median"]) > 0
+    published = list(csv.DictReader((tmp_path / "25gaussians_published.csv").open()))
+    sw2 = next(r for r in published if r["key"] == "sw2")
+    assert float(sw2["w2sq_it500"]) == gradient_flow.PUBLISHED["25gaussians", "sw2"][0][0]
+    assert "w2sq_it10" not in published[0]
+    table = out[out.index("published exact W2^2") :]
+    assert "it 2500" in table
+    assert "A100" in table
+    assert "it 10 " not in table
+
+
+def test_gradient_flow_help_describes_the_output(capsys):
+    with pytest.raises(SystemExit):
+        gradient_flow.main(["--help"])
+    text = capsys.readouterr().out
+    for name in ("DATASET.csv", "DATASET_published.csv", "DATASET.json", "DATASET.png"):
+        assert name in text
 
 
 def test_runtime_sphere_quick(tmp_path, capsys):
