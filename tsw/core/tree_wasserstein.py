@@ -362,6 +362,8 @@ def tree_wasserstein(
 ) -> Tensor:
     r"""Exact optimal transport between two measures on a rooted tree.
 
+    References: [Le2019]_ and [Le2022]_.
+
     .. math::
 
         TW_p(\mu, \nu) = \Big(\sum_{v \neq r} w_v\,

@@ -52,6 +52,8 @@ def circular_tsw(
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Circular tree-sliced Wasserstein distance (CircularTSW, CircularTSW\ :sub:`r=0`).
 
+    References: [Le2022]_.
+
     Each of ``T`` random trees is a star of ``k`` lines through a root ``x``. A
     point ``y`` of weight ``a_y`` puts mass ``a_y alpha_l(y)`` on line ``l`` at the
     **non-negative** coordinate

@@ -41,6 +41,8 @@ def db_tsw(
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Distance-based tree-sliced Wasserstein distance (Db-TSW, Db-TSW⊥).
 
+    References: [Tran2025b]_.
+
     Each of ``T`` random trees is a star of ``k`` concurrent lines through a root
     ``x``. A point ``y`` of weight ``a_y`` puts mass ``a_y alpha_l(y)`` on line ``l`` at
     coordinate ``<y - x, theta_l>``, with the E(d)-invariant split

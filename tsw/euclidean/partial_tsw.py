@@ -48,6 +48,8 @@ def partial_tsw(
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Partial tree-sliced Wasserstein distance (PartialTSW) for unequal total masses.
 
+    References: [Tran2025c]_, [Sato2020]_, [Le2021]_ and [Le2022]_.
+
     The source is :math:`\mu = m_s \sum_i \hat a_i \delta_{x_i}` and the target
     :math:`\nu = m_t \sum_j \hat b_j \delta_{y_j}`, with total masses :math:`m_s`
     (``mass_s``) and :math:`m_t` (``mass_t``) and shapes :math:`\hat a = a / \sum_i a_i`,

@@ -44,6 +44,8 @@ def spatial_tsw(
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Spatial tree-sliced Wasserstein distance (SpatialTSW).
 
+    References: [Tran2025c]_ and [Tran2025b]_.
+
     The spatial Radon transform on systems of lines (SRTSL) is the linear one applied
     to :math:`h(y)` for an injective, continuous
     :math:`h: \mathbb R^d \to \mathbb R^{d_\theta}`:

@@ -42,6 +42,8 @@ def tsw_sl(
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Tree-sliced Wasserstein distance on systems of lines (TSW-SL).
 
+    References: [Tran2025a]_.
+
     A point ``y`` of weight ``a_y`` puts mass ``a_y alpha_l`` on line ``l`` of each tree,
     at coordinate ``<y - x_l, theta_l>``, where ``alpha`` is a constant vector of the
     simplex (uniform by default). The value is

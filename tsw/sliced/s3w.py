@@ -308,6 +308,8 @@ def s3w(
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Stereographic spherical sliced Wasserstein distance: S3W, RI-S3W, ARI-S3W.
 
+    References: [Tran2024s3w]_.
+
     With the map :math:`h` of :func:`s3w_map` and unit directions
     :math:`\theta_1, \dots, \theta_L` of :math:`\mathbb R^d`,
 
@@ -450,6 +452,8 @@ def s3w_unif(
     log: bool = False,
 ) -> Tensor | tuple[Tensor, dict]:
     r"""S3W (or RI-S3W) between a measure on the sphere and a sample of the uniform measure.
+
+    References: [Tran2024s3wu]_.
 
     :func:`s3w` between :math:`(X_s, a)` and ``n_samples`` i.i.d. uniform points of
     :math:`\mathbb S^d` with equal weights of total ``a.sum()``. A Monte-Carlo estimate,

@@ -118,6 +118,8 @@ def ssw(
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Spherical sliced Wasserstein distance :math:`SSW_p` (Bonet et al. 2023).
 
+    References: [Bonet2023]_.
+
     .. math::
 
         SSW_p(\mu, \nu) = \Big(\frac1L \sum_{l=1}^L W_p^p(P^{U_l}_\#\mu,
@@ -246,6 +248,8 @@ def ssw_unif(
     log: bool = False,
 ) -> Tensor | tuple[Tensor, dict]:
     r""":math:`SSW_2` between a measure on the sphere and the uniform measure on it.
+
+    References: [Bonet2023u]_.
 
     The uniform measure projects to the uniform law on every great circle, and the
     circle :math:`W_2^2` between a discrete measure with sorted positions

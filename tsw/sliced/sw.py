@@ -156,6 +156,8 @@ def sw(
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Monte-Carlo sliced Wasserstein distance :math:`SW_p`.
 
+    References: [Bonneel2015]_ and [Rowland2019]_.
+
     .. math::
 
         SW_p(\mu, \nu) = \Big(\frac1L \sum_{l=1}^L
@@ -243,6 +245,8 @@ def max_sw(
     log: bool = False,
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Max-sliced Wasserstein distance by projected gradient ascent.
+
+    References: [Deshpande2019]_.
 
     .. math::
 

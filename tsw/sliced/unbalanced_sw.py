@@ -67,6 +67,8 @@ def partial_sw(
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Sliced partial Wasserstein distance between point clouds of unit-mass atoms.
 
+    References: [Bonneel2019]_ and [Chapel2025]_.
+
     Every atom of either cloud carries mass :math:`1/k`, with :math:`k` = ``n_transported``
     (so the source has mass :math:`N/k`, the target :math:`M/k`), and on every slice
     exactly mass 1 (:math:`k` atoms of each side) is transported:
@@ -229,6 +231,8 @@ def unbalanced_sw(
     log: bool = False,
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Sliced unbalanced optimal transport with KL marginal penalties (SUOT).
+
+    References: [Bonet2025]_ and [Sejourne2022]_.
 
     With :math:`\mu = m_s \sum_i \hat a_i \delta_{x_i}` and
     :math:`\nu = m_t \sum_j \hat b_j \delta_{y_j}` (as in :func:`tsw.partial_tsw`),

@@ -99,6 +99,8 @@ def stsw(
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Spherical tree-sliced Wasserstein distance (STSW) between measures on a sphere.
 
+    References: [Tran2025s]_ and [Le2022s]_.
+
     Each of ``T`` random spherical trees (:class:`tsw.SphericalTrees`) has a root
     :math:`x \in \mathbb S^d` and ``k`` rays, great semicircles of length :math:`\pi`
     leaving :math:`x` in unit tangent directions :math:`v_i` and glued at the root only.
