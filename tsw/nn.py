@@ -82,6 +82,7 @@ class _Loss(nn.Module):
     """What every loss shares: the options as attributes, randomness, batch reduction."""
 
     _fn: Callable[..., Tensor]
+    _signature_options: tuple[inspect.Parameter, ...] = ()
     _options: tuple[str, ...] = ()
     _one_measure: bool = False
 
@@ -183,7 +184,7 @@ def function_options(
     return [q for q in params if q.kind is q.KEYWORD_ONLY and q.name not in exclude]
 
 
-def _bind_options(cls: type, given: dict[str, Any]) -> dict[str, Any]:
+def _bind_options(cls: type[_Loss], given: dict[str, Any]) -> dict[str, Any]:
     """Check option names against the class's signature and fill in the defaults."""
     params = {q.name: q for q in cls._signature_options}
     unknown = sorted(set(given) - set(params))
@@ -466,7 +467,7 @@ S3WUnifLoss = _loss_from(
     base=_UnifLoss,
 )
 
-_S3WPoolBase = _loss_from(
+_S3WPoolBase: type[_Loss] = _loss_from(
     s3w,
     "_S3WPoolBase",
     "S3W with rotations from a pool.",
@@ -475,7 +476,7 @@ _S3WPoolBase = _loss_from(
 )
 
 
-class ARIS3WLoss(_S3WPoolBase):
+class ARIS3WLoss(_S3WPoolBase):  # type: ignore[valid-type,misc]  # a class built at run time
     """ARI-S3W: RI-S3W with its rotations drawn from a pool sampled once (Tran et al. 2024).
 
     At construction the module samples ``pool_size`` Haar rotations of ``R^dim``
@@ -548,7 +549,8 @@ class ARIS3WLoss(_S3WPoolBase):
         if self._generator is not None:
             return self._generator
         gen = torch.Generator(device="cpu")
-        gen.set_state(self._state)
+        if self._state is not None:  # resample=False: replay the state saved at __init__
+            gen.set_state(self._state)
         return gen
 
     def forward(
@@ -598,7 +600,7 @@ _pool_options = [
 ]
 _base = inspect.signature(_S3WPoolBase.__init__).parameters.values()
 _self, *_rest = _base
-ARIS3WLoss.__init__.__signature__ = inspect.Signature([_self, *_pool_options, *_rest])
+setattr(ARIS3WLoss.__init__, "__signature__", inspect.Signature([_self, *_pool_options, *_rest]))  # noqa: B010
 del _base, _self, _rest, _pool_options
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 import torch
@@ -95,6 +95,12 @@ class Projection(NamedTuple):
     n_source: int = 0
 
 
+#: What a distance returns: a tensor, or for numpy inputs a numpy array (a numpy scalar
+#: when unbatched); with ``log=True``, the pair ``(value, log)``.
+Value: TypeAlias = Tensor | np.ndarray | np.generic
+Result: TypeAlias = Value | tuple[Value, dict[str, Any]]
+
+
 def from_numpy(x: object, name: str) -> object:
     """Convert a numpy array to a tensor of its float dtype (no gradient); pass the rest.
 
@@ -134,7 +140,7 @@ MEMORY_BUDGET = 2 * 2**30
 WORK_ELEMENTS_PER_LINE_POINT = 16
 
 
-def slice_counts(slices: Any) -> tuple[int, int]:
+def slice_counts(slices: Any) -> tuple[int, int] | None:
     """Count ``(slices, lines per slice)`` of trees or (..., d, L) directions; else None."""
     if isinstance(slices, Tensor):
         return slices.shape[-1], 1
@@ -292,10 +298,8 @@ class Problem:
         """
         numpy = isinstance(X_s, np.ndarray)
         _check_same_kind(numpy, (X_t, "X_t"), (a, "a"), (b, "b"))
-        X_s, X_t, a, b = (
-            from_numpy(x, name) for x, name in ((X_s, "X_s"), (X_t, "X_t"), (a, "a"), (b, "b"))
-        )
-        measures = check_measures(X_s, X_t, a, b, balanced=balanced, validate=validate)
+        tensors = [from_numpy(x, n) for x, n in ((X_s, "X_s"), (X_t, "X_t"), (a, "a"), (b, "b"))]
+        measures = check_measures(*tensors, balanced=balanced, validate=validate)
         return cls._build(measures, p, seed, generator, validate, power, log, numpy, chunk_size)
 
     @classmethod
@@ -343,7 +347,7 @@ class Problem:
         *,
         projections: Tensor | None = None,
         narrow: Callable[[Any, int, int], Any] | None = None,
-    ) -> Tensor | tuple[Tensor, dict[str, Any]]:
+    ) -> Result:
         """Project, apply the closed form, and finish (see :meth:`finish`).
 
         With a ``chunk_size`` smaller than the number of slices, blocks of slices are
@@ -385,7 +389,7 @@ class Problem:
         """Slices per block: ``chunk_size``, or (``"auto"``) the most within the budget."""
         if self.chunk_size is None:
             return n_slices
-        if self.chunk_size != "auto":
+        if isinstance(self.chunk_size, int):  # checked >= 1 by Problem.of
             return self.chunk_size
         X = self.measures.X_s
         n = X.shape[0] * (X.shape[-2] + self.measures.X_t.shape[-2])
@@ -394,7 +398,7 @@ class Problem:
 
     def finish(
         self, per_slice: Tensor, slices: Any = None, projections: Tensor | None = None
-    ) -> Tensor | tuple[Tensor, dict[str, Any]]:
+    ) -> Result:
         r"""Return the value from (B, T) per-slice costs, unbatched if the input was.
 
         ``(mean over slices) ** (1/p)`` with a zero subgradient at 0, or the mean itself
@@ -405,7 +409,7 @@ class Problem:
         value = mean if self.power else safe_root(mean, self.p)
         batched = self.measures.batched
 
-        def unbatch(t: Tensor) -> Tensor | np.ndarray:
+        def unbatch(t: Tensor) -> Value:
             t = t if batched else t[0]
             return to_numpy(t) if self.numpy else t
 

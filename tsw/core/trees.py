@@ -71,8 +71,36 @@ def _check_pair(first: Tensor, fname: str, directions: Tensor, fshape: str) -> N
         )
 
 
+class _TreeCounts:
+    """The counts every tree container reads from its ``directions`` (..., T, k, dim)."""
+
+    directions: Tensor
+
+    @property
+    def n_trees(self) -> int:
+        """Number of trees ``T``."""
+        return self.directions.shape[-3]
+
+    @property
+    def n_lines(self) -> int:
+        """Number of lines (or rays) per tree ``k``."""
+        return self.directions.shape[-2]
+
+    @property
+    def dim(self) -> int:
+        """Ambient dimension ``d``."""
+        return self.directions.shape[-1]
+
+
+def _batch_size(roots: Tensor, directions: Tensor) -> int | None:
+    """Leading batch size of trees with per-tree roots, or ``None`` when shared."""
+    if directions.ndim == 4:
+        return directions.shape[0]
+    return roots.shape[0] if roots.ndim == 3 else None
+
+
 @dataclass(frozen=True, init=False)
-class ConcurrentLines:
+class ConcurrentLines(_TreeCounts):
     """``T`` trees of ``k`` concurrent lines each (star trees).
 
     Tree ``tau`` is made of the lines ``roots[tau] + s * directions[tau, l]``,
@@ -124,26 +152,9 @@ class ConcurrentLines:
         object.__setattr__(self, "directions", directions)
 
     @property
-    def n_trees(self) -> int:
-        """Number of trees ``T``."""
-        return self.directions.shape[-3]
-
-    @property
-    def n_lines(self) -> int:
-        """Number of lines per tree ``k``."""
-        return self.directions.shape[-2]
-
-    @property
-    def dim(self) -> int:
-        """Ambient dimension ``d``."""
-        return self.directions.shape[-1]
-
-    @property
     def batch_size(self) -> int | None:
         """Leading batch size ``B``, or ``None`` when the trees are shared."""
-        if self.directions.ndim == 4:
-            return self.directions.shape[0]
-        return self.roots.shape[0] if self.roots.ndim == 3 else None
+        return _batch_size(self.roots, self.directions)
 
     @property
     def sources(self) -> Tensor:
@@ -164,7 +175,7 @@ class ConcurrentLines:
 
 
 @dataclass(frozen=True, init=False)
-class ChainLines:
+class ChainLines(_TreeCounts):
     """``T`` trees of ``k`` chained lines each (TSW-SL tree systems).
 
     Line ``i`` of a tree is ``sources[i] + s * directions[i]``; for ``i >= 1`` its
@@ -227,10 +238,6 @@ class ChainLines:
                     f"s * directions[..., i-1, :]) for every i >= 1; got a source at "
                     f"distance {err.item():.3g} from the previous line"
                 )
-
-    n_trees = ConcurrentLines.n_trees
-    n_lines = ConcurrentLines.n_lines
-    dim = ConcurrentLines.dim
 
     @property
     def batch_size(self) -> int | None:
@@ -435,7 +442,7 @@ def sample_chain_lines(
 
 
 @dataclass(frozen=True, init=False)
-class SphericalTrees:
+class SphericalTrees(_TreeCounts):
     r"""``T`` spherical trees of ``k`` rays each, on the unit sphere of R^(d+1).
 
     Tree ``tau`` has a root ``x = roots[tau]`` on :math:`\mathbb S^d` and ``k`` rays, the
@@ -504,9 +511,10 @@ class SphericalTrees:
         object.__setattr__(self, "roots", roots)
         object.__setattr__(self, "directions", directions)
 
-    n_trees = ConcurrentLines.n_trees
-    n_lines = ConcurrentLines.n_lines
-    batch_size = ConcurrentLines.batch_size
+    @property
+    def batch_size(self) -> int | None:
+        """Leading batch size ``B``, or ``None`` when the trees are shared."""
+        return _batch_size(self.roots, self.directions)
 
     @property
     def dim(self) -> int:

@@ -13,7 +13,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from tsw.core._driver import STAR, Problem, Projection, driver_options, signed_masses
+from tsw.core._driver import STAR, Problem, Projection, Result, driver_options, signed_masses
 from tsw.core._safe import broadcast_shape
 from tsw.core._slices import resolve_trees
 from tsw.core._validation import Measures, check_bool, check_choice, check_nonnegative_float
@@ -49,7 +49,7 @@ def circular_tsw(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Circular tree-sliced Wasserstein distance (CircularTSW, CircularTSW\ :sub:`r=0`).
 
     References: [Le2022]_.

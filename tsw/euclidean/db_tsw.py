@@ -7,7 +7,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from tsw.core._driver import STAR, Problem, Projection, driver_options, signed_masses
+from tsw.core._driver import STAR, Problem, Projection, Result, driver_options, signed_masses
 from tsw.core._slices import resolve_trees
 from tsw.core._validation import Measures, check_nonnegative_float
 from tsw.core.splits import distance_split, uniform_split
@@ -38,7 +38,7 @@ def db_tsw(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Distance-based tree-sliced Wasserstein distance (Db-TSW, Db-TSW⊥).
 
     References: [Tran2025b]_.

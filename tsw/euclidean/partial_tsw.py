@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, Projection, closed_form, driver_options
+from tsw.core._driver import Problem, Projection, Result, closed_form, driver_options
 from tsw.core._validation import Measures, check_mass, check_nonnegative_float
 from tsw.core.trees import ConcurrentLines
 from tsw.euclidean.db_tsw import db_projection, resolve_db_trees
@@ -45,7 +45,7 @@ def partial_tsw(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Partial tree-sliced Wasserstein distance (PartialTSW) for unequal total masses.
 
     References: [Tran2025c]_, [Sato2020]_, [Le2021]_ and [Le2022]_.

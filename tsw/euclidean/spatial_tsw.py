@@ -8,7 +8,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, driver_options
+from tsw.core._driver import Problem, Result, driver_options
 from tsw.core._validation import check_nonnegative_float
 from tsw.core.trees import ConcurrentLines
 from tsw.euclidean.db_tsw import db_projection, resolve_db_trees
@@ -41,7 +41,7 @@ def spatial_tsw(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Spatial tree-sliced Wasserstein distance (SpatialTSW).
 
     References: [Tran2025c]_ and [Tran2025b]_.

@@ -26,7 +26,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from tsw.core._driver import LINE, Problem, Projection, driver_options, line_coordinates
+from tsw.core._driver import LINE, Problem, Projection, Result, driver_options, line_coordinates
 from tsw.core._random import Sampler, resolve_sampler
 from tsw.core._validation import (
     Measures,
@@ -249,7 +249,7 @@ def _s3w(
     rotations: Tensor | None,
     projections: Tensor | None,
     compat: bool,
-) -> Tensor:
+) -> Result:
     """Evaluate a validated problem on the sphere (draws rotations, then directions)."""
     measures = problem.measures
     X_s = measures.X_s
@@ -305,7 +305,7 @@ def s3w(
     renormalize: bool = False,
     power: bool = False,
     log: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Stereographic spherical sliced Wasserstein distance: S3W, RI-S3W, ARI-S3W.
 
     References: [Tran2024s3w]_.
@@ -450,7 +450,7 @@ def s3w_unif(
     renormalize: bool = False,
     power: bool = False,
     log: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""S3W (or RI-S3W) between a measure on the sphere and a sample of the uniform measure.
 
     References: [Tran2024s3wu]_.

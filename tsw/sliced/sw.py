@@ -19,6 +19,7 @@ from tsw.core._driver import (
     LINE,
     Problem,
     Projection,
+    Result,
     closed_form,
     driver_options,
     from_numpy,
@@ -79,8 +80,8 @@ def sample_projections(
     return sampler.sphere(n_projections, dim).T
 
 
-def _check_projections(projections: Tensor, measures: Measures) -> Tensor:
-    check_tensor(projections, "projections")
+def _check_projections(given: object, measures: Measures) -> Tensor:
+    projections = check_tensor(given, "projections")
     d = measures.X_s.shape[-1]
     ok = projections.ndim == 2 and projections.shape[0] == d
     if measures.batched:
@@ -111,9 +112,9 @@ def resolve_projections(
     rng: Sampler,
 ) -> Tensor:
     """Explicit projections checked against the data, or drawn ones: (d, L) or (B, d, L)."""
-    projections = from_numpy(projections, "projections")
-    if projections is not None:
-        return _check_projections(projections, measures)
+    explicit = from_numpy(projections, "projections")
+    if explicit is not None:
+        return _check_projections(explicit, measures)
     return sample_projections(
         measures.X_s.shape[-1],
         n_projections,
@@ -153,7 +154,7 @@ def sw(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Monte-Carlo sliced Wasserstein distance :math:`SW_p`.
 
     References: [Bonneel2015]_ and [Rowland2019]_.
@@ -243,7 +244,7 @@ def max_sw(
     validate: bool = True,
     power: bool = False,
     log: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Max-sliced Wasserstein distance by projected gradient ascent.
 
     References: [Deshpande2019]_.

@@ -25,7 +25,7 @@ import ot
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, driver_options
+from tsw.core._driver import Problem, Result, driver_options
 from tsw.core._validation import check_mass, check_positive_int
 from tsw.core.wasserstein_1d import wasserstein_1d
 from tsw.sliced.sw import line_projection, resolve_projections
@@ -64,7 +64,7 @@ def partial_sw(
     validate: bool = True,
     power: bool = False,
     log: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Sliced partial Wasserstein distance between point clouds of unit-mass atoms.
 
     References: [Bonneel2019]_ and [Chapel2025]_.
@@ -229,7 +229,7 @@ def unbalanced_sw(
     validate: bool = True,
     power: bool = False,
     log: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Sliced unbalanced optimal transport with KL marginal penalties (SUOT).
 
     References: [Bonet2025]_ and [Sejourne2022]_.
@@ -341,13 +341,13 @@ def unbalanced_sw(
             )
         pi_s.append(pa.T)
         pi_t.append(pb.T)
-    pi_s, pi_t = torch.stack(pi_s).detach(), torch.stack(pi_t).detach()  # (B, L, N), (B, L, M)
+    marg_s, marg_t = torch.stack(pi_s).detach(), torch.stack(pi_t).detach()  # (B, L, N), (B, L, M)
     # W_p^p between the fixed marginals (equal totals up to rounding), times nothing:
     # W_p^p is 1-homogeneous in the common mass
-    pi_t = pi_t * (pi_s.sum(-1, keepdim=True) / pi_t.sum(-1, keepdim=True))
-    cost = wasserstein_1d(us, vs, pi_s, pi_t, p)  # (B, L)
+    marg_t = marg_t * (marg_s.sum(-1, keepdim=True) / marg_t.sum(-1, keepdim=True))
+    cost = wasserstein_1d(us, vs, marg_s, marg_t, p)  # (B, L)
     if rho[0] != math.inf:
-        cost = cost + rho[0] * _kl(pi_s, wa.unsqueeze(-2))
+        cost = cost + rho[0] * _kl(marg_s, wa.unsqueeze(-2))
     if rho[1] != math.inf:
-        cost = cost + rho[1] * _kl(pi_t, wb.unsqueeze(-2))
+        cost = cost + rho[1] * _kl(marg_t, wb.unsqueeze(-2))
     return problem.finish(cost, proj, projections=proj)

@@ -13,7 +13,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, driver_options
+from tsw.core._driver import Problem, Result, driver_options
 from tsw.core._validation import check_measures, check_measures_on_sphere, check_nonnegative_float
 from tsw.core.trees import SphericalTrees
 from tsw.sphere.stsw import resolve_spherical_trees, spherical_projection
@@ -77,7 +77,7 @@ def spatial_stsw(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""SpatialSTSW: :func:`tsw.stsw` between the images of the measures under a map.
 
     .. math::
@@ -126,6 +126,7 @@ def spatial_stsw(
     >>> bool(tsw.spatial_stsw(X, Y, n_trees=50, seed=0) > 0)
     True
     """
+    h: Callable[[Tensor], Tensor]
     if isinstance(mapping, str):
         if mapping != "lift":
             raise ValueError(f"mapping must be 'lift' or a callable; got {mapping!r}")

@@ -7,7 +7,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from tsw.core._driver import RAYS, Problem, Projection, atoms, driver_options, signed_masses
+from tsw.core._driver import RAYS, Problem, Projection, Result, atoms, driver_options, signed_masses
 from tsw.core._slices import resolve_trees
 from tsw.core._validation import (
     Measures,
@@ -96,7 +96,7 @@ def stsw(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Spherical tree-sliced Wasserstein distance (STSW) between measures on a sphere.
 
     References: [Tran2025s]_ and [Le2022s]_.
@@ -240,7 +240,7 @@ def stsw_unif(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""STSW between a measure on the sphere and the uniform measure on it.
 
     :math:`\mathrm{STSW}_p(\mu, \sigma)` (see :func:`stsw`), with :math:`\sigma` the
