@@ -68,9 +68,7 @@ _MOVED = {
     "tsw_sl": "tsw.euclidean.tsw_sl",
     "unbalanced_sliced": "tsw.sliced.unbalanced_sw",
 }
-for _old, _new in _MOVED.items():
-    _sys.modules[f"tsw.{_old}"] = _sys.modules[_new]
-del _old, _new
+_sys.modules.update({f"tsw.{old}": _sys.modules[new] for old, new in _MOVED.items()})
 
 __all__ = [
     "ChainLines",

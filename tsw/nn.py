@@ -528,6 +528,8 @@ class ARIS3WLoss(_S3WPoolBase):  # type: ignore[valid-type,misc]  # a class buil
     0.0
     """
 
+    pool: Tensor  # (pool_size, dim, dim), a buffer
+
     def __init__(self, *, dim: int, pool_size: int = 100, n_rotations: int = 1, **options):
         super().__init__(**options)
         seed = self.seed

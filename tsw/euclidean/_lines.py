@@ -61,7 +61,7 @@ class _RowProducts(torch.autograd.Function):
         return torch.matmul(rows, Y.transpose(-1, -2))
 
     @staticmethod
-    def backward(ctx, g: Tensor):
+    def backward(ctx, g: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         rows, Y = ctx.saved_tensors
         grad_rows = grad_Y = None
         if ctx.needs_input_grad[1]:

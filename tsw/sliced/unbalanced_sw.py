@@ -190,16 +190,17 @@ def partial_sw(
 def _check_reg_m(reg_m: object) -> tuple[float, float]:
     """``reg_m`` as a pair of positive reals (``inf`` allowed: a hard marginal)."""
     pair = tuple(reg_m) if isinstance(reg_m, tuple | list) else (reg_m, reg_m)
-    ok = len(pair) == 2 and all(
-        not isinstance(r, bool) and isinstance(r, int | float) and not math.isnan(r) and r > 0
+    reals = [
+        float(r)
         for r in pair
-    )
-    if not ok:
+        if not isinstance(r, bool) and isinstance(r, int | float) and not math.isnan(r) and r > 0
+    ]
+    if len(pair) != 2 or len(reals) != 2:
         raise ValueError(
             "reg_m must be a real number > 0 or a pair of them (inf allowed: a hard "
             f"marginal); got {reg_m!r}"
         )
-    return float(pair[0]), float(pair[1])
+    return reals[0], reals[1]
 
 
 def _kl(p: Tensor, q: Tensor) -> Tensor:
