@@ -87,12 +87,18 @@ class _Loss(nn.Module):
     _one_measure: bool = False
 
     def __init__(
-        self, *, reduction: str = "mean", seed: int | None = None, resample: bool = True, **options
-    ):
+        self,
+        *,
+        reduction: str = "mean",
+        seed: int | None = None,
+        resample: bool = True,
+        **options: Any,
+    ) -> None:
         super().__init__()
-        self.reduction = check_choice(reduction, "reduction", ("mean", "sum", "none"))
-        self.seed = seed = check_seed(seed)
-        self.resample = bool(resample)
+        self.reduction: str = check_choice(reduction, "reduction", ("mean", "sum", "none"))
+        self.seed: int | None = check_seed(seed)
+        seed = self.seed
+        self.resample: bool = bool(resample)
         for name, value in _bind_options(type(self), options).items():
             if isinstance(value, Tensor) and not isinstance(value, nn.Parameter):
                 self.register_buffer(name, value, persistent=False)
@@ -266,7 +272,7 @@ def _check_spatial(options: dict[str, Any]) -> None:
     resolve_mapping(options["mapping"], options["degree"], options["beta"])
 
 
-TSWSLLoss = _loss_from(
+TSWSLLoss: type[_Loss] = _loss_from(
     tsw_sl,
     "TSWSLLoss",
     "TSW-SL loss: tree-sliced Wasserstein on systems of lines.",
@@ -280,7 +286,7 @@ TSWSLLoss = _loss_from(
     """,
 )
 
-DbTSWLoss = _loss_from(
+DbTSWLoss: type[_Loss] = _loss_from(
     db_tsw,
     "DbTSWLoss",
     "Db-TSW loss (Db-TSW⊥ with ``orthogonal=True``): distance-based tree-sliced Wasserstein.",
@@ -292,7 +298,7 @@ DbTSWLoss = _loss_from(
     """,
 )
 
-CircularTSWLoss = _loss_from(
+CircularTSWLoss: type[_Loss] = _loss_from(
     circular_tsw,
     "CircularTSWLoss",
     "CircularTSW loss: the circular Radon transform on systems of lines.",
@@ -306,7 +312,7 @@ CircularTSWLoss = _loss_from(
     """,
 )
 
-SpatialTSWLoss = _loss_from(
+SpatialTSWLoss: type[_Loss] = _loss_from(
     spatial_tsw,
     "SpatialTSWLoss",
     "SpatialTSW loss: Db-TSW on an injective map of the supports; an ``nn.Module`` mapping "
@@ -330,7 +336,7 @@ SpatialTSWLoss = _loss_from(
     check=_check_spatial,
 )
 
-PartialTSWLoss = _loss_from(
+PartialTSWLoss: type[_Loss] = _loss_from(
     partial_tsw,
     "PartialTSWLoss",
     "PartialTSW loss for measures of unequal mass. ``mass_s`` and ``mass_t`` are read at "
@@ -346,7 +352,7 @@ PartialTSWLoss = _loss_from(
     """,
 )
 
-SWLoss = _loss_from(
+SWLoss: type[_Loss] = _loss_from(
     sw,
     "SWLoss",
     "Sliced Wasserstein loss (orthogonal SW with ``orthogonal=True``).",
@@ -358,7 +364,7 @@ SWLoss = _loss_from(
     """,
 )
 
-MaxSWLoss = _loss_from(
+MaxSWLoss: type[_Loss] = _loss_from(
     max_sw,
     "MaxSWLoss",
     "Max-sliced Wasserstein loss (the direction by Riemannian ascent at every call).",
@@ -370,7 +376,7 @@ MaxSWLoss = _loss_from(
     """,
 )
 
-STSWLoss = _loss_from(
+STSWLoss: type[_Loss] = _loss_from(
     stsw,
     "STSWLoss",
     "STSW loss between measures on the sphere.",
@@ -385,7 +391,7 @@ STSWLoss = _loss_from(
     """,
 )
 
-SpatialSTSWLoss = _loss_from(
+SpatialSTSWLoss: type[_Loss] = _loss_from(
     spatial_stsw,
     "SpatialSTSWLoss",
     "SpatialSTSW loss; an ``nn.Module`` mapping is registered as the submodule ``mapping``.",
@@ -399,7 +405,7 @@ SpatialSTSWLoss = _loss_from(
     """,
 )
 
-STSWUnifLoss = _loss_from(
+STSWUnifLoss: type[_Loss] = _loss_from(
     stsw_unif,
     "STSWUnifLoss",
     "STSW to the uniform measure on the sphere (a uniformity regulariser): ``loss(X_s, a=None)``.",
@@ -412,7 +418,7 @@ STSWUnifLoss = _loss_from(
     base=_UnifLoss,
 )
 
-SSWLoss = _loss_from(
+SSWLoss: type[_Loss] = _loss_from(
     ssw,
     "SSWLoss",
     "Spherical sliced Wasserstein loss (POT's SSW).",
@@ -425,7 +431,7 @@ SSWLoss = _loss_from(
     """,
 )
 
-SSWUnifLoss = _loss_from(
+SSWUnifLoss: type[_Loss] = _loss_from(
     ssw_unif,
     "SSWUnifLoss",
     "SSW_2 to the uniform measure on the sphere: ``loss(X_s, a=None)``.",
@@ -438,7 +444,7 @@ SSWUnifLoss = _loss_from(
     base=_UnifLoss,
 )
 
-S3WLoss = _loss_from(
+S3WLoss: type[_Loss] = _loss_from(
     s3w,
     "S3WLoss",
     "S3W loss (``n_rotations=0``) or RI-S3W (``n_rotations >= 1``); with ``resample=True`` "
@@ -454,7 +460,7 @@ S3WLoss = _loss_from(
     """,
 )
 
-S3WUnifLoss = _loss_from(
+S3WUnifLoss: type[_Loss] = _loss_from(
     s3w_unif,
     "S3WUnifLoss",
     "S3W / RI-S3W to a sample of the uniform measure on the sphere: ``loss(X_s, a=None)``.",
@@ -530,7 +536,13 @@ class ARIS3WLoss(_S3WPoolBase):  # type: ignore[valid-type,misc]  # a class buil
 
     pool: Tensor  # (pool_size, dim, dim), a buffer
 
-    def __init__(self, *, dim: int, pool_size: int = 100, n_rotations: int = 1, **options):
+    dim: int
+    pool_size: int
+    n_rotations: int
+
+    def __init__(
+        self, *, dim: int, pool_size: int = 100, n_rotations: int = 1, **options: Any
+    ) -> None:
         super().__init__(**options)
         seed = self.seed
         check_positive_int(pool_size, "pool_size")

@@ -325,7 +325,16 @@ class Problem:
 
     @classmethod
     def _build(
-        cls, measures, p, seed, generator, validate, power, log, numpy, chunk_size
+        cls,
+        measures: Measures,
+        p: object,
+        seed: int | None,
+        generator: torch.Generator | None,
+        validate: bool,
+        power: bool,
+        log: bool,
+        numpy: bool,
+        chunk_size: int | str | None,
     ) -> Problem:
         p = check_p(p)
         power, log = check_bool(power, "power"), check_bool(log, "log")
@@ -360,7 +369,13 @@ class Problem:
         per_slice = self._per_slice(project, slices, cost, narrow)
         return self.finish(per_slice, slices, projections)
 
-    def _per_slice(self, project, slices, cost, narrow) -> Tensor:
+    def _per_slice(
+        self,
+        project: Callable[[Measures, Any], Projection],
+        slices: Any,
+        cost: Callable[[Projection, float], Tensor],
+        narrow: Callable[[Any, int, int], Any] | None,
+    ) -> Tensor:
         def run(block: Any) -> Tensor:
             return cost(project(self.measures, block), self.p)
 

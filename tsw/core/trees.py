@@ -17,6 +17,7 @@ set per batch item). Without it the trees are shared by every item of a batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -161,7 +162,7 @@ class ConcurrentLines(_TreeCounts):
         """Source of every line, shape (T, 1, d) or (B, T, 1, d) (the root)."""
         return self.roots.unsqueeze(-2)
 
-    def to(self, *args, **kwargs) -> ConcurrentLines:
+    def to(self, *args: Any, **kwargs: Any) -> ConcurrentLines:
         """Return the trees with ``Tensor.to(*args, **kwargs)`` applied."""
         return ConcurrentLines(
             self.roots.to(*args, **kwargs), self.directions.to(*args, **kwargs), validate=False
@@ -259,7 +260,7 @@ class ChainLines(_TreeCounts):
         t = (step * self.directions[..., :-1, :]).sum(-1)
         return torch.cat([t.new_zeros((*t.shape[:-1], 1)), t], dim=-1)
 
-    def to(self, *args, **kwargs) -> ChainLines:
+    def to(self, *args: Any, **kwargs: Any) -> ChainLines:
         """Return the trees with ``Tensor.to(*args, **kwargs)`` applied."""
         return ChainLines(
             self.sources.to(*args, **kwargs), self.directions.to(*args, **kwargs), validate=False
@@ -521,7 +522,7 @@ class SphericalTrees(_TreeCounts):
         """Ambient dimension ``d + 1`` (the trees live on the sphere of R^(d+1))."""
         return self.directions.shape[-1]
 
-    def to(self, *args, **kwargs) -> SphericalTrees:
+    def to(self, *args: Any, **kwargs: Any) -> SphericalTrees:
         """Return the trees with ``Tensor.to(*args, **kwargs)`` applied."""
         return SphericalTrees(
             self.roots.to(*args, **kwargs), self.directions.to(*args, **kwargs), validate=False
