@@ -29,6 +29,7 @@ def _public() -> dict[str, object]:
     for mod, names in [
         (tsw, tsw.__all__),
         (tsw.nn, tsw.nn.__all__),
+        (tsw.sphere, tsw.sphere.__all__),
         (tsw.datasets, tsw.datasets.__all__),
         (tsw.metrics, tsw.metrics.__all__),
     ]:

@@ -34,17 +34,17 @@ from torch import Tensor, nn
 
 from tsw.core._random import check_seed
 from tsw.core._validation import check_choice, check_positive_int
-from tsw.euclidean.circular_tsw import circular_tsw
-from tsw.euclidean.db_tsw import db_tsw
+from tsw.euclidean._circular_tsw import circular_tsw
+from tsw.euclidean._db_tsw import db_tsw
+from tsw.euclidean._partial_tsw import partial_tsw
+from tsw.euclidean._spatial_tsw import spatial_tsw
+from tsw.euclidean._tsw_sl import tsw_sl
 from tsw.euclidean.mappings import resolve_mapping
-from tsw.euclidean.partial_tsw import partial_tsw
-from tsw.euclidean.spatial_tsw import spatial_tsw
-from tsw.euclidean.tsw_sl import tsw_sl
-from tsw.sliced.s3w import s3w, s3w_unif, sample_rotations
-from tsw.sliced.ssw import ssw, ssw_unif
-from tsw.sliced.sw import max_sw, sw
-from tsw.sphere.spatial_stsw import spatial_stsw
-from tsw.sphere.stsw import stsw, stsw_unif
+from tsw.sliced._s3w import s3w, s3w_unif, sample_rotations
+from tsw.sliced._ssw import ssw, ssw_unif
+from tsw.sliced._sw import max_sw, sw
+from tsw.sphere._spatial_stsw import spatial_stsw
+from tsw.sphere._stsw import stsw, stsw_unif
 
 __all__ = [
     "ARIS3WLoss",

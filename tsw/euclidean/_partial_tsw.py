@@ -16,7 +16,7 @@ from torch import Tensor
 from tsw.core._driver import Problem, Projection, Result, closed_form, driver_options
 from tsw.core._validation import Measures, check_mass, check_nonnegative_float
 from tsw.core.trees import ConcurrentLines
-from tsw.euclidean.db_tsw import db_projection, resolve_db_trees
+from tsw.euclidean._db_tsw import db_projection, resolve_db_trees
 
 __all__ = ["partial_tsw"]
 

@@ -28,7 +28,7 @@ from torch import Tensor
 from tsw.core._driver import Problem, Result, driver_options
 from tsw.core._validation import check_mass, check_positive_int
 from tsw.core.wasserstein_1d import wasserstein_1d
-from tsw.sliced.sw import line_projection, resolve_projections
+from tsw.sliced._sw import line_projection, resolve_projections
 
 __all__ = ["partial_sw", "unbalanced_sw"]
 

@@ -16,7 +16,7 @@ from torch import Tensor
 from tsw.core._driver import Problem, Result, driver_options
 from tsw.core._validation import check_measures, check_measures_on_sphere, check_nonnegative_float
 from tsw.core.trees import SphericalTrees
-from tsw.sphere.stsw import resolve_spherical_trees, spherical_projection
+from tsw.sphere._stsw import resolve_spherical_trees, spherical_projection
 
 __all__ = ["spatial_stsw", "sphere_lift"]
 
@@ -48,7 +48,7 @@ def sphere_lift(y: Tensor, eps: float = 1e-6) -> Tensor:
     Examples
     --------
     >>> import torch
-    >>> from tsw.sphere.spatial_stsw import sphere_lift
+    >>> from tsw.sphere import sphere_lift
     >>> z = sphere_lift(torch.tensor([1.0, 0.0, 0.0]))
     >>> round(float(z.norm()), 6), tuple(z.shape)
     (1.0, (4,))

@@ -11,7 +11,7 @@ from torch import Tensor
 from tsw.core._driver import Problem, Result, driver_options
 from tsw.core._validation import check_nonnegative_float
 from tsw.core.trees import ConcurrentLines
-from tsw.euclidean.db_tsw import db_projection, resolve_db_trees
+from tsw.euclidean._db_tsw import db_projection, resolve_db_trees
 from tsw.euclidean.mappings import map_measures, resolve_mapping
 
 __all__ = ["spatial_tsw"]

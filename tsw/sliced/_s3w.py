@@ -38,7 +38,7 @@ from tsw.core._validation import (
     check_stack,
     check_tensor,
 )
-from tsw.sliced.sw import resolve_projections
+from tsw.sliced._sw import resolve_projections
 
 __all__ = ["s3w", "s3w_map", "s3w_unif", "sample_rotations"]
 
