@@ -205,17 +205,21 @@ def main(argv: list[str] | None = None) -> int:
     print_table(title, header, rows)
     payload = {"settings": settings, "target_nll": target_nll, "runs": raw}
     write_results(out, "sphere_flow", header, rows, payload)
-    means = {
-        table[k]["name"]: [statistics.mean(r["curve"][c] for r in runs) for c in checkpoints]
+    curves = {
+        table[k]["name"]: [[r["curve"][c] for r in runs] for c in checkpoints]
         for k, runs in raw.items()
     }
     plot_curves(
-        means,
+        {name: [statistics.mean(v) for v in vals] for name, vals in curves.items()},
         checkpoints,
         xlabel="step",
         ylabel="log10 exact geodesic $W_2^2$",
-        title="spherical gradient flow, 12 vMF",
+        title=(
+            f"spherical gradient flow onto 12 vMF (kappa {args.kappa:g}), {len(Y)} points, "
+            f"lr {args.lr:g}\nmean over {args.seeds} seeds; band: min to max over the seeds"
+        ),
         path=out / "sphere_flow.png",
+        bands={n: ([min(v) for v in vs], [max(v) for v in vs]) for n, vs in curves.items()},
     )
     print(f"\nresults written to {out.resolve()}")
     return 0
