@@ -33,6 +33,11 @@ def mean_std(values: Sequence[float], spec: str = ".2e", std_spec: str = ".1e") 
     return f"{format(mean, spec)} ± {format(std, std_spec)}"
 
 
+def mean_and_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and population std of ``values`` (std 0 for one run): the CSV's two columns."""
+    return statistics.mean(values), statistics.pstdev(values) if len(values) > 1 else 0.0
+
+
 def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
     """Print an aligned text table under ``title``."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]

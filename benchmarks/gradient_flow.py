@@ -36,6 +36,7 @@ import torch
 import tsw
 from benchmarks._report import (
     add_run_args,
+    mean_and_std,
     mean_std,
     plot_curves,
     prepare,
@@ -182,11 +183,6 @@ def published_source(dataset: str, key: str) -> str:
     if key in ("tswsl-conc", "dbtsw", "dbtsw-orth"):
         return "FW-TSW paper's rerun (5 runs)"
     return "TSW-SL paper, Table 1 (10 runs)"
-
-
-def _mean_std(values: list[float]) -> tuple[float, float]:
-    """Mean and population std (0 for one run) of ``values``."""
-    return statistics.mean(values), statistics.pstdev(values) if len(values) > 1 else 0.0
 
 
 def w2_squared(X: torch.Tensor, Y: torch.Tensor) -> float:
@@ -344,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
                 table[k]["name"],
                 len(raw[k]),
                 statistics.mean(r["iterations"] for r in raw[k]),
-                *_mean_std([r["w2sq_float64"] for r in raw[k]]),
+                *mean_and_std([r["w2sq_float64"] for r in raw[k]]),
                 statistics.median(r["s_per_iter"] for r in raw[k]),
             ]
             for k in keys
@@ -374,8 +370,8 @@ def main(argv: list[str] | None = None) -> int:
                 k,
                 table[k]["name"],
                 len(raw[k]),
-                *[x for c in checkpoints for x in _mean_std([r["errors"][c] for r in raw[k]])],
-                *_mean_std([r["w2sq_float32"] for r in raw[k]]),
+                *[x for c in checkpoints for x in mean_and_std([r["errors"][c] for r in raw[k]])],
+                *mean_and_std([r["w2sq_float32"] for r in raw[k]]),
                 statistics.median(r["s_per_iter"] for r in raw[k]),
             ]
             for k in keys

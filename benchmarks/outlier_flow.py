@@ -39,6 +39,7 @@ import torch
 import tsw
 from benchmarks._report import (
     add_run_args,
+    mean_and_std,
     mean_std,
     prepare,
     print_table,
@@ -161,7 +162,20 @@ def main(argv: list[str] | None = None) -> int:
     print_table(title, header, rows)
     names = {k: v["name"] for k, v in table.items()}
     payload = {"settings": settings, "names": names, "runs": raw}
-    write_results(out, "outlier_flow", header, rows, payload)
+    numeric_header = ["key", "method", "n_seeds", "on_outliers_pct_mean", "on_outliers_pct_std"]
+    numeric_header += ["off_shape_pct_mean", "off_shape_pct_std", "s_per_step_median"]
+    numeric = [
+        [
+            k,
+            table[k]["name"],
+            len(raw[k]),
+            *mean_and_std([r["on_outliers"] for r in raw[k]]),
+            *mean_and_std([r["off_shape"] for r in raw[k]]),
+            statistics.median(r["s_per_step"] for r in raw[k]),
+        ]
+        for k in table
+    ]
+    write_results(out, "outlier_flow", numeric_header, numeric, payload)
     plot(raw, table, problems[0], out / "outlier_flow.png")
     print(f"\nresults written to {out.resolve()}")
     return 0

@@ -33,6 +33,7 @@ import torch
 import tsw
 from benchmarks._report import (
     add_run_args,
+    mean_and_std,
     mean_std,
     plot_curves,
     prepare,
@@ -204,7 +205,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     print_table(title, header, rows)
     payload = {"settings": settings, "target_nll": target_nll, "runs": raw}
-    write_results(out, "sphere_flow", header, rows, payload)
+    numeric_header = ["key", "method", "n_seeds"]
+    for c in checkpoints:
+        numeric_header += [f"log10_w2sq_step{c}_mean", f"log10_w2sq_step{c}_std"]
+    numeric_header += ["nll_mean", "nll_std", "s_per_step_median"]
+    numeric = [
+        [
+            k,
+            table[k]["name"],
+            len(raw[k]),
+            *[x for c in checkpoints for x in mean_and_std([r["curve"][c] for r in raw[k]])],
+            *mean_and_std([r["nll"] for r in raw[k]]),
+            statistics.median(r["s_per_step"] for r in raw[k]),
+        ]
+        for k in keys
+    ]
+    write_results(out, "sphere_flow", numeric_header, numeric, payload)
     curves = {
         table[k]["name"]: [[r["curve"][c] for r in runs] for c in checkpoints]
         for k, runs in raw.items()

@@ -86,6 +86,9 @@ def test_sphere_flow_tiny(tmp_path, capsys):
     data = json.loads((tmp_path / "sphere_flow.json").read_text())
     assert all(len(runs) == 1 for runs in data["runs"].values())
     assert (tmp_path / "sphere_flow.png").stat().st_size > 0
+    for row in csv.DictReader((tmp_path / "sphere_flow.csv").open()):
+        assert float(row["nll_mean"]) > 0
+        assert float(row["s_per_step_median"]) > 0
 
 
 def test_outlier_flow_tiny(tmp_path, capsys):
@@ -101,3 +104,6 @@ def test_outlier_flow_tiny(tmp_path, capsys):
     assert set(data["runs"]) == {"ptsw-1", "ptsw-1.04", "sw", "psw", "usw-0.1"}
     assert all(0 <= r["on_outliers"] <= 100 for runs in data["runs"].values() for r in runs)
     assert (tmp_path / "outlier_flow.png").stat().st_size > 0
+    for row in csv.DictReader((tmp_path / "outlier_flow.csv").open()):
+        assert 0 <= float(row["on_outliers_pct_mean"]) <= 100
+        assert float(row["off_shape_pct_std"]) >= 0
