@@ -29,7 +29,7 @@ extensions = [
 ]
 
 templates_path = ["_templates"]
-exclude_patterns = ["_build", "generated/*.examples", "auto_examples/*.ipynb", "**.zip"]
+exclude_patterns = ["_build", "gallery", "generated/*.examples", "auto_examples/*.ipynb", "**.zip"]
 root_doc = "index"
 default_role = "py:obj"
 nitpicky = False
@@ -48,7 +48,7 @@ html_static_path: list[str] = []
 html_theme_options = {"description": "Tree-sliced optimal transport in PyTorch"}
 
 sphinx_gallery_conf = {
-    "examples_dirs": str(ROOT / "examples"),
+    "examples_dirs": "gallery",  # docs/gallery: executed; the repository's examples/ is not
     "gallery_dirs": "auto_examples",
     "filename_pattern": r"/plot_",
     "download_all_examples": False,

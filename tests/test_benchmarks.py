@@ -107,3 +107,13 @@ def test_outlier_flow_tiny(tmp_path, capsys):
     for row in csv.DictReader((tmp_path / "outlier_flow.csv").open()):
         assert 0 <= float(row["on_outliers_pct_mean"]) <= 100
         assert float(row["off_shape_pct_std"]) >= 0
+
+
+@pytest.mark.slow  # five spawned processes: about 50 s under load
+def test_distributed_quick(tmp_path, capsys):
+    from benchmarks import distributed
+
+    assert distributed.main(["--quick", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "speed-up t(1)/t(R)" in text
+    assert (tmp_path / "distributed.csv").read_text().count("\n") == 4

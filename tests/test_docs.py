@@ -46,7 +46,7 @@ def test_api_reference_lists_every_public_name():
 
 
 def test_gallery_examples_import_only_tsw_and_plotting():
-    for path in (ROOT / "examples").glob("plot_*.py"):
+    for path in (ROOT / "docs" / "gallery").glob("plot_*.py"):
         imports = re.findall(r"^(?:import|from) (\w+)", path.read_text(), flags=re.MULTILINE)
         assert set(imports) <= {"matplotlib", "torch", "tsw", "math", "numpy"}, path.name
 

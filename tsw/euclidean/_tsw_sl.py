@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -14,6 +15,9 @@ from tsw.core._validation import Measures, check_choice
 from tsw.core.splits import check_alpha, constant_split, uniform_split
 from tsw.core.trees import ChainLines, ConcurrentLines, sample_chain_lines, sample_concurrent_lines
 from tsw.euclidean._lines import project
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["tsw_sl"]
 
@@ -40,6 +44,8 @@ def tsw_sl(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
+    process_group: ProcessGroup | None = None,
+    gather: bool = False,
 ) -> Result:
     r"""Tree-sliced Wasserstein distance on systems of lines (TSW-SL).
 
@@ -144,6 +150,8 @@ def tsw_sl(
         power=power,
         log=log,
         chunk_size=chunk_size,
+        process_group=process_group,
+        gather=gather,
     )
     tree = check_choice(tree, "tree", ("chain", "concurrent"))
     sampler: Callable[..., ChainLines | ConcurrentLines] = (

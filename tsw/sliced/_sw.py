@@ -11,6 +11,7 @@ ascent on the sphere that no projection describes: that loop lives in :func:`max
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -32,6 +33,9 @@ from tsw.core._validation import (
     check_positive_int,
     check_tensor,
 )
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["max_sw", "sample_projections", "sw"]
 
@@ -154,6 +158,8 @@ def sw(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
+    process_group: ProcessGroup | None = None,
+    gather: bool = False,
 ) -> Result:
     r"""Monte-Carlo sliced Wasserstein distance :math:`SW_p`.
 
@@ -221,6 +227,8 @@ def sw(
         power=power,
         log=log,
         chunk_size=chunk_size,
+        process_group=process_group,
+        gather=gather,
     )
     projections = resolve_projections(
         problem.measures, projections, n_projections, orthogonal, problem.rng
