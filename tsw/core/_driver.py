@@ -637,17 +637,23 @@ class Problem:
         memory_trees = max(1, MEMORY_BUDGET // max(B * per_tree, 1))
         if X.device.type != "cpu":
             return [(0, B, t, min(t + memory_trees, T)) for t in range(0, T, memory_trees)]
+        # each block also pays O(atoms x d) (centring, the gradient's product and sum):
+        # at least d / 3 lines a block keep that a small share (measured best at 40 lines
+        # for d = 128, N = 1e5, where 8-line blocks were 3.6x slower than 40-line ones)
+        min_trees = -(-X.shape[-1] // (3 * k))
         item = T * k * atoms  # elements of one item's slices
         if B * item <= 2 * CACHE_BLOCK_ELEMENTS and memory_trees >= T:
             return [(0, B, 0, T)]
         shared = not any(x.shape[0] != B for x in inputs) and _unbatched(slices)
         if not shared:
-            trees = max(1, min(memory_trees, CACHE_BLOCK_ELEMENTS // max(B * k * atoms, 1)))
+            trees = max(min_trees, CACHE_BLOCK_ELEMENTS // max(B * k * atoms, 1))
+            trees = max(1, min(memory_trees, trees))
             return [(0, B, t, min(t + trees, T)) for t in range(0, T, trees)]
         if item <= CACHE_BLOCK_ELEMENTS and per_tree * T <= MEMORY_BUDGET:
             per = max(1, min(CACHE_BLOCK_ELEMENTS // item, MEMORY_BUDGET // (per_tree * T)))
             return [(i, min(i + per, B), 0, T) for i in range(0, B, per)]
-        trees = max(1, min(CACHE_BLOCK_ELEMENTS // (k * atoms), MEMORY_BUDGET // per_tree))
+        trees = max(min_trees, CACHE_BLOCK_ELEMENTS // (k * atoms))
+        trees = max(1, min(trees, MEMORY_BUDGET // per_tree))
         return [(i, i + 1, t, min(t + trees, T)) for i in range(B) for t in range(0, T, trees)]
 
     def finish(
