@@ -1,4 +1,4 @@
-"""``chunk_size``: blocks of trees under checkpointing give the unchunked values and gradients."""
+"""``chunk_size``: blocks of items and trees give the one-block values and gradients."""
 
 from __future__ import annotations
 
