@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 from torch import Tensor
@@ -24,7 +25,10 @@ from tsw.core._validation import (
     check_tensor,
     check_unit,
 )
-from tsw.core.trees import ChainLines, ConcurrentLines, TreeSystem
+from tsw.core.trees import ChainLines, ConcurrentLines, SphericalTrees, TreeSystem
+
+#: any tree container; the resolvers return the kind they were asked for
+AnyTrees = TypeVar("AnyTrees", bound=ConcurrentLines | ChainLines | SphericalTrees)
 
 __all__ = [
     "DEFAULT_N_LINES",
@@ -57,7 +61,7 @@ def weighted_center(measures: Measures) -> Tensor:
     return num / (a.sum(-1) + b.sum(-1)).unsqueeze(-1)
 
 
-def check_trees_batch(trees: TreeSystem, measures: Measures) -> None:
+def check_trees_batch(trees: TreeSystem | SphericalTrees, measures: Measures) -> None:
     """Raise if the trees' dimension, dtype, device or batch does not fit the measures."""
     d = measures.X_s.shape[-1]
     if trees.dim != d:
@@ -85,7 +89,7 @@ def check_trees_batch(trees: TreeSystem, measures: Measures) -> None:
 
 
 def resolve_counts(
-    trees: TreeSystem | None,
+    trees: TreeSystem | SphericalTrees | None,
     n_trees: int | None,
     n_lines: int | None,
     defaults: tuple[int, int] = (DEFAULT_N_TREES, DEFAULT_N_LINES),
@@ -180,7 +184,7 @@ def check_spread(trees: TreeSystem, measures: Measures) -> None:
         )
 
 
-def check_trees(trees: object, allowed: tuple[type, ...], measures: Measures) -> TreeSystem:
+def check_trees(trees: object, allowed: tuple[type[AnyTrees], ...], measures: Measures) -> AnyTrees:
     """Check the type of explicit ``trees`` and its fit with the measures."""
     if not isinstance(trees, allowed):
         names = " or ".join(t.__name__ for t in allowed)
@@ -192,17 +196,17 @@ def check_trees(trees: object, allowed: tuple[type, ...], measures: Measures) ->
 def resolve_trees(
     measures: Measures,
     trees: object,
-    allowed: tuple[type, ...],
+    allowed: tuple[type[AnyTrees], ...],
     n_trees: int | None,
     n_lines: int | None,
     *,
-    sampler: Callable[..., TreeSystem],
+    sampler: Callable[..., AnyTrees],
     rng: Sampler,
     center: Tensor | None = None,
     root_std: float | None = None,
     defaults: tuple[int, int] = (DEFAULT_N_TREES, DEFAULT_N_LINES),
     validate: bool = True,
-) -> TreeSystem:
+) -> AnyTrees:
     """Explicit trees checked against the data, or trees drawn by ``sampler`` from ``rng``.
 
     With ``validate``, explicit trees are also checked at the call (finite tensors, unit
@@ -214,22 +218,22 @@ def resolve_trees(
     (Euclidean trees) it also receives ``center=`` (the given one, or the detached
     weighted mean of both measures, checked finite with ``validate``) and ``std=``.
     """
-    extra = {}
+    extra: dict[str, object] = {}
     if root_std is not None:
         check_nonnegative_float(root_std, "root_std")
     if trees is not None:
-        trees = check_trees(trees, allowed, measures)
-        resolve_counts(trees, n_trees, n_lines)
+        checked = check_trees(trees, allowed, measures)
+        resolve_counts(checked, n_trees, n_lines)
         if validate:
             # the container may have been built with validate=False (or cast by .to(),
             # which skips its checks): finite tensors and unit directions, to the
             # tolerance of explicit projections (directions normalised in float32 and
             # cast to float64 pass); a NaN direction would otherwise give a silent NaN
-            for name in trees.__dataclass_fields__:
-                check_finite(getattr(trees, name), f"trees.{name}")
-            check_unit(trees.directions, "trees.directions")
-            check_spread(trees, measures)
-        return trees
+            for name in checked.__dataclass_fields__:
+                check_finite(getattr(checked, name), f"trees.{name}")
+            check_unit(checked.directions, "trees.directions")
+            check_spread(checked, measures)
+        return checked
     T, k = resolve_counts(None, n_trees, n_lines, defaults)
     if root_std is not None:
         center = resolve_center(center, measures, validate)

@@ -25,10 +25,10 @@ import ot
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, driver_options
+from tsw.core._driver import Problem, Result, driver_options
 from tsw.core._validation import check_mass, check_positive_int
 from tsw.core.wasserstein_1d import quantile_cost
-from tsw.sliced.sw import line_projection, resolve_projections
+from tsw.sliced._sw import line_projection, resolve_projections
 
 __all__ = ["partial_sw", "unbalanced_sw"]
 
@@ -67,8 +67,10 @@ def partial_sw(
     validate: bool = True,
     power: bool = False,
     log: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Sliced partial Wasserstein distance between point clouds of unit-mass atoms.
+
+    References: [Bonneel2019]_ and [Chapel2025]_.
 
     Every atom of either cloud carries mass :math:`1/k`, with :math:`k` = ``n_transported``
     (so the source has mass :math:`N/k`, the target :math:`M/k`), and on every slice
@@ -191,16 +193,17 @@ def partial_sw(
 def _check_reg_m(reg_m: object) -> tuple[float, float]:
     """``reg_m`` as a pair of positive reals (``inf`` allowed: a hard marginal)."""
     pair = tuple(reg_m) if isinstance(reg_m, tuple | list) else (reg_m, reg_m)
-    ok = len(pair) == 2 and all(
-        not isinstance(r, bool) and isinstance(r, int | float) and not math.isnan(r) and r > 0
+    reals = [
+        float(r)
         for r in pair
-    )
-    if not ok:
+        if not isinstance(r, bool) and isinstance(r, int | float) and not math.isnan(r) and r > 0
+    ]
+    if len(pair) != 2 or len(reals) != 2:
         raise ValueError(
             "reg_m must be a real number > 0 or a pair of them (inf allowed: a hard "
             f"marginal); got {reg_m!r}"
         )
-    return float(pair[0]), float(pair[1])
+    return reals[0], reals[1]
 
 
 def _plain(t: Tensor) -> Tensor:
@@ -235,8 +238,10 @@ def unbalanced_sw(
     validate: bool = True,
     power: bool = False,
     log: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Sliced unbalanced optimal transport with KL marginal penalties (SUOT).
+
+    References: [Bonet2025]_ and [Sejourne2022]_.
 
     With :math:`\mu = m_s \sum_i \hat a_i \delta_{x_i}` and
     :math:`\nu = m_t \sum_j \hat b_j \delta_{y_j}` (as in :func:`tsw.partial_tsw`),
@@ -347,10 +352,10 @@ def unbalanced_sw(
             )
         pi_s.append(pa.T)
         pi_t.append(pb.T)
-    if pi_s:
-        pi_s, pi_t = torch.stack(pi_s).detach(), torch.stack(pi_t).detach()  # (B, L, N), (B, L, M)
+    if pi_s:  # (B, L, N), (B, L, M)
+        marg_s, marg_t = torch.stack(pi_s).detach(), torch.stack(pi_t).detach()
     else:  # an empty batch
-        pi_s, pi_t = us.new_zeros(us.shape), vs.new_zeros(vs.shape)
+        marg_s, marg_t = us.new_zeros(us.shape), vs.new_zeros(vs.shape)
 
     def objective(pi_s: Tensor, pi_t: Tensor) -> Tensor:
         # W_p^p between the fixed marginals (equal totals up to rounding): W_p^p is
@@ -371,8 +376,8 @@ def unbalanced_sw(
     # rho_1 m_s + rho_2 m_t: a slice whose FW marginals are not finite, or cost more,
     # takes it instead (a better upper bound of the slice's UOT)
     with torch.no_grad():
-        fw = objective(pi_s, pi_t)
-        zero_s, zero_t = torch.zeros_like(pi_s), torch.zeros_like(pi_t)
+        fw = objective(marg_s, marg_t)
+        zero_s, zero_t = torch.zeros_like(marg_s), torch.zeros_like(marg_t)
         empty = objective(zero_s, zero_t)
         # an infinite penalty fixes its marginal: the empty plan is then feasible only
         # for a zero mass
@@ -384,6 +389,6 @@ def unbalanced_sw(
         bad &= torch.isfinite(us).all(-1) & torch.isfinite(vs).all(-1)
         bad &= (torch.isfinite(wa).all(-1) & torch.isfinite(wb).all(-1)).unsqueeze(-1)
     if bool(bad.any()):
-        pi_s = torch.where(bad.unsqueeze(-1), zero_s, pi_s)
-        pi_t = torch.where(bad.unsqueeze(-1), zero_t, pi_t)
-    return problem.finish(objective(pi_s, pi_t), proj, projections=proj)
+        marg_s = torch.where(bad.unsqueeze(-1), zero_s, marg_s)
+        marg_t = torch.where(bad.unsqueeze(-1), zero_t, marg_t)
+    return problem.finish(objective(marg_s, marg_t), proj, projections=proj)

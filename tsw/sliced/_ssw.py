@@ -24,7 +24,7 @@ import ot
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, driver_options, from_numpy
+from tsw.core._driver import Problem, Result, driver_options, from_numpy
 from tsw.core._random import resolve_sampler
 from tsw.core._validation import (
     check_dtype_device,
@@ -88,18 +88,16 @@ def resolve_circles(problem: Problem, projections: Tensor | None, n_projections:
     """
     X = problem.measures.X_s
     D = X.shape[-1]
-    projections = from_numpy(projections, "projections")
-    if projections is None:
+    explicit = from_numpy(projections, "projections")
+    if explicit is None:
         return sample_sphere_projections(
             D, n_projections, generator=problem.rng.generator, dtype=X.dtype, device=X.device
         )
     shape = f"(L, d+1, 2) with d+1={D}"
-    projections = check_stack(
-        projections, "projections", (D, 2), shape, X, problem.measures.batched
-    )
+    checked = check_stack(explicit, "projections", (D, 2), shape, X, problem.measures.batched)
     if problem.validate:
-        check_orthogonal(projections, "projections")
-    return projections
+        check_orthogonal(checked, "projections")
+    return checked
 
 
 @driver_options(sliced=True)
@@ -118,8 +116,10 @@ def ssw(
     renormalize: bool = False,
     power: bool = False,
     log: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Spherical sliced Wasserstein distance :math:`SSW_p` (Bonet et al. 2023).
+
+    References: [Bonet2023]_.
 
     .. math::
 
@@ -223,8 +223,8 @@ def ssw(
         per_circle.append(w * mass)
     # the mean and the root are the driver's (zero subgradient at 0; POT's gives NaN)
     empty = Xs.new_zeros((0, L))  # an empty batch
-    per_circle = torch.stack(per_circle).to(Xs.dtype) if per_circle else empty
-    return problem.finish(per_circle, proj, projections=proj)
+    costs = torch.stack(per_circle).to(Xs.dtype) if per_circle else empty
+    return problem.finish(costs, proj, projections=proj)
 
 
 def _circle_coordinates(X: Tensor, projections: Tensor) -> Tensor:
@@ -255,8 +255,10 @@ def ssw_unif(
     renormalize: bool = False,
     power: bool = False,
     log: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r""":math:`SSW_2` between a measure on the sphere and the uniform measure on it.
+
+    References: [Bonet2023u]_.
 
     The uniform measure projects to the uniform law on every great circle, and the
     circle :math:`W_2^2` between a discrete measure with sorted positions

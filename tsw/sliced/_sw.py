@@ -20,6 +20,7 @@ from tsw.core._driver import (
     LINE,
     Problem,
     Projection,
+    Result,
     closed_form,
     driver_options,
     from_numpy,
@@ -87,8 +88,8 @@ def sample_projections(
     return sampler.sphere(n_projections, dim).T
 
 
-def _check_projections(projections: Tensor, measures: Measures, validate: bool) -> Tensor:
-    check_tensor(projections, "projections")
+def _check_projections(given: object, measures: Measures, validate: bool) -> Tensor:
+    projections = check_tensor(given, "projections")
     d = measures.X_s.shape[-1]
     ok = projections.ndim == 2 and projections.shape[0] == d
     if measures.batched:
@@ -127,9 +128,9 @@ def resolve_projections(
     a zero or a non-unit direction would give a wrong value silently.
     """
     orthogonal = check_bool(orthogonal, "orthogonal")
-    projections = from_numpy(projections, "projections")
-    if projections is not None:
-        return _check_projections(projections, measures, validate)
+    explicit = from_numpy(projections, "projections")
+    if explicit is not None:
+        return _check_projections(explicit, measures, validate)
     return sample_projections(
         measures.X_s.shape[-1],
         n_projections,
@@ -171,8 +172,10 @@ def sw(
     chunk_size: int | str | None = "auto",
     process_group: ProcessGroup | None = None,
     gather: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Monte-Carlo sliced Wasserstein distance :math:`SW_p`.
+
+    References: [Bonneel2015]_ and [Rowland2019]_.
 
     .. math::
 
@@ -262,8 +265,10 @@ def max_sw(
     validate: bool = True,
     power: bool = False,
     log: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Max-sliced Wasserstein distance by projected gradient ascent.
+
+    References: [Deshpande2019]_.
 
     .. math::
 
