@@ -199,13 +199,13 @@ class _Loss(nn.Module):
             self._fixed_seed = state["fixed_seed"]
 
     def _load_from_state_dict(
-        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
     ) -> None:
         # a checkpoint saved before the random stream was part of the state loads too
         key = prefix + "_extra_state"
         had = key in state_dict
         super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )
         if not had and key in missing_keys:
             missing_keys.remove(key)

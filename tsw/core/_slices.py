@@ -137,7 +137,7 @@ def resolve_center(center: Tensor | None, measures: Measures, validate: bool = T
 SPREAD_RTOL = 1e-4
 
 
-def check_spread(trees: TreeSystem, measures: Measures) -> None:
+def check_spread(trees: TreeSystem | SphericalTrees, measures: Measures) -> None:
     r"""Warn when the trees reach so far beyond the data that rounding hides the data.
 
     A coordinate on a line is :math:`\langle y - x, \theta\rangle`, with :math:`x` a root
@@ -160,7 +160,7 @@ def check_spread(trees: TreeSystem, measures: Measures) -> None:
     a, b = measures.a.detach(), measures.b.detach()
     sq = (a * ((measures.X_s.detach() - c[:, None]) ** 2).sum(-1)).sum(-1)
     sq = sq + (b * ((measures.X_t.detach() - c[:, None]) ** 2).sum(-1)).sum(-1)
-    sigma = (sq / (a.sum(-1) + b.sum(-1))).sqrt().min()
+    spread = (sq / (a.sum(-1) + b.sum(-1))).sqrt().min()
     if isinstance(trees, ChainLines):
         src = trees.sources
     elif isinstance(trees, ConcurrentLines):
@@ -169,8 +169,8 @@ def check_spread(trees: TreeSystem, measures: Measures) -> None:
         return
     d = src.shape[-1]
     src = src.detach().reshape(src.shape[0] if trees.batch_size else 1, -1, d)
-    reach = torch.linalg.vector_norm(src - c[:, None].to(src.dtype), dim=-1).amax()
-    sigma, reach = float(sigma), float(reach)
+    far = torch.linalg.vector_norm(src - c[:, None].to(src.dtype), dim=-1).amax()
+    sigma, reach = float(spread), float(far)
     eps = torch.finfo(X.dtype).eps
     if sigma > 0 and eps * reach > SPREAD_RTOL * sigma:
         warnings.warn(

@@ -561,10 +561,10 @@ def check_range(measures: Measures, p: float) -> None:
     (depending on ``n`` and ``d``).
     """
     X_s, X_t = measures.X_s, measures.X_t
-    s = X_s.detach().abs().amax() if X_s.numel() else X_s.new_zeros(())
+    top = X_s.detach().abs().amax() if X_s.numel() else X_s.new_zeros(())
     if X_t.numel():
-        s = torch.maximum(s, X_t.detach().abs().amax())
-    s = float(s)
+        top = torch.maximum(top, X_t.detach().abs().amax())
+    s = float(top)
     if not math.isfinite(s) or s == 0:
         return
     info = torch.finfo(X_s.dtype)

@@ -107,7 +107,7 @@ def wasserstein_1d(
     if check_bool(validate, "validate"):
         for t, name in ((u_values, "u_values"), (v_values, "v_values")):
             check_finite(t, name)
-        totals = []
+        totals: list[Tensor | None] = []
         for weights, wname in ((u_weights, "u_weights"), (v_weights, "v_weights")):
             if weights is None:
                 totals.append(None)

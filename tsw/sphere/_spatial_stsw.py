@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor
@@ -68,7 +68,7 @@ def resolve_sphere_mapping(mapping: object) -> Callable[[Tensor], Tensor]:
             raise ValueError(f"mapping must be 'lift' or a callable; got {mapping!r}")
         return sphere_lift
     if callable(mapping):
-        return mapping
+        return cast("Callable[[Tensor], Tensor]", mapping)  # its output is checked when used
     raise TypeError(f"mapping must be 'lift' or a callable; got {type(mapping).__name__}")
 
 
