@@ -20,10 +20,12 @@ import secrets
 import torch
 from torch import Tensor
 
-__all__ = ["Sampler", "check_seed", "resolve_sampler"]
+__all__ = ["Sampler", "check_seed", "haar_rows", "resolve_sampler"]
 
 #: the seeds a torch.Generator accepts
 SEED_RANGE = (-(2**63), 2**64)
+#: the largest dimension of torch.quasirandom.SobolEngine
+SOBOL_MAX_DIM = 21201
 
 
 def check_seed(seed: object) -> int | None:
@@ -93,11 +95,31 @@ class Sampler:
             dtype=self._draw_dtype,
             device=self._draw_device,
         )
-        q, r = torch.linalg.qr(g)
-        sign = torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))
-        sign = torch.where(sign == 0, torch.ones_like(sign), sign)
-        q = q * sign[..., None, :]
-        return q.transpose(-1, -2).to(device=self.device, dtype=self.dtype)
+        return haar_rows(g).to(device=self.device, dtype=self.dtype)
+
+    def seed_int(self) -> int:
+        """Draw a non-negative 62-bit integer from the generator (to seed another engine)."""
+        i = torch.randint(0, 2**62, (1,), generator=self.generator, device=self._draw_device)
+        return int(i.item())
+
+    def qmc_normal(self, n: int, dim: int) -> Tensor:
+        r"""``n`` randomised quasi-Monte Carlo standard normal points of R^dim, shape (n, dim).
+
+        A scrambled Sobol sequence (``torch.quasirandom.SobolEngine(scramble=True)``, the
+        linear matrix scramble and digital shift of Owen 1998), seeded with
+        :meth:`seed_int` so that the seeding contract holds, drawn in float64 on the CPU
+        and mapped through the inverse Gaussian CDF. Each point is exactly
+        :math:`N(0, I_{dim})` (up to the 2^-53 clamp of the uniforms away from 0 and 1);
+        the ``n`` points are negatively dependent.
+        """
+        if dim > SOBOL_MAX_DIM:
+            raise ValueError(
+                f'sampling="qmc" draws Sobol points of dimension at most {SOBOL_MAX_DIM} (the '
+                f"limit of torch.quasirandom.SobolEngine); got dimension {dim}"
+            )
+        engine = torch.quasirandom.SobolEngine(dim, scramble=True, seed=self.seed_int())
+        u = engine.draw(n, dtype=torch.float64).clamp_(2.0**-53, 1 - 2.0**-53)
+        return torch.special.ndtri(u).to(device=self.device, dtype=self.dtype)
 
     def rotations(self, *batch: int, dim: int) -> Tensor:
         """Haar-distributed rotations of ``R^dim`` (the group SO(dim)), shape (*batch, dim, dim).
@@ -111,6 +133,19 @@ class Sampler:
         flip = torch.linalg.det(q) < 0
         q[..., 0, :] = torch.where(flip[..., None], -q[..., 0, :], q[..., 0, :])
         return q
+
+
+def haar_rows(g: Tensor) -> Tensor:
+    """Rows of ``Q`` from the QR decomposition of Gaussian ``g`` (..., dim, n), sign-fixed.
+
+    With the sign fix of Mezzadri (2007) the ``n`` rows (shape (..., n, dim)) are
+    uniform on the Stiefel manifold whenever the columns of ``g`` are independent
+    standard Gaussian vectors.
+    """
+    q, r = torch.linalg.qr(g)
+    sign = torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))
+    sign = torch.where(sign == 0, torch.ones_like(sign), sign)
+    return (q * sign[..., None, :]).transpose(-1, -2)
 
 
 def resolve_sampler(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 from torch import Tensor
 
 from tsw.core._random import Sampler
@@ -20,12 +21,13 @@ from tsw.core._validation import (
     check_positive_int,
     check_tensor,
 )
-from tsw.core.trees import TreeSystem
+from tsw.core.trees import TreeSystem, check_sampling
 
 __all__ = [
     "DEFAULT_N_LINES",
     "DEFAULT_N_TREES",
     "check_trees",
+    "geometric_median",
     "resolve_center",
     "resolve_counts",
     "resolve_trees",
@@ -49,6 +51,48 @@ def weighted_center(measures: Measures) -> Tensor:
         b.unsqueeze(-1) * measures.X_t.detach()
     ).sum(-2)
     return num / (a.sum(-1) + b.sum(-1)).unsqueeze(-1)
+
+
+#: Weiszfeld iterations of :func:`geometric_median`: at most this many ...
+MEDIAN_MAX_ITER = 100
+#: ... or until the centre moves by less than this times the spread of the atoms
+MEDIAN_RTOL = 1e-6
+
+
+def geometric_median(measures: Measures) -> Tensor:
+    r"""Detached weighted geometric median of both measures together, shape (B, d).
+
+    The Fermat-Weber point :math:`\arg\min_z \sum_i w_i \|x_i - z\|` of the atoms
+    of both measures (weights ``a`` and ``b``), by Weiszfeld's iterations
+
+    .. math::
+
+        z \leftarrow \frac{\sum_i w_i x_i / \max(\|x_i - z\|, \epsilon)}
+            {\sum_i w_i / \max(\|x_i - z\|, \epsilon)},
+
+    started at the weighted mean, for at most :data:`MEDIAN_MAX_ITER` steps or until
+    every item's step is below :data:`MEDIAN_RTOL` times its spread (the weighted mean
+    distance to the mean). :math:`\epsilon` is ``sqrt(eps)`` times the spread, so an
+    iterate that lands on an atom stays finite. The objective decreases at every
+    step (Weiszfeld 1937; Kuhn 1973); FW-TSW (Tran et al., ICLR 2026) centres its roots
+    here.
+    """
+    a, b = measures.a.detach(), measures.b.detach()
+    Z = torch.cat([measures.X_s.detach(), measures.X_t.detach()], dim=-2)  # (B, n, d)
+    w = torch.cat([a, b], dim=-1)  # (B, n)
+    w = w / w.sum(-1, keepdim=True)
+    z = (w.unsqueeze(-1) * Z).sum(-2)  # (B, d)
+    spread = (w * torch.linalg.vector_norm(Z - z.unsqueeze(-2), dim=-1)).sum(-1)
+    floor = (spread * torch.finfo(Z.dtype).eps ** 0.5).clamp_min(torch.finfo(Z.dtype).tiny)
+    for _ in range(MEDIAN_MAX_ITER):
+        dist = torch.linalg.vector_norm(Z - z.unsqueeze(-2), dim=-1)
+        inv = w / torch.maximum(dist, floor.unsqueeze(-1))
+        new = (inv.unsqueeze(-1) * Z).sum(-2) / inv.sum(-1, keepdim=True)
+        step = torch.linalg.vector_norm(new - z, dim=-1)
+        z = new
+        if bool((step <= MEDIAN_RTOL * spread).all()):
+            break
+    return z
 
 
 def check_trees_batch(trees: TreeSystem, measures: Measures) -> None:
@@ -101,14 +145,25 @@ def resolve_counts(
     return T, k
 
 
-def resolve_center(center: Tensor | None, measures: Measures) -> Tensor:
-    """Centre of the roots: the given one, or the detached weighted mean of both measures.
+#: the named centres of the roots
+CENTERS = ("mean", "median")
 
-    Shape (d,) for unbatched measures (so that the drawn trees are unbatched too), (B, d)
-    or (d,) for batched ones.
+
+def resolve_center(center: Tensor | str | None, measures: Measures) -> Tensor:
+    """Centre of the roots: a given tensor, or a detached centre of both measures.
+
+    ``"mean"`` (or ``None``): their weighted mean; ``"median"``: their weighted
+    geometric median (:func:`geometric_median`, FW-TSW). Shape (d,) for unbatched
+    measures (so that the drawn trees are unbatched too), (B, d) or (d,) for batched
+    ones.
     """
-    if center is None:
-        center = weighted_center(measures)
+    if center is None or isinstance(center, str):
+        if center not in (None, *CENTERS):
+            raise ValueError(
+                f'center must be "mean", "median" or a tensor of shape (d,) or (B, d); got '
+                f"{center!r}"
+            )
+        center = geometric_median(measures) if center == "median" else weighted_center(measures)
         return center if measures.batched else center[0]
     check_tensor(center, "center")
     d = measures.X_s.shape[-1]
@@ -137,18 +192,21 @@ def resolve_trees(
     *,
     sampler: Callable[..., TreeSystem],
     rng: Sampler,
-    center: Tensor | None = None,
+    center: Tensor | str | None = None,
     root_std: float | None = None,
     defaults: tuple[int, int] = (DEFAULT_N_TREES, DEFAULT_N_LINES),
+    sampling: str = "iid",
 ) -> TreeSystem:
     """Explicit trees checked against the data, or trees drawn by ``sampler`` from ``rng``.
 
-    ``sampler(d, n_trees=T, n_lines=k, generator=, dtype=, device=)`` is one of the samplers of
-    :mod:`tsw.core.trees` with its structure-specific options bound. With ``root_std``
-    (Euclidean trees) it also receives ``center=`` (the given one, or the detached
-    weighted mean of both measures) and ``std=``.
+    ``sampler(d, n_trees=T, n_lines=k, sampling=, generator=, dtype=, device=)`` is one of
+    the samplers of :mod:`tsw.core.trees` with its structure-specific options bound. With
+    ``root_std`` (Euclidean trees) it also receives ``center=`` (the given one, or the
+    detached mean or geometric median of both measures, :func:`resolve_center`) and
+    ``std=``. ``sampling`` is checked even when explicit trees make it unused.
     """
     extra = {}
+    sampling = check_sampling(sampling)
     if root_std is not None:
         check_nonnegative_float(root_std, "root_std")
     if trees is not None:
@@ -164,6 +222,7 @@ def resolve_trees(
         n_trees=T,
         n_lines=k,
         **extra,
+        sampling=sampling,
         generator=rng.generator,
         dtype=X.dtype,
         device=X.device,

@@ -29,8 +29,9 @@ def db_tsw(
     delta: float = 2.0,
     p: float = 1,
     orthogonal: bool = False,
+    sampling: str = "iid",
     trees: ConcurrentLines | None = None,
-    center: Tensor | None = None,
+    center: Tensor | str | None = "mean",
     root_std: float = 0.1,
     seed: int | None = None,
     generator: torch.Generator | None = None,
@@ -81,11 +82,18 @@ def db_tsw(
         Exponent (see above).
     orthogonal : bool, default False
         Db-TSW⊥: orthonormal directions inside each tree (needs ``k <= d``).
+    sampling : {"iid", "orthogonal", "qmc"}, default "iid"
+        How the ``T`` trees are spread (:func:`tsw.sample_concurrent_lines`): i.i.d.,
+        stratified across trees in orthonormal frames, or randomised quasi-Monte Carlo.
+        Every tree keeps its law, so the value stays an unbiased estimate of the same
+        distance (of its ``p``-th power); only its variance changes
+        (``python -m benchmarks.variance``).
     trees : ConcurrentLines, optional
         Explicit trees; overrides the sampling arguments.
-    center : Tensor of shape (d,) or (B, d), optional
-        Centre of the sampled roots; default the detached weighted mean of both
-        measures (per batch item).
+    center : "mean", "median" or Tensor of shape (d,) or (B, d), default "mean"
+        Centre of the sampled roots: the detached weighted mean of both measures (per
+        batch item), their detached weighted geometric median (``"median"``, found by
+        Weiszfeld's iterations: FW-TSW, Tran et al., ICLR 2026), or a given point.
     root_std : float, default 0.1
         Standard deviation of the roots around the centre (official code's value).
     seed, generator
@@ -104,8 +112,8 @@ def db_tsw(
     ------
     TypeError, ValueError
         For malformed inputs (see :func:`tsw.core._validation.check_measures`), ``p < 1``,
-        ``delta < 0``, counts < 1, ``orthogonal`` with ``k > d``, or trees that do not
-        fit the data.
+        ``delta < 0``, counts < 1, ``orthogonal`` with ``k > d``, an unknown ``sampling``
+        or ``center``, or trees that do not fit the data.
 
     Notes
     -----
@@ -158,6 +166,7 @@ def db_tsw(
         orthogonal=orthogonal,
         center=center,
         root_std=root_std,
+        sampling=sampling,
     )
     return problem.evaluate(partial(db_projection, delta=delta), trees)
 
@@ -169,8 +178,9 @@ def resolve_db_trees(
     n_trees: int | None,
     n_lines: int | None,
     orthogonal: bool,
-    center: Tensor | None,
+    center: Tensor | str | None,
     root_std: float,
+    sampling: str = "iid",
 ) -> ConcurrentLines:
     """Explicit concurrent-line trees checked against the data, or Db-TSW's sampled ones.
 
@@ -187,6 +197,7 @@ def resolve_db_trees(
         rng=problem.rng,
         center=center,
         root_std=root_std,
+        sampling=sampling,
     )
 
 

@@ -10,8 +10,6 @@ ascent on the sphere that no projection describes: that loop lives in :func:`max
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
@@ -27,19 +25,23 @@ from tsw.core._driver import (
 from tsw.core._random import Sampler, resolve_sampler
 from tsw.core._validation import (
     Measures,
+    check_bool,
     check_nonnegative_float,
     check_positive_int,
     check_tensor,
 )
+from tsw.core.trees import check_sampling, sample_directions, sampling_doc
 
 __all__ = ["max_sw", "sample_projections", "sw"]
 
 
+@sampling_doc
 def sample_projections(
     dim: int,
     n_projections: int,
     *,
     orthogonal: bool = False,
+    sampling: str = "iid",
     seed: int | None = None,
     generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
@@ -54,7 +56,11 @@ def sample_projections(
     orthogonal : bool, default False
         Draw ``ceil(L / d)`` independent Haar-random orthonormal frames of ``d``
         directions and keep the first ``L`` columns (orthogonal SW, Rowland et al.
-        2019); otherwise i.i.d. uniform directions.
+        2019); otherwise i.i.d. uniform directions. The same as ``sampling="orthogonal"``.
+    sampling : {"iid", "orthogonal", "qmc"}, default "iid"
+        {SAMPLING}
+        For directions (one line per slice) ``"orthogonal"`` is orthogonal SW;
+        ``orthogonal=True`` with ``sampling="qmc"`` raises.
     seed, generator, dtype, device
         As for the tree samplers (``seed`` is device independent).
 
@@ -70,13 +76,24 @@ def sample_projections(
     """
     check_positive_int(dim, "dim")
     check_positive_int(n_projections, "n_projections")
+    sampling = resolve_direction_sampling(orthogonal, sampling)
     dtype = torch.get_default_dtype() if dtype is None else dtype
     device = torch.device("cpu") if device is None else torch.device(device)
     sampler = resolve_sampler(seed, generator, dtype=dtype, device=device)
-    if orthogonal:
-        frames = sampler.orthonormal(math.ceil(n_projections / dim), n=dim, dim=dim)
-        return frames.reshape(-1, dim)[:n_projections].T
-    return sampler.sphere(n_projections, dim).T
+    return sample_directions(sampler, n_projections, 1, dim, sampling=sampling)[:, 0].T
+
+
+def resolve_direction_sampling(orthogonal: object, sampling: object) -> str:
+    """Return the ``sampling`` of one-line slices (``orthogonal=True`` is ``"orthogonal"``)."""
+    sampling = check_sampling(sampling)
+    if check_bool(orthogonal, "orthogonal"):
+        if sampling == "qmc":
+            raise ValueError(
+                'orthogonal=True (orthogonal SW) is sampling="orthogonal"; it cannot be '
+                'combined with sampling="qmc"; got orthogonal=True and sampling="qmc"'
+            )
+        return "orthogonal"
+    return sampling
 
 
 def _check_projections(projections: Tensor, measures: Measures) -> Tensor:
@@ -109,15 +126,17 @@ def resolve_projections(
     n_projections: int,
     orthogonal: bool,
     rng: Sampler,
+    sampling: str = "iid",
 ) -> Tensor:
     """Explicit projections checked against the data, or drawn ones: (d, L) or (B, d, L)."""
     projections = from_numpy(projections, "projections")
+    sampling = resolve_direction_sampling(orthogonal, sampling)
     if projections is not None:
         return _check_projections(projections, measures)
     return sample_projections(
         measures.X_s.shape[-1],
         n_projections,
-        orthogonal=orthogonal,
+        sampling=sampling,
         generator=rng.generator,
         dtype=measures.X_s.dtype,
         device=measures.X_s.device,
@@ -147,6 +166,7 @@ def sw(
     p: float = 2,
     projections: Tensor | None = None,
     orthogonal: bool = False,
+    sampling: str = "iid",
     seed: int | None = None,
     generator: torch.Generator | None = None,
     validate: bool = True,
@@ -177,7 +197,12 @@ def sw(
     projections : Tensor of shape (d, L) or (B, d, L), optional
         Explicit unit directions as columns (POT's layout).
     orthogonal : bool, default False
-        Sample blocks of orthonormal directions (orthogonal SW).
+        Sample blocks of orthonormal directions (orthogonal SW); the same as
+        ``sampling="orthogonal"``.
+    sampling : {"iid", "orthogonal", "qmc"}, default "iid"
+        How the directions are spread (:func:`tsw.sample_projections`): i.i.d.,
+        stratified in orthonormal frames, or randomised quasi-Monte Carlo; each direction
+        stays uniform, so the estimate stays unbiased.
     seed, generator
         Randomness (``seed`` is device independent; the global RNG is never used).
     validate : bool, default True
@@ -220,7 +245,7 @@ def sw(
         chunk_size=chunk_size,
     )
     projections = resolve_projections(
-        problem.measures, projections, n_projections, orthogonal, problem.rng
+        problem.measures, projections, n_projections, orthogonal, problem.rng, sampling
     )
     return problem.evaluate(line_projection, projections, projections=projections)
 
