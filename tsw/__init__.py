@@ -20,6 +20,7 @@ See ``ARCHITECTURE.md``. Sliced baselines for unequal masses (POT's solvers):
 import sys as _sys
 
 from tsw import nn
+from tsw.core.monte_carlo import trees_needed
 from tsw.core.tree_wasserstein import line_system_cost, tree_wasserstein
 from tsw.core.trees import (
     ChainLines,
@@ -98,6 +99,7 @@ __all__ = [
     "stsw_unif",
     "sw",
     "tree_wasserstein",
+    "trees_needed",
     "tsw_sl",
     "unbalanced_sw",
     "wasserstein_1d",

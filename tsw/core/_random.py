@@ -108,9 +108,13 @@ class Sampler:
         A scrambled Sobol sequence (``torch.quasirandom.SobolEngine(scramble=True)``, the
         linear matrix scramble and digital shift of Owen 1998), seeded with
         :meth:`seed_int` so that the seeding contract holds, drawn in float64 on the CPU
-        and mapped through the inverse Gaussian CDF. Each point is exactly
-        :math:`N(0, I_{dim})` (up to the 2^-53 clamp of the uniforms away from 0 and 1);
-        the ``n`` points are negatively dependent.
+        and mapped through the inverse Gaussian CDF, in a random order (a permutation
+        drawn from the generator). Each point is exactly :math:`N(0, I_{dim})` (up to the
+        2^-53 clamp of the uniforms away from 0 and 1); the ``n`` points are negatively
+        dependent. The random order is Owen's padding: point ``t`` of two such draws
+        (say, two lines of one tree) is a random pair of points of two independently
+        scrambled sets, where the same index of two scramblings of one Sobol sequence
+        would be tightly coupled.
         """
         if dim > SOBOL_MAX_DIM:
             raise ValueError(
@@ -119,7 +123,9 @@ class Sampler:
             )
         engine = torch.quasirandom.SobolEngine(dim, scramble=True, seed=self.seed_int())
         u = engine.draw(n, dtype=torch.float64).clamp_(2.0**-53, 1 - 2.0**-53)
-        return torch.special.ndtri(u).to(device=self.device, dtype=self.dtype)
+        order = torch.randperm(n, generator=self.generator, device=self._draw_device)
+        z = torch.special.ndtri(u)[order.cpu()]
+        return z.to(device=self.device, dtype=self.dtype)
 
     def rotations(self, *batch: int, dim: int) -> Tensor:
         """Haar-distributed rotations of ``R^dim`` (the group SO(dim)), shape (*batch, dim, dim).

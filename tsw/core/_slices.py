@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_N_TREES",
     "check_trees",
     "geometric_median",
+    "path_directions",
     "resolve_center",
     "resolve_counts",
     "resolve_trees",
@@ -93,6 +94,34 @@ def geometric_median(measures: Measures) -> Tensor:
         if bool((step <= MEDIAN_RTOL * spread).all()):
             break
     return z
+
+
+def path_directions(measures: Measures, n_trees: int, n_lines: int, rng: Sampler) -> Tensor:
+    r"""Detached directions along random paths between the measures, (B, T, k, d).
+
+    Line ``l`` of tree ``t`` gets :math:`(x_i - y_j) / \|x_i - y_j\|` with :math:`i`
+    drawn from the weights ``a`` and :math:`j` from ``b``, independently for every line
+    (by the inverse CDF of uniforms that every batch item shares, so that a batched
+    call equals a loop of unbatched ones). A pair of coincident points gets a uniform
+    direction instead (drawn for every line, so the draws keep their order). The
+    "data-driven paths" of FW-TSW* (Tran et al., ICLR 2026).
+    """
+    L = n_trees * n_lines
+    X, Y = measures.X_s.detach(), measures.X_t.detach()
+    u = rng.uniform(2, L)  # (2, L) on the data's device and dtype
+    fallback = rng.sphere(L, X.shape[-1])
+
+    def pick(points: Tensor, w: Tensor, u: Tensor) -> Tensor:
+        cdf = w.detach().cumsum(-1)
+        cdf = cdf / cdf[..., -1:]
+        idx = torch.searchsorted(cdf, (u * (1 - 1e-12)).expand(cdf.shape[0], -1).contiguous())
+        idx = idx.clamp_(max=points.shape[-2] - 1)
+        return torch.gather(points, -2, idx.unsqueeze(-1).expand(-1, -1, points.shape[-1]))
+
+    diff = pick(X, measures.a, u[0]) - pick(Y, measures.b, u[1])  # (B, L, d)
+    norm = torch.linalg.vector_norm(diff, dim=-1, keepdim=True)
+    theta = torch.where(norm > 0, diff / norm.clamp_min(torch.finfo(X.dtype).tiny), fallback)
+    return theta.reshape(X.shape[0], n_trees, n_lines, X.shape[-1])
 
 
 def check_trees_batch(trees: TreeSystem, measures: Measures) -> None:

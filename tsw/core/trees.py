@@ -60,7 +60,9 @@ line index and the root offsets taking the ``T`` points of their own scrambled S
 sequence through the Gaussian inverse CDF (then normalised; orthonormalised within a
 tree with ``orthogonal=True``), seeded from the call's generator. In every mode each
 tree has exactly the law of an ``"iid"`` tree, so every estimator stays unbiased; only
-the dependence between trees changes, which lowers the variance of the mean."""
+the dependence between trees changes, which lowers the variance of the mean.
+``log["std_error"]`` assumes independent trees: with ``"orthogonal"`` or ``"qmc"`` it
+overstates the error (measure the spread over seeds instead)."""
 
 
 def sampling_doc(fn):

@@ -8,8 +8,8 @@ import torch
 from torch import Tensor
 
 from tsw.core._driver import STAR, Problem, Projection, driver_options, signed_masses
-from tsw.core._slices import resolve_trees
-from tsw.core._validation import Measures, check_nonnegative_float
+from tsw.core._slices import path_directions, resolve_trees
+from tsw.core._validation import Measures, check_bool, check_choice, check_nonnegative_float
 from tsw.core.splits import distance_split, uniform_split
 from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
 from tsw.euclidean._lines import project
@@ -30,6 +30,7 @@ def db_tsw(
     p: float = 1,
     orthogonal: bool = False,
     sampling: str = "iid",
+    directions: str = "uniform",
     trees: ConcurrentLines | None = None,
     center: Tensor | str | None = "mean",
     root_std: float = 0.1,
@@ -88,6 +89,13 @@ def db_tsw(
         Every tree keeps its law, so the value stays an unbiased estimate of the same
         distance (of its ``p``-th power); only its variance changes
         (``python -m benchmarks.variance``).
+    directions : {"uniform", "paths"}, default "uniform"
+        ``"paths"``: FW-TSW*'s data-driven directions (Tran et al., ICLR 2026), every
+        line along :math:`x_i - y_j` for a random pair of atoms, ``i`` drawn from ``a``
+        and ``j`` from ``b`` (:func:`tsw.core._slices.path_directions`; detached, one
+        set per batch item). The lines then depend on the measures: the value is
+        **not** an estimate of the ``"uniform"`` Db-TSW, nor known to be a metric.
+        The roots follow ``center`` and ``sampling`` as usual; needs ``orthogonal=False``.
     trees : ConcurrentLines, optional
         Explicit trees; overrides the sampling arguments.
     center : "mean", "median" or Tensor of shape (d,) or (B, d), default "mean"
@@ -167,6 +175,7 @@ def db_tsw(
         center=center,
         root_std=root_std,
         sampling=sampling,
+        directions=directions,
     )
     return problem.evaluate(partial(db_projection, delta=delta), trees)
 
@@ -181,13 +190,21 @@ def resolve_db_trees(
     center: Tensor | str | None,
     root_std: float,
     sampling: str = "iid",
+    directions: str = "uniform",
 ) -> ConcurrentLines:
     """Explicit concurrent-line trees checked against the data, or Db-TSW's sampled ones.
 
     Shared by :func:`db_tsw`, :func:`tsw.spatial_tsw` and :func:`tsw.partial_tsw` (the
-    same trees for the same seed).
+    same trees for the same seed). ``directions="paths"`` replaces the sampled
+    directions by :func:`~tsw.core._slices.path_directions` (drawn after the trees).
     """
-    return resolve_trees(
+    directions = check_choice(directions, "directions", ("uniform", "paths"))
+    if directions == "paths" and check_bool(orthogonal, "orthogonal"):
+        raise ValueError(
+            'directions="paths" draws each line independently; it needs orthogonal=False, '
+            "got orthogonal=True"
+        )
+    drawn = resolve_trees(
         problem.measures,
         trees,
         (ConcurrentLines,),
@@ -199,6 +216,11 @@ def resolve_db_trees(
         root_std=root_std,
         sampling=sampling,
     )
+    if directions == "uniform" or trees is not None:
+        return drawn
+    theta = path_directions(problem.measures, drawn.n_trees, drawn.n_lines, problem.rng)
+    theta = theta if problem.measures.batched else theta[0]
+    return ConcurrentLines(drawn.roots, theta, validate=False)
 
 
 def db_projection(measures: Measures, trees: ConcurrentLines, delta: float) -> Projection:
