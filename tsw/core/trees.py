@@ -90,12 +90,16 @@ def check_sampling(sampling: object) -> str:
     return check_choice(sampling, "sampling", SAMPLINGS)
 
 
-def _stratified_rows(sampler: Sampler, n: int, m: int, dim: int) -> Tensor:
+def _stratified_rows(sampler: Sampler, n: int, m: int, dim: int, partial: bool = True) -> Tensor:
     """Return ``(n, m, dim)`` unit vectors, stratified down the first axis.
 
     Column ``j`` takes, in blocks of ``dim`` rows, the rows of independent Haar frames
-    (one frame per column and block).
+    (one frame per column and block). With ``partial`` and ``n < dim`` it draws only the
+    ``n`` rows used (the first ``n`` rows of a Haar frame are a Haar ``n``-frame; a QR of
+    ``dim x n`` instead of ``dim x dim``).
     """
+    if partial and n < dim:
+        return sampler.orthonormal(m, n=n, dim=dim).transpose(0, 1)
     blocks = -(-n // dim)
     frames = sampler.orthonormal(blocks, m, n=dim, dim=dim)  # (blocks, m, dim, dim)
     return frames.transpose(1, 2).reshape(blocks * dim, m, dim)[:n]
@@ -129,6 +133,9 @@ def sample_directions(
         if not orthogonal:
             return _stratified_rows(sampler, n_trees, n_lines, dim)
         per_frame = dim // n_lines
+        if n_trees <= per_frame:  # one frame: draw only the rows used
+            frame = sampler.orthonormal(n=n_trees * n_lines, dim=dim)
+            return frame.reshape(n_trees, n_lines, dim)
         blocks = -(-n_trees // per_frame)
         frames = sampler.orthonormal(blocks, n=dim, dim=dim)[:, : per_frame * n_lines]
         return frames.reshape(blocks * per_frame, n_lines, dim)[:n_trees]

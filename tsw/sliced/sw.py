@@ -80,6 +80,9 @@ def sample_projections(
     dtype = torch.get_default_dtype() if dtype is None else dtype
     device = torch.device("cpu") if device is None else torch.device(device)
     sampler = resolve_sampler(seed, generator, dtype=dtype, device=device)
+    if sampling == "orthogonal":  # the draws of orthogonal SW before ``sampling`` existed
+        frames = sampler.orthonormal(-(-n_projections // dim), n=dim, dim=dim)
+        return frames.reshape(-1, dim)[:n_projections].T
     return sample_directions(sampler, n_projections, 1, dim, sampling=sampling)[:, 0].T
 
 
