@@ -16,11 +16,12 @@ Datasets (built in, synthetic, centred to zero mean):
 Methods (``--methods``, comma-separated keys): ``sw2``, ``sw1``, ``orthsw``, ``maxsw``,
 ``tswsl``, ``tswsl-conc``, ``dbtsw``, ``dbtsw-orth``, ``circular``, ``circular-r0``,
 ``spatial``, ``dbtsw-strat`` and ``dbtsw-qmc`` (Db-TSW with ``sampling="orthogonal"`` /
-``"qmc"``), ``fwtsw`` (FW-TSW: Db-TSW with roots around the geometric median,
-``center="median"``) and ``fwtsw-star`` (FW-TSW*: also ``directions="paths"``).
-They compare tree-sliced distances with sliced baselines at **equal total
-line counts**, including SW_1 and SW_2: with a point-independent split, TSW-SL is exactly
-an SW_1 over its lines, so SW_1 isolates what the tree adds.
+``"qmc"``), ``dbtsw-orth-strat`` (Db-TSW⊥ with ``sampling="orthogonal"``), ``fwtsw``
+(FW-TSW: Db-TSW with roots around the geometric median, ``center="median"``) and
+``fwtsw-star`` (FW-TSW*: also ``directions="paths"``). They compare tree-sliced
+distances with sliced baselines at **equal total line counts**, including SW_1 and SW_2:
+with a point-independent split, TSW-SL is exactly an SW_1 over its lines, so SW_1
+isolates what the tree adds.
 
 Example: ``python -m benchmarks.gradient_flow --iters 500 --seeds 3`` (the README's
 main job, about a minute on two CPU cores).
@@ -136,6 +137,19 @@ def methods(lines: int, n_lines: int, dim: int, args: argparse.Namespace) -> dic
                 "n_trees": T,
                 "n_lines": n_lines,
                 "delta": args.delta,
+                "sampling": "orthogonal",
+                **tree,
+            },
+            lr_tree,
+        ),
+        "dbtsw-orth-strat": (
+            f"Db-TSW⊥ stratified ({To}x{ko}, delta={args.delta:g})",
+            tsw.db_tsw,
+            {
+                "n_trees": To,
+                "n_lines": ko,
+                "delta": args.delta,
+                "orthogonal": True,
                 "sampling": "orthogonal",
                 **tree,
             },

@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     out = prepare(args)
     dtype = getattr(torch, args.dtype)
     if args.quick:
-        d, n, trees = 8, 40, [4, 16]
+        d, n, trees = 8, 30, [4, 8]
         args.seeds, args.rounds = min(args.seeds, 12), min(args.rounds, 1)
     else:
         d, n, trees = 64, 500, [int(t) for t in args.trees.split(",")]

@@ -108,3 +108,19 @@ def test_outlier_problem_geometry():
     assert target.shape == (214, 3)
     assert outliers.shape == (14, 3)
     assert torch.equal(target[200:].double(), outliers.float().double())
+
+
+def test_variance_quick(tmp_path, capsys):
+    from benchmarks import variance
+
+    assert variance.main(["--quick", "--seeds", "6", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for name in ("SW_2", "Db-TSW", "Db-TSW⊥", "STSW", "Table 4"):
+        assert name in out
+    data = json.loads((tmp_path / "variance.json").read_text())
+    rows = data["gauss"]
+    assert {r["sampling"] for r in rows} == {"iid", "orthogonal", "qmc"}
+    assert all(r["cv"] > 0 and r["seconds"] > 0 for r in rows)
+    assert all(r["variance ratio"] == 1.0 for r in rows if r["sampling"] == "iid")
+    assert {r["sampling"] for r in data["table4"]} == {"iid", "orthogonal", "qmc"}
+    assert (tmp_path / "variance.png").stat().st_size > 0

@@ -56,9 +56,10 @@ lines of one tree stay independent while each line's directions cover the sphere
 evenly; the root offsets are the rows of one more frame times independent
 :math:`\chi_d` radii. With ``orthogonal=True`` (orthonormal lines in a tree) a block is
 one frame cut into ``d // k`` trees. ``"qmc"``: randomised quasi-Monte Carlo, every
-line index and the root offsets taking the ``T`` points of their own scrambled Sobol
-sequence through the Gaussian inverse CDF (then normalised; orthonormalised within a
-tree with ``orthogonal=True``), seeded from the call's generator. In every mode each
+line index and the root offsets taking the first ``T`` points of a Sobol sequence with
+their own random digital shift, in their own random order (Owen's padding), through the
+Gaussian inverse CDF (then normalised; orthonormalised within a tree with
+``orthogonal=True``), all drawn from the call's generator. In every mode each
 tree has exactly the law of an ``"iid"`` tree, so every estimator stays unbiased; only
 the dependence between trees changes, which lowers the variance of the mean.
 ``log["std_error"]`` assumes independent trees: with ``"orthogonal"`` or ``"qmc"`` it
@@ -90,15 +91,15 @@ def check_sampling(sampling: object) -> str:
     return check_choice(sampling, "sampling", SAMPLINGS)
 
 
-def _stratified_rows(sampler: Sampler, n: int, m: int, dim: int, partial: bool = True) -> Tensor:
+def _stratified_rows(sampler: Sampler, n: int, m: int, dim: int) -> Tensor:
     """Return ``(n, m, dim)`` unit vectors, stratified down the first axis.
 
     Column ``j`` takes, in blocks of ``dim`` rows, the rows of independent Haar frames
-    (one frame per column and block). With ``partial`` and ``n < dim`` it draws only the
-    ``n`` rows used (the first ``n`` rows of a Haar frame are a Haar ``n``-frame; a QR of
-    ``dim x n`` instead of ``dim x dim``).
+    (one frame per column and block). For ``n < dim`` only the ``n`` rows used are drawn
+    (the first ``n`` rows of a Haar frame are a Haar ``n``-frame; a QR of ``dim x n``
+    instead of ``dim x dim``).
     """
-    if partial and n < dim:
+    if n < dim:
         return sampler.orthonormal(m, n=n, dim=dim).transpose(0, 1)
     blocks = -(-n // dim)
     frames = sampler.orthonormal(blocks, m, n=dim, dim=dim)  # (blocks, m, dim, dim)
@@ -106,7 +107,7 @@ def _stratified_rows(sampler: Sampler, n: int, m: int, dim: int, partial: bool =
 
 
 def _qmc_columns(sampler: Sampler, n: int, m: int, dim: int) -> Tensor:
-    """``(n, m, dim)`` Gaussian vectors, column ``j`` from its own scrambled Sobol sequence."""
+    """Return ``(n, m, dim)`` Gaussian vectors, column ``j`` from its own QMC draw."""
     return torch.stack([sampler.qmc_normal(n, dim) for _ in range(m)], dim=1)
 
 
