@@ -123,4 +123,5 @@ def test_variance_quick(tmp_path, capsys):
     assert all(r["cv"] > 0 and r["seconds"] > 0 for r in rows)
     assert all(r["variance ratio"] == 1.0 for r in rows if r["sampling"] == "iid")
     assert {r["sampling"] for r in data["table4"]} == {"iid", "orthogonal", "qmc"}
+    assert [r["random"] for r in data["sources"]] == ["roots", "directions", "both"]
     assert (tmp_path / "variance.png").stat().st_size > 0
