@@ -179,6 +179,9 @@ def test_orthogonal_sampling_cuts_the_variance():
         )
         cv[sampling] = v.std(ddof=1) / v.mean()
     assert (cv["iid"] / cv["orthogonal"]) ** 2 > 2.5, cv
+    # log["std_error"] assumes independent trees: it overstates the stratified error
+    value, log = tsw.db_tsw(X, Y, n_trees=64, sampling="orthogonal", seed=0, log=True)
+    assert float(log["std_error"] / value) > 1.5 * cv["orthogonal"]
 
 
 @pytest.mark.parametrize("sampling", ["iid", *SAMPLINGS])

@@ -127,6 +127,19 @@ class Sampler:
         u = u[torch.randperm(n, **kw)].clamp_(2.0**-53, 1 - 2.0**-53)
         return torch.special.ndtri(u).to(device=self.device, dtype=self.dtype)
 
+    def rotations(self, *batch: int, dim: int) -> Tensor:
+        """Haar-distributed rotations of ``R^dim`` (the group SO(dim)), shape (*batch, dim, dim).
+
+        An :meth:`orthonormal` frame of ``dim`` rows is Haar on O(dim); where its
+        determinant is -1 the first row is negated. The map is a bijection of each coset
+        of SO(dim) onto SO(dim) that commutes with right multiplication by SO(dim), so
+        the result is Haar on SO(dim).
+        """
+        q = self.orthonormal(*batch, n=dim, dim=dim)
+        flip = torch.linalg.det(q) < 0
+        q[..., 0, :] = torch.where(flip[..., None], -q[..., 0, :], q[..., 0, :])
+        return q
+
 
 def haar_rows(g: Tensor) -> Tensor:
     """Rows of ``Q`` from the QR decomposition of Gaussian ``g`` (..., dim, n), sign-fixed.

@@ -88,7 +88,8 @@ def db_tsw(
         stratified across trees in orthonormal frames, or randomised quasi-Monte Carlo.
         Every tree keeps its law, so the value stays an unbiased estimate of the same
         distance (of its ``p``-th power); only its variance changes
-        (``python -m benchmarks.variance``).
+        (``python -m benchmarks.variance``). ``log["std_error"]`` assumes independent
+        trees: it overstates the error of ``"orthogonal"`` and ``"qmc"``.
     directions : {"uniform", "paths"}, default "uniform"
         ``"paths"``: FW-TSW*'s data-driven directions (Tran et al., ICLR 2026), every
         line along :math:`x_i - y_j` for a random pair of atoms, ``i`` drawn from ``a``
