@@ -39,7 +39,9 @@ def data(d=5, n=30, m=25, seed=0, shift=0.7):
 # --------------------------------------------------------------------------- trees_needed
 
 
-@pytest.mark.parametrize(("p", "power"), [(1, False), (2, False), (2, True)])
+@pytest.mark.parametrize(
+    ("p", "power"), [(1, False), (2, False), pytest.param(2, True, marks=pytest.mark.slow)]
+)
 def test_trees_needed_meets_its_target_over_seeds(p, power):
     """From a 100-tree pilot, the predicted T gives the target relative spread over seeds."""
     X, Y = data()

@@ -97,6 +97,9 @@ def db_tsw(
         set per batch item). The lines then depend on the measures: the value is
         **not** an estimate of the ``"uniform"`` Db-TSW, nor known to be a metric.
         The roots follow ``center`` and ``sampling`` as usual; needs ``orthogonal=False``.
+        This is the ``random_path`` mode of the authors' earlier published tree code
+        (PartialTSW repository), without its optional power-spherical perturbation; the
+        FW-TSW paper's own text was not available to check its exact construction.
     trees : ConcurrentLines, optional
         Explicit trees; overrides the sampling arguments.
     center : "mean", "median" or Tensor of shape (d,) or (B, d), default "mean"
