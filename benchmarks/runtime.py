@@ -67,6 +67,8 @@ def methods(X, Y, trees, chains, proj) -> dict[str, Callable[[], object]]:
         def step():
             Xs = X.detach().requires_grad_(True)
             f(Xs).backward()
+            if X.is_cuda:  # kernels run asynchronously: time their completion
+                torch.cuda.synchronize(X.device)
 
         return step
 

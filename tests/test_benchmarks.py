@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from benchmarks import gradient_flow, runtime
 
 
@@ -125,3 +127,13 @@ def test_variance_quick(tmp_path, capsys):
     assert {r["sampling"] for r in data["table4"]} == {"iid", "orthogonal", "qmc"}
     assert [r["random"] for r in data["sources"]] == ["roots", "directions", "both"]
     assert (tmp_path / "variance.png").stat().st_size > 0
+
+
+@pytest.mark.slow  # five spawned processes: about 50 s under load
+def test_distributed_quick(tmp_path, capsys):
+    from benchmarks import distributed
+
+    assert distributed.main(["--quick", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "speed-up t(1)/t(R)" in text
+    assert (tmp_path / "distributed.csv").read_text().count("\n") == 4

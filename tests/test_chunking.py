@@ -129,3 +129,54 @@ def test_memory_target_1e5_points_1000_trees(monkeypatch):
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
     growth = peak_growth(_target_work, 100_000, 128, 1000, 4, "auto", timeout=1800)
     assert growth < 4096, growth
+
+
+def _grads_both_ways(fn, leaves):
+    out = []
+    for chunk_size in (None, 2):
+        ls = [t.detach().clone().requires_grad_(True) for t in leaves]
+        value = fn(*ls, chunk_size=chunk_size)
+        out.append((value.detach(), torch.autograd.grad(value, ls)))
+    return out
+
+
+@pytest.mark.parametrize(
+    "case", ["per_tree_loss", "learnable_alpha", "tensor_mass", "batched_per_tree"]
+)
+def test_chunked_gradients_beyond_the_mean(case):
+    # upstream gradients that differ across trees, and tensors other than the measures that
+    # require grad (closed over by the projection): chunked equals unchunked
+    X, Y, _, _ = _data()
+    if case == "per_tree_loss":
+
+        def fn(X, Y, chunk_size):
+            value, log = tsw.db_tsw(X, Y, n_trees=7, seed=0, log=True, chunk_size=chunk_size)
+            return value + (log["per_tree"] * torch.arange(7.0, dtype=F64)).sum()
+
+        leaves = [X, Y]
+    elif case == "batched_per_tree":
+
+        def fn(X, Y, chunk_size):
+            _, log = tsw.db_tsw(X, Y, n_trees=7, seed=0, log=True, chunk_size=chunk_size)
+            return (log["per_tree"] * torch.tensor([[1.0], [3.0]], dtype=F64)).sum()
+
+        leaves = [torch.stack([X, X + 1]), torch.stack([Y, Y])]
+    elif case == "learnable_alpha":
+
+        def fn(X, alpha, chunk_size):
+            return tsw.tsw_sl(
+                X, Y, n_trees=7, n_lines=3, alpha=alpha, seed=0, chunk_size=chunk_size
+            )
+
+        leaves = [X, torch.tensor([0.2, 0.3, 0.5], dtype=F64)]
+    else:
+
+        def fn(X, m, chunk_size):
+            return tsw.partial_tsw(X, Y, mass_s=m, n_trees=7, seed=0, chunk_size=chunk_size)
+
+        leaves = [X, torch.tensor(0.8, dtype=F64)]
+    (v0, g0), (v1, g1) = _grads_both_ways(fn, leaves)
+    torch.testing.assert_close(v1, v0, rtol=1e-12, atol=1e-14)
+    for x, y in zip(g1, g0, strict=True):
+        assert y.abs().max() > 0
+        torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-14)

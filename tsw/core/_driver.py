@@ -34,6 +34,16 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from tsw.core._distributed import (
+    Group,
+    all_tensors,
+    check_agree,
+    check_group,
+    gather_points,
+    gather_slices,
+    shared_seed,
+    sum_gradients,
+)
 from tsw.core._random import Sampler, resolve_sampler
 from tsw.core._safe import safe_root
 from tsw.core._validation import (
@@ -222,6 +232,25 @@ chunk_size : int, "auto" or None, default "auto"
     unless ``MALLOC_MMAP_THRESHOLD_`` is set (e.g. to 65536) or another allocator is
     used, so the resident size can exceed the live memory."""
 
+#: the ``torch.distributed`` options of the tree distances and SW
+DISTRIBUTED_DOC = """\
+process_group : torch.distributed.ProcessGroup, optional
+    Evaluate the value with the ranks of this group (e.g.
+    ``torch.distributed.group.WORLD``): the slices are split into one contiguous share
+    per rank and the per-slice costs gathered, so that every rank returns the value one
+    process computes, and the gradients one process computes (summed over the ranks
+    where the measures are projected). Every rank must call with the same arguments
+    (checked); ``seed=None`` then draws one seed on the first rank for all. The number
+    of slices must be at least the group's size. See :mod:`tsw.core._distributed`.
+gather : bool, default False
+    With ``process_group``: the inputs are this rank's shards (points and, if given,
+    weights; shards may differ in size), and the distance is between the unions of the
+    shards (uniform weights over the union when ``a``/``b`` are not given). Each
+    shard's gradient is its rows of the single-process gradient. Under
+    ``DistributedDataParallel``, which averages the parameter gradients over the
+    ranks, multiply such a loss by the world size to get the single-process gradient
+    of the parameters (each rank's parameters see only its shard's part)."""
+
 #: the extra keys of the sliced baselines, with POT's meaning
 SLICED_LOG_DOC = """\
     Sliced baselines also give POT's keys: ``log["projections"]``, the directions
@@ -236,7 +265,7 @@ def driver_options(sliced: bool = False, chunked: bool = False) -> Callable[[Cal
     them, which read the function's Parameters); ``chunked`` adds :data:`CHUNK_DOC`.
     """
     text = DRIVER_OPTIONS_DOC + ("\n" + SLICED_LOG_DOC if sliced else "")
-    text += "\n" + CHUNK_DOC if chunked else ""
+    text += "\n" + CHUNK_DOC + "\n" + DISTRIBUTED_DOC if chunked else ""
     block = "".join(f"    {line}\n" if line else "\n" for line in text.splitlines())
 
     def decorate(fn: Callable) -> Callable:
@@ -248,6 +277,98 @@ def driver_options(sliced: bool = False, chunked: bool = False) -> Callable[[Cal
         return fn
 
     return decorate
+
+
+def _external_leaves(out: Tensor, own: set[int]) -> bool:
+    """Whether ``out``'s graph reaches a tensor requiring grad other than ``own`` leaves."""
+    seen, stack = set(), [out.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        variable = getattr(fn, "variable", None)
+        if variable is not None and id(variable) not in own:
+            return True
+        stack.extend(nxt for nxt, _ in fn.next_functions)
+    return False
+
+
+class _BlockCosts(torch.autograd.Function):
+    r"""Per-slice costs of blocks of slices, each block's gradient formed in the forward.
+
+    For each block, the forward pass computes its costs ``c_t`` and, at once, the
+    gradient of :math:`\sum_{t \in \text{block}} c_t` with respect to the measures
+    (accumulated over the blocks), then frees the block's graph. The usual upstream
+    gradient is the same for every slice of a batch item (the value is a function of
+    the mean over slices), so the backward pass only scales the accumulated gradient.
+    An upstream gradient that differs across slices (a loss built from
+    ``log["per_tree"]``) recomputes each block's forward and backward instead.
+
+    ``apply`` returns ``None`` when the first block reaches tensors that require grad
+    other than the measures (closed over by the projection): the caller then falls
+    back to activation checkpointing, which differentiates through them too.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, block: Callable, ranges: list[tuple[int, int]], *inputs: Tensor):
+        needs = ctx.needs_input_grad[2:]
+        summed: list[Tensor | None] = [None] * len(inputs)
+        parts = []
+        for i, (lo, hi) in enumerate(ranges):
+            with torch.enable_grad():
+                local = tuple(
+                    x.detach().requires_grad_(n) for x, n in zip(inputs, needs, strict=True)
+                )
+                part = block(local, lo, hi)
+                if i == 0 and _external_leaves(part, {id(x) for x in local}):
+                    return None
+                wrt = [x for x, n in zip(local, needs, strict=True) if n]
+                grads = torch.autograd.grad(part, wrt, torch.ones_like(part), allow_unused=True)
+            grads_iter = iter(grads)
+            for j, n in enumerate(needs):
+                if not n:
+                    continue
+                g = next(grads_iter)
+                if g is not None:
+                    summed[j] = g if summed[j] is None else summed[j] + g
+            parts.append(part.detach())
+        ctx.block, ctx.ranges, ctx.summed = block, ranges, summed
+        ctx.save_for_backward(*inputs)
+        return torch.cat(parts, dim=-1)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, g: Tensor):
+        inputs = ctx.saved_tensors
+        needs = ctx.needs_input_grad[2:]
+        B = g.shape[0]
+        per_item = g[..., :1]
+        if torch.equal(g, per_item.expand_as(g)) and all(
+            x.shape[0] == B for x, n in zip(inputs, needs, strict=True) if n
+        ):
+            out = []
+            for x, s, n in zip(inputs, ctx.summed, needs, strict=True):
+                if not n or s is None:
+                    out.append(None)
+                else:
+                    out.append(s * per_item.reshape(B, *([1] * (x.dim() - 1))))
+            return (None, None, *out)
+        total: list[Tensor | None] = [None] * len(inputs)
+        for lo, hi in ctx.ranges:
+            with torch.enable_grad():
+                local = tuple(
+                    x.detach().requires_grad_(n) for x, n in zip(inputs, needs, strict=True)
+                )
+                part = ctx.block(local, lo, hi)
+                wrt = [x for x, n in zip(local, needs, strict=True) if n]
+                grads = iter(torch.autograd.grad(part, wrt, g[..., lo:hi], allow_unused=True))
+            for j, n in enumerate(needs):
+                if n:
+                    gj = next(grads)
+                    if gj is not None:
+                        total[j] = gj if total[j] is None else total[j] + gj
+        return (None, None, *total)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,6 +388,7 @@ class Problem:
     log: bool = False
     numpy: bool = False
     chunk_size: int | str | None = "auto"
+    group: Group | None = None
 
     @classmethod
     def of(
@@ -284,19 +406,30 @@ class Problem:
         power: bool = False,
         log: bool = False,
         chunk_size: int | str | None = "auto",
+        process_group: object = None,
+        gather: bool = False,
     ) -> Problem:
         """Validate two measures, ``p``, the randomness and the driver's options.
 
         numpy inputs are converted to tensors (no gradient); the value is then returned
-        as numpy (see :meth:`finish`).
+        as numpy (see :meth:`finish`). With ``gather`` the inputs are this rank's shards:
+        each is validated, then the unions are gathered and validated
+        (:mod:`tsw.core._distributed`).
         """
         numpy = isinstance(X_s, np.ndarray)
         _check_same_kind(numpy, (X_t, "X_t"), (a, "a"), (b, "b"))
         X_s, X_t, a, b = (
             from_numpy(x, name) for x, name in ((X_s, "X_s"), (X_t, "X_t"), (a, "a"), (b, "b"))
         )
+        group = check_group(process_group, gather)
+        if group is not None and group.gather:
+            check_measures(X_s, X_t, a, b, balanced=False, validate=validate)  # the shards
+            X_s, X_t = (gather_points(x, group, -2, n) for x, n in ((X_s, "X_s"), (X_t, "X_t")))
+            a, b = (gather_points(w, group, -1, n) for w, n in ((a, "a"), (b, "b")))
         measures = check_measures(X_s, X_t, a, b, balanced=balanced, validate=validate)
-        return cls._build(measures, p, seed, generator, validate, power, log, numpy, chunk_size)
+        return cls._build(
+            measures, p, seed, generator, validate, power, log, numpy, chunk_size, group
+        )
 
     @classmethod
     def of_one(
@@ -311,25 +444,36 @@ class Problem:
         power: bool = False,
         log: bool = False,
         chunk_size: int | str | None = "auto",
+        process_group: object = None,
+        gather: bool = False,
     ) -> Problem:
         """Validate one measure; ``measures.X_t`` and ``measures.b`` are then empty."""
         numpy = isinstance(X_s, np.ndarray)
         _check_same_kind(numpy, (a, "a"))
-        X, w, batched = check_measure(from_numpy(X_s, "X_s"), from_numpy(a, "a"), validate=validate)
+        X_s, a = from_numpy(X_s, "X_s"), from_numpy(a, "a")
+        group = check_group(process_group, gather)
+        if group is not None and group.gather:
+            check_measure(X_s, a, validate=validate)  # the shard
+            X_s, a = gather_points(X_s, group, -2, "X_s"), gather_points(a, group, -1, "a")
+        X, w, batched = check_measure(X_s, a, validate=validate)
         measures = Measures(X, X[..., :0, :], w, w[..., :0], batched)
-        return cls._build(measures, p, seed, generator, validate, power, log, numpy, chunk_size)
+        return cls._build(
+            measures, p, seed, generator, validate, power, log, numpy, chunk_size, group
+        )
 
     @classmethod
     def _build(
-        cls, measures, p, seed, generator, validate, power, log, numpy, chunk_size
+        cls, measures, p, seed, generator, validate, power, log, numpy, chunk_size, group=None
     ) -> Problem:
         p = check_p(p)
         power, log = check_bool(power, "power"), check_bool(log, "log")
         if chunk_size is not None and chunk_size != "auto":
             check_positive_int(chunk_size, "chunk_size")
         X = measures.X_s
+        if group is not None and seed is None and generator is None:
+            seed = shared_seed(group, X.device)  # the ranks must draw the same slices
         rng = resolve_sampler(seed, generator, dtype=X.dtype, device=X.device)
-        return cls(measures, p, rng, validate, power, log, numpy, chunk_size)
+        return cls(measures, p, rng, validate, power, log, numpy, chunk_size, group)
 
     def replace(self, **changes: Any) -> Problem:
         """Return a copy with some fields replaced (e.g. mapped or spherical measures)."""
@@ -357,29 +501,73 @@ class Problem:
         return self.finish(per_slice, slices, projections)
 
     def _per_slice(self, project, slices, cost, narrow) -> Tensor:
-        def run(block: Any) -> Tensor:
-            return cost(project(self.measures, block), self.p)
+        def run(measures: Measures, block: Any) -> Tensor:
+            return cost(project(measures, block), self.p)
 
         counts = slice_counts(slices if narrow is None else slices[0])
+        narrow = narrow_slices if narrow is None else narrow
+        if self.group is not None:
+            return self._distributed(run, slices, counts, narrow)
         if counts is None:  # slices that are not cut into blocks (S3W's rotations)
-            return run(slices)
+            return run(self.measures, slices)
+        return self._blocks(run, self.measures, slices, counts, narrow)
+
+    def _blocks(self, run, measures: Measures, slices, counts, narrow) -> Tensor:
+        """All ``counts[0]`` slices, in blocks of :meth:`chunk_trees`.
+
+        Under grad mode the blocks go through :class:`_BlockCosts`, which forms each
+        block's gradient during the forward pass (no block's graph outlives it, and no
+        forward is recomputed), or, when a block depends on other tensors that require
+        grad (a learnable split, a tensor mass), through activation checkpointing.
+        """
         T, k = counts
         chunk = self.chunk_trees(T, k)
         if chunk >= T:
-            return run(slices)
-        narrow = narrow_slices if narrow is None else narrow
-        needs_grad = torch.is_grad_enabled() and any(
-            t.requires_grad for t in self.measures if isinstance(t, Tensor)
-        )
-        parts = []
-        for start in range(0, T, chunk):
-            block = narrow(slices, start, min(start + chunk, T))
-            if needs_grad:
-                part = checkpoint(run, block, use_reentrant=False, preserve_rng_state=False)
-            else:
-                part = run(block)
-            parts.append(part)
+            return run(measures, slices)
+        ranges = [(lo, min(lo + chunk, T)) for lo in range(0, T, chunk)]
+        inputs = tuple(measures[:4])
+
+        def block(tensors: tuple[Tensor, ...], lo: int, hi: int) -> Tensor:
+            return run(Measures(*tensors, measures.batched), narrow(slices, lo, hi))
+
+        needs = [torch.is_grad_enabled() and t.requires_grad for t in inputs]
+        if not any(needs):
+            return torch.cat([block(inputs, lo, hi) for lo, hi in ranges], dim=-1)
+        if not any(t.requires_grad for t in all_tensors(slices)):
+            out = _BlockCosts.apply(block, ranges, *inputs)
+            if out is not None:
+                return out
+        parts = [
+            checkpoint(block, inputs, lo, hi, use_reentrant=False, preserve_rng_state=False)
+            for lo, hi in ranges
+        ]
         return torch.cat(parts, dim=-1)
+
+    def _distributed(self, run, slices, counts, narrow) -> Tensor:
+        """Evaluate this rank's share of the slices; gather every rank's costs."""
+        group = self.group
+        if counts is None:
+            raise ValueError("process_group: this method's slices cannot be split across ranks")
+        T = counts[0]
+        if group.size > T:
+            raise ValueError(
+                f"process_group: the number of slices ({T}) must be at least the number of "
+                f"ranks ({group.size})"
+            )
+        # the measures first: drawn roots depend on them, so differing data differ there too
+        check_agree(
+            group, self.measures.X_s.device, measures=tuple(self.measures[:4]), slices=slices
+        )
+        if any(t.requires_grad for t in all_tensors(slices)):
+            raise ValueError(
+                "process_group: explicit slices that require grad are not supported (each "
+                "rank would get only its share of their gradient); detach them"
+            )
+        lo, hi = group.share(T)
+        X_s, X_t, a, b, batched = self.measures
+        shared = Measures(*(sum_gradients(t, group) for t in (X_s, X_t, a, b)), batched)
+        part = self._blocks(run, shared, narrow(slices, lo, hi), (hi - lo, counts[1]), narrow)
+        return gather_slices(part, group)
 
     def chunk_trees(self, n_slices: int, lines_per_slice: int) -> int:
         """Slices per block: ``chunk_size``, or (``"auto"``) the most within the budget."""

@@ -9,6 +9,7 @@ distance on it has the positive-side closed form of :mod:`tsw.core.tree_wasserst
 from __future__ import annotations
 
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -20,6 +21,9 @@ from tsw.core._validation import Measures, check_bool, check_choice, check_nonne
 from tsw.core.splits import distance_split, uniform_split
 from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
 from tsw.euclidean._lines import line_distance, offsets, point_distance, radial_distance
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["circular_tsw"]
 
@@ -50,6 +54,8 @@ def circular_tsw(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
+    process_group: ProcessGroup | None = None,
+    gather: bool = False,
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Circular tree-sliced Wasserstein distance (CircularTSW, CircularTSW\ :sub:`r=0`).
 
@@ -200,6 +206,8 @@ def circular_tsw(
         power=power,
         log=log,
         chunk_size=chunk_size,
+        process_group=process_group,
+        gather=gather,
     )
     radius = check_nonnegative_float(radius, "radius")
     delta = check_nonnegative_float(delta, "delta")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -13,6 +14,9 @@ from tsw.core._validation import Measures, check_bool, check_choice, check_nonne
 from tsw.core.splits import distance_split, uniform_split
 from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
 from tsw.euclidean._lines import project
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["db_tsw"]
 
@@ -40,6 +44,8 @@ def db_tsw(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
+    process_group: ProcessGroup | None = None,
+    gather: bool = False,
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Distance-based tree-sliced Wasserstein distance (Db-TSW, Db-TSW⊥).
 
@@ -168,6 +174,8 @@ def db_tsw(
         power=power,
         log=log,
         chunk_size=chunk_size,
+        process_group=process_group,
+        gather=gather,
     )
     delta = check_nonnegative_float(delta, "delta")
     trees = resolve_db_trees(

@@ -10,6 +10,8 @@ root, see :func:`partial_tsw` for the characterisation and its relation to the p
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
@@ -17,6 +19,9 @@ from tsw.core._driver import Problem, Projection, closed_form, driver_options
 from tsw.core._validation import Measures, check_mass, check_nonnegative_float
 from tsw.core.trees import ConcurrentLines
 from tsw.euclidean.db_tsw import db_projection, resolve_db_trees
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["partial_tsw"]
 
@@ -46,6 +51,8 @@ def partial_tsw(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
+    process_group: ProcessGroup | None = None,
+    gather: bool = False,
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Partial tree-sliced Wasserstein distance (PartialTSW) for unequal total masses.
 
@@ -212,6 +219,8 @@ def partial_tsw(
         power=power,
         log=log,
         chunk_size=chunk_size,
+        process_group=process_group,
+        gather=gather,
         balanced=False,
     )
     measures = problem.measures

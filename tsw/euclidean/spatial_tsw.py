@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -13,6 +14,9 @@ from tsw.core._validation import check_nonnegative_float
 from tsw.core.trees import ConcurrentLines
 from tsw.euclidean.db_tsw import db_projection, resolve_db_trees
 from tsw.euclidean.mappings import map_measures, resolve_mapping
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["spatial_tsw"]
 
@@ -42,6 +46,8 @@ def spatial_tsw(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
+    process_group: ProcessGroup | None = None,
+    gather: bool = False,
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Spatial tree-sliced Wasserstein distance (SpatialTSW).
 
@@ -142,6 +148,8 @@ def spatial_tsw(
         power=power,
         log=log,
         chunk_size=chunk_size,
+        process_group=process_group,
+        gather=gather,
     )
     h = resolve_mapping(mapping, degree, beta)
     measures = problem.measures

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -13,6 +14,9 @@ from tsw.core._validation import Measures, check_choice
 from tsw.core.splits import check_alpha, constant_split, uniform_split
 from tsw.core.trees import ChainLines, ConcurrentLines, sample_chain_lines, sample_concurrent_lines
 from tsw.euclidean._lines import project
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["tsw_sl"]
 
@@ -40,6 +44,8 @@ def tsw_sl(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
+    process_group: ProcessGroup | None = None,
+    gather: bool = False,
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Tree-sliced Wasserstein distance on systems of lines (TSW-SL).
 
@@ -145,6 +151,8 @@ def tsw_sl(
         power=power,
         log=log,
         chunk_size=chunk_size,
+        process_group=process_group,
+        gather=gather,
     )
     tree = check_choice(tree, "tree", ("chain", "concurrent"))
     if tree == "chain":

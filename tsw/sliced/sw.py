@@ -10,6 +10,8 @@ ascent on the sphere that no projection describes: that loop lives in :func:`max
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
@@ -31,6 +33,9 @@ from tsw.core._validation import (
     check_tensor,
 )
 from tsw.core.trees import check_sampling, sample_directions, sampling_doc
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["max_sw", "sample_projections", "sw"]
 
@@ -176,6 +181,8 @@ def sw(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
+    process_group: ProcessGroup | None = None,
+    gather: bool = False,
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Monte-Carlo sliced Wasserstein distance :math:`SW_p`.
 
@@ -246,6 +253,8 @@ def sw(
         power=power,
         log=log,
         chunk_size=chunk_size,
+        process_group=process_group,
+        gather=gather,
     )
     projections = resolve_projections(
         problem.measures, projections, n_projections, orthogonal, problem.rng, sampling

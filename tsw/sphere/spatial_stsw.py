@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -17,6 +18,9 @@ from tsw.core._driver import Problem, driver_options
 from tsw.core._validation import check_measures, check_measures_on_sphere, check_nonnegative_float
 from tsw.core.trees import SphericalTrees
 from tsw.sphere.stsw import resolve_spherical_trees, spherical_projection
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["spatial_stsw", "sphere_lift"]
 
@@ -78,6 +82,8 @@ def spatial_stsw(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
+    process_group: ProcessGroup | None = None,
+    gather: bool = False,
 ) -> Tensor | tuple[Tensor, dict]:
     r"""SpatialSTSW: :func:`tsw.stsw` between the images of the measures under a map.
 
@@ -147,6 +153,8 @@ def spatial_stsw(
         power=power,
         log=log,
         chunk_size=chunk_size,
+        process_group=process_group,
+        gather=gather,
     )
     measures = check_measures_on_sphere(
         problem.measures, renormalize=renormalize, validate=validate

@@ -3,6 +3,7 @@ r"""STSW: spherical tree-sliced Wasserstein distance (Tran et al., ICLR 2025).""
 from __future__ import annotations
 
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -18,6 +19,9 @@ from tsw.core._validation import (
 from tsw.core.splits import distance_split
 from tsw.core.trees import SphericalTrees, sample_spherical_trees
 from tsw.sphere._geometry import spherical_project, uniform_projection
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["stsw", "stsw_unif"]
 
@@ -102,6 +106,8 @@ def stsw(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
+    process_group: ProcessGroup | None = None,
+    gather: bool = False,
 ) -> Tensor | tuple[Tensor, dict]:
     r"""Spherical tree-sliced Wasserstein distance (STSW) between measures on a sphere.
 
@@ -218,6 +224,8 @@ def stsw(
         power=power,
         log=log,
         chunk_size=chunk_size,
+        process_group=process_group,
+        gather=gather,
     )
     problem = problem.replace(
         measures=check_measures_on_sphere(
@@ -249,6 +257,8 @@ def stsw_unif(
     power: bool = False,
     log: bool = False,
     chunk_size: int | str | None = "auto",
+    process_group: ProcessGroup | None = None,
+    gather: bool = False,
 ) -> Tensor | tuple[Tensor, dict]:
     r"""STSW between a measure on the sphere and the uniform measure on it.
 
@@ -346,6 +356,8 @@ def stsw_unif(
         power=power,
         log=log,
         chunk_size=chunk_size,
+        process_group=process_group,
+        gather=gather,
     )
     problem = problem.replace(
         measures=check_measures_on_sphere(
