@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from benchmarks._digits import N_CLASSES, SIDE, load_digits_split
+from tsw import metrics
 
 MIN_ACCURACY = 0.97
 CLASSIFIER_VERSION = 1  # bump when the architecture or the training recipe changes
@@ -161,14 +161,8 @@ def fid(model: DigitsClassifier, X: Tensor, Y: Tensor) -> float:
 
 
 def exact_w2(X: Tensor, Y: Tensor) -> float:
-    """Exact W2 (the root) between uniform clouds: ``sqrt(ot.emd2)``, squared cost, float64."""
-    import ot
-
-    Xn = X.detach().double().cpu().numpy()
-    Yn = Y.detach().double().cpu().numpy()
-    M = ot.dist(Xn, Yn)
-    a, b = np.full(len(Xn), 1 / len(Xn)), np.full(len(Yn), 1 / len(Yn))
-    return math.sqrt(max(float(ot.emd2(a, b, M, numItermax=1_000_000)), 0.0))
+    """Exact W2 (the root) between uniform clouds: :func:`tsw.metrics.wasserstein`."""
+    return metrics.wasserstein(X, Y)
 
 
 def coverage(labels: Tensor | np.ndarray, n_classes: int = N_CLASSES, threshold: float = 0.05):

@@ -33,6 +33,11 @@ def mean_std(values: Sequence[float], spec: str = ".2e", std_spec: str = ".1e") 
     return f"{format(mean, spec)} ± {format(std, std_spec)}"
 
 
+def mean_and_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and population std of ``values`` (std 0 for one run): the CSV's two columns."""
+    return statistics.mean(values), statistics.pstdev(values) if len(values) > 1 else 0.0
+
+
 def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
     """Print an aligned text table under ``title``."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
@@ -42,12 +47,19 @@ def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
         print(" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
 
 
-def write_results(out: Path, stem: str, header: list[str], rows: list[list[str]], payload: dict):
-    """Write the printed table as ``stem.csv`` and the raw runs as ``stem.json``."""
-    with open(out / f"{stem}.csv", "w", newline="") as f:
+def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Write one CSV file: a header line, then ``rows`` (numbers are written as numbers)."""
+    with open(path, "w", newline="") as f:
         wr = csv.writer(f)
         wr.writerow(header)
         wr.writerows(rows)
+
+
+def write_results(
+    out: Path, stem: str, header: Sequence[str], rows: Sequence[Sequence[object]], payload: dict
+) -> None:
+    """Write ``rows`` under ``header`` as ``stem.csv`` and the raw runs as ``stem.json``."""
+    write_csv(out / f"{stem}.csv", header, rows)
     (out / f"{stem}.json").write_text(json.dumps(payload, indent=2))
 
 
@@ -75,20 +87,30 @@ def plot_curves(
     title: str,
     path: Path,
     logy: bool = False,
+    bands: dict[str, tuple[list[float], list[float]]] | None = None,
 ) -> None:
-    """One line per method (label -> values at ``x``), saved as a PNG."""
+    """One line per method (label -> values at ``x``), saved as a PNG.
+
+    ``bands`` (label -> (lower, upper) at ``x``) shades a band around a method's line,
+    e.g. the spread over seeds. The legend sits to the right of the axes, off the data.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = plt.subplots(figsize=(8.5, 4))
     for label, values in means.items():
-        (ax.semilogy if logy else ax.plot)(x, values, "o-", label=label)
+        (line,) = ax.plot(x, values, "o-", label=label)
+        if bands and label in bands:
+            lower, upper = bands[label]
+            ax.fill_between(x, lower, upper, color=line.get_color(), alpha=0.2, lw=0)
+    if logy:
+        ax.set_yscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)

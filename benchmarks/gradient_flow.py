@@ -30,7 +30,6 @@ main job, about a minute on two CPU cores).
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import time
 
@@ -41,40 +40,35 @@ import torch
 import tsw
 from benchmarks._report import (
     add_run_args,
+    mean_and_std,
     mean_std,
     plot_curves,
     prepare,
     print_table,
     progress,
+    write_csv,
     write_results,
 )
+from tsw import datasets, metrics
 
 
 def make_target(name: str, n: int, seed: int) -> torch.Tensor:
-    """Target cloud of ``n`` points, centred to zero mean (float64).
+    """Target cloud of ``n`` points from :mod:`tsw.datasets`, centred to zero mean (float64).
 
-    The 2-D sets follow the definitions of the Db-TSW gradient-flow experiments:
-    ``25gaussians`` puts ``n / 25`` points in each cell of the grid ``2 * {-2..2}^2``
-    with noise std 0.05, all divided by 2.828; ``swissroll`` is the (x, z) projection
-    of the noiseless 3-D Swiss roll, ``t (cos t, sin t)`` with ``t ~ 1.5 pi (1 + 2 U)``,
-    divided by its largest absolute coordinate.
+    ``25gaussians`` is :func:`tsw.datasets.make_25gaussians`, ``swissroll``
+    :func:`tsw.datasets.make_swiss_roll`, ``gaussian<d>d``
+    :func:`tsw.datasets.make_gaussian` in dimension ``d``; each drawn with the seed
+    ``10_000 + seed``.
     """
-    g = torch.Generator().manual_seed(10_000 + seed)
+    s = 10_000 + seed
     if name == "25gaussians":
-        grid = torch.arange(-2.0, 3.0, dtype=torch.float64)
-        centres = 2 * torch.cartesian_prod(grid, grid)
-        reps = max(n // 25, 1)
-        Y = centres.repeat(reps, 1)
-        Y = Y + 0.05 * torch.randn(Y.shape, generator=g, dtype=torch.float64)
-        Y = Y[torch.randperm(len(Y), generator=g)][:n] / 2.828
+        Y = datasets.make_25gaussians(n, seed=s)
     elif name == "swissroll":
-        t = 1.5 * math.pi * (1 + 2 * torch.rand(n, generator=g, dtype=torch.float64))
-        Y = torch.stack([t * torch.cos(t), t * torch.sin(t)], dim=1)
-        Y = Y / Y.abs().max()
-    elif name.startswith("gaussian") and name.endswith("d"):
-        d = int(name[len("gaussian") : -1])  # N(mu, I) with mu ~ U([0, 1)^d)
-        mu = torch.rand(d, generator=g, dtype=torch.float64)
-        Y = mu + torch.randn(n, d, generator=g, dtype=torch.float64)
+        Y = datasets.make_swiss_roll(n, seed=s)
+    elif (
+        name.startswith("gaussian") and name.endswith("d") and name[len("gaussian") : -1].isdigit()
+    ):
+        Y = datasets.make_gaussian(n, int(name[len("gaussian") : -1]), seed=s)
     else:
         raise ValueError(f"unknown dataset {name!r}")
     return Y - Y.mean(0)
@@ -202,6 +196,8 @@ def methods(lines: int, n_lines: int, dim: int, args: argparse.Namespace) -> dic
     return {k: {"name": v[0], "fn": v[1], "kw": v[2], "lr": v[3]} for k, v in table.items()}
 
 
+#: The iterations of the published W2^2 values below.
+PUBLISHED_ITERS = (500, 1000, 1500, 2000, 2500)
 #: Published W2^2 at iterations 500/1000/1500/2000/2500 and s/iter (spec section 9).
 #: TSW-SL paper (ICML 2025) Table 1: source N(0, I), 100 points, SW L=100, TSW-SL 25x4,
 #: lr 5e-3, 10 runs, A100, float32 metric. The Db-TSW rows are the FW-TSW paper's rerun
@@ -234,11 +230,18 @@ for _d, _sw, _tsw in [
     PUBLISHED[(f"gaussian{_d}d", "tswsl")] = (_tsw, None)
 
 
+def published_source(dataset: str, key: str) -> str:
+    """Where the published row of ``(dataset, key)`` comes from."""
+    if dataset.startswith("gaussian"):
+        return "TSW-SL paper, Table 2"
+    if key in ("tswsl-conc", "dbtsw", "dbtsw-orth"):
+        return "FW-TSW paper's rerun (5 runs)"
+    return "TSW-SL paper, Table 1 (10 runs)"
+
+
 def w2_squared(X: torch.Tensor, Y: torch.Tensor) -> float:
-    """Exact squared W2 between uniform clouds, in float64."""
-    Xn, Yn = X.detach().double().numpy(), Y.detach().double().numpy()
-    M = ot.dist(Xn, Yn)
-    return float(ot.emd2(np.full(len(Xn), 1 / len(Xn)), np.full(len(Yn), 1 / len(Yn)), M))
+    """Exact squared W2 between uniform clouds, in float64 (:func:`tsw.metrics.wasserstein`)."""
+    return metrics.wasserstein(X, Y, power=True)
 
 
 def lr_scheduler(opt: torch.optim.Optimizer, schedule: str, iters: int):
@@ -295,9 +298,31 @@ def w2_squared_float32(X: torch.Tensor, Y: torch.Tensor) -> float:
 
 DEFAULT_METHODS = "sw2,sw1,tswsl,dbtsw,dbtsw-orth"
 
+OUTPUT_HELP = """output (under --out, default benchmarks/out/gradient_flow; DATASET = --dataset):
+  stdout                 the settings, then the table of this run: exact W2^2 (mean ± std
+                         over the seeds) at 5 checkpoints (--iters / 5 apart), the final
+                         W2^2 with the papers' float32 metric, the median s/iter with the
+                         CPU thread count; then, where the papers report the method, a
+                         second table of their numbers at their own iterations
+                         (500..2500) and their A100 s/iter
+  DATASET.csv            one row per method, numeric columns: key, method, n_seeds,
+                         w2sq_it<C>_mean, w2sq_it<C>_std for each checkpoint C,
+                         w2sq_final_float32_mean / _std, s_per_iter_median (seconds);
+                         with --time-budget: iterations_mean, w2sq_float64_mean / _std,
+                         s_per_iter_median
+  DATASET_published.csv  the published values: key, method, w2sq_it500 .. w2sq_it2500
+                         (empty where not published), source, s_per_iter_a100
+  DATASET.json           the settings and every run (per seed: W2^2 at each checkpoint,
+                         s/iter, iterations, final W2^2 in float64 and float32)
+  DATASET.png            exact W2^2 against the iteration, log scale: the mean over the
+                         seeds and a band from the smallest to the largest seed's value
+"""
+
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, epilog=OUTPUT_HELP, formatter_class=argparse.RawTextHelpFormatter
+    )
     ap.add_argument("--dataset", default="25gaussians")
     ap.add_argument("--n", type=int, default=100, help="points per cloud")
     ap.add_argument("--iters", type=int, default=2500)
@@ -346,8 +371,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         raw[key].append({"seed": seed, **run})
 
+    payload = {"settings": settings, "methods": {k: table[k]["name"] for k in keys}, "runs": raw}
+    where = f"CPU, {torch.get_num_threads()} thread(s), {args.dtype}"
     if args.time_budget:
-        header = ["method", "iterations", "final W2^2 (float64)", "s/iter"]
+        header = ["method", "iterations", "final W2^2 (float64)", f"s/iter ({where})"]
         rows = [
             [
                 table[k]["name"],
@@ -358,43 +385,105 @@ def main(argv: list[str] | None = None) -> int:
             for k in keys
         ]
         title = f"{args.dataset}: equal time, {args.time_budget:g} s per run ({args.seeds} seeds)"
+        print_table(title, header, rows)
+        numeric_header = ["key", "method", "n_seeds", "iterations_mean"]
+        numeric_header += ["w2sq_float64_mean", "w2sq_float64_std", "s_per_iter_median"]
+        numeric = [
+            [
+                k,
+                table[k]["name"],
+                len(raw[k]),
+                statistics.mean(r["iterations"] for r in raw[k]),
+                *mean_and_std([r["w2sq_float64"] for r in raw[k]]),
+                statistics.median(r["s_per_iter"] for r in raw[k]),
+            ]
+            for k in keys
+        ]
+        write_results(out, args.dataset, numeric_header, numeric, payload)
     else:
-        header = ["method", *[f"it {c}" for c in checkpoints], "final W2^2 f32", "s/iter"]
-        rows = []
-        for k in keys:
-            runs = raw[k]
-            rows.append(
+        header = ["method", *[f"it {c}" for c in checkpoints], "final W2^2 f32"]
+        header.append(f"s/iter ({where})")
+        rows = [
+            [
+                table[k]["name"],
+                *[mean_std([r["errors"][c] for r in raw[k]]) for c in checkpoints],
+                mean_std([r["w2sq_float32"] for r in raw[k]]),
+                f"{statistics.median(r['s_per_iter'] for r in raw[k]):.4f}",
+            ]
+            for k in keys
+        ]
+        title = f"{args.dataset}: exact W2^2, mean ± std over {args.seeds} seeds, this run"
+        print_table(title, header, rows)
+        numeric_header = ["key", "method", "n_seeds"]
+        for c in checkpoints:
+            numeric_header += [f"w2sq_it{c}_mean", f"w2sq_it{c}_std"]
+        numeric_header += ["w2sq_final_float32_mean", "w2sq_final_float32_std"]
+        numeric_header.append("s_per_iter_median")
+        numeric = [
+            [
+                k,
+                table[k]["name"],
+                len(raw[k]),
+                *[x for c in checkpoints for x in mean_and_std([r["errors"][c] for r in raw[k]])],
+                *mean_and_std([r["w2sq_float32"] for r in raw[k]]),
+                statistics.median(r["s_per_iter"] for r in raw[k]),
+            ]
+            for k in keys
+        ]
+        write_results(out, args.dataset, numeric_header, numeric, payload)
+        published = [
+            (k, PUBLISHED[(args.dataset, k)]) for k in keys if (args.dataset, k) in PUBLISHED
+        ]
+        if published:
+            pub_header = ["method", *[f"it {c}" for c in PUBLISHED_ITERS], "source"]
+            pub_header.append("s/iter (A100, float32)")
+            pub_rows = [
                 [
                     table[k]["name"],
-                    *[mean_std([r["errors"][c] for r in runs]) for c in checkpoints],
-                    mean_std([r["w2sq_float32"] for r in runs]),
-                    f"{statistics.median(r['s_per_iter'] for r in runs):.4f}",
+                    *["-" if v is None else f"{v:.2e}" for v in vals],
+                    published_source(args.dataset, k),
+                    "-" if spi is None else f"{spi:.3f}",
                 ]
+                for k, (vals, spi) in published
+            ]
+            print_table(
+                f"{args.dataset}: published exact W2^2 (float32 metric), at the papers' own "
+                "iterations; not this run's",
+                pub_header,
+                pub_rows,
             )
-            pub = PUBLISHED.get((args.dataset, k))
-            if pub is not None:
-                vals, spi = pub
-                label = "  published (its 500..2500)"
-                cells = ["-" if v is None else f"{v:.2e}" for v in vals]
-                cells = (cells + ["-"] * len(checkpoints))[: len(checkpoints)]
-                rows.append([label, *cells, "-", "-" if spi is None else f"{spi:.3f}"])
-        title = f"{args.dataset}: exact W2^2, mean ± std over {args.seeds} seeds"
-    print_table(title, header, rows)
-    payload = {"settings": settings, "methods": {k: table[k]["name"] for k in keys}, "runs": raw}
-    write_results(out, args.dataset, header, rows, payload)
-    if not args.time_budget:
-        means = {
-            table[k]["name"]: [statistics.mean(r["errors"][c] for r in runs) for c in checkpoints]
-            for k, runs in raw.items()
+            pub_numeric_header = ["key", "method", *[f"w2sq_it{c}" for c in PUBLISHED_ITERS]]
+            pub_numeric_header += ["source", "s_per_iter_a100"]
+            pub_numeric = [
+                [
+                    k,
+                    table[k]["name"],
+                    *["" if v is None else v for v in vals],
+                    published_source(args.dataset, k),
+                    "" if spi is None else spi,
+                ]
+                for k, (vals, spi) in published
+            ]
+            write_csv(out / f"{args.dataset}_published.csv", pub_numeric_header, pub_numeric)
+        curves = {
+            table[k]["name"]: [[r["errors"][c] for r in raw[k]] for c in checkpoints] for k in keys
         }
         plot_curves(
-            means,
+            {name: [statistics.mean(v) for v in vals] for name, vals in curves.items()},
             checkpoints,
             xlabel="iteration",
-            ylabel="exact $W_2^2$",
-            title=f"gradient flow, {args.dataset}",
+            ylabel="exact $W_2^2$ (float64)",
+            title=(
+                f"gradient flow onto {args.dataset}: N = {args.n}, {args.lines} lines per "
+                f"step, lr {args.lr:g}, {args.dtype}\nmean over {args.seeds} seeds; "
+                "band: min to max over the seeds"
+            ),
             path=out / f"{args.dataset}.png",
             logy=True,
+            bands={
+                name: ([min(v) for v in vals], [max(v) for v in vals])
+                for name, vals in curves.items()
+            },
         )
     print(f"\nresults written to {out.resolve()}")
     return 0

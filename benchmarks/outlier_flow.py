@@ -30,7 +30,6 @@ Example: ``python -m benchmarks.outlier_flow --seeds 3``.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import time
 from pathlib import Path
@@ -40,43 +39,22 @@ import torch
 import tsw
 from benchmarks._report import (
     add_run_args,
+    mean_and_std,
     mean_std,
     prepare,
     print_table,
     progress,
     write_results,
 )
-
-RING, TUBE = 0.07, 0.025  # torus radii: diameter 2 (RING + TUBE) = 0.19
-
-
-def torus_surface(n: int, g: torch.Generator) -> torch.Tensor:
-    """``n`` uniform points on the torus surface (rejection on the area element), float64."""
-    u = torch.rand(8 * n, generator=g, dtype=torch.float64) * 2 * math.pi
-    v = torch.rand(8 * n, generator=g, dtype=torch.float64) * 2 * math.pi
-    keep = torch.rand(8 * n, generator=g, dtype=torch.float64) < (
-        (RING + TUBE * torch.cos(v)) / (RING + TUBE)
-    )
-    u, v = u[keep][:n], v[keep][:n]
-    ring = RING + TUBE * torch.cos(v)
-    return torch.stack([ring * torch.cos(u), ring * torch.sin(u), TUBE * torch.sin(v)], -1)
-
-
-def distance_to_torus(P: torch.Tensor) -> torch.Tensor:
-    """Euclidean distance of each row of ``P`` to the torus surface."""
-    rho = torch.linalg.vector_norm(P[:, :2], dim=-1)
-    return ((rho - RING) ** 2 + P[:, 2] ** 2).sqrt().sub(TUBE).abs()
+from tsw import datasets
+from tsw.datasets import distance_to_torus
 
 
 def noisy_problem(seed: int, n: int = 1000, noise: float = 0.07):
-    """Source (float32), target with ``noise * n`` outliers (float32), and the outliers."""
-    g = torch.Generator().manual_seed(seed)
-    clean = torus_surface(n, g)
-    half = 0.6 * 2 * (RING + TUBE)
-    outliers = (torch.rand(round(noise * n), 3, generator=g, dtype=torch.float64) * 2 - 1) * half
-    s = torch.randn(n, 3, generator=g, dtype=torch.float64)
-    source = 0.06 * s / s.norm(dim=-1, keepdim=True) + torch.tensor([0.0, 0.03, 0.0]).double()
-    return source.float(), torch.cat([clean, outliers]).float(), outliers
+    """Source (float32), target with ``noise * n`` outliers (float32), and the outliers
+    (float64): :func:`tsw.datasets.make_torus_with_outliers` with seed ``seed``."""
+    data = datasets.make_torus_with_outliers(n, noise, seed=seed)
+    return data.source.float(), data.target.float(), data.outliers
 
 
 def points_on_outliers(X, outliers, radius: float = 0.01, isolation: float = 0.02) -> int:
@@ -184,7 +162,20 @@ def main(argv: list[str] | None = None) -> int:
     print_table(title, header, rows)
     names = {k: v["name"] for k, v in table.items()}
     payload = {"settings": settings, "names": names, "runs": raw}
-    write_results(out, "outlier_flow", header, rows, payload)
+    numeric_header = ["key", "method", "n_seeds", "on_outliers_pct_mean", "on_outliers_pct_std"]
+    numeric_header += ["off_shape_pct_mean", "off_shape_pct_std", "s_per_step_median"]
+    numeric = [
+        [
+            k,
+            table[k]["name"],
+            len(raw[k]),
+            *mean_and_std([r["on_outliers"] for r in raw[k]]),
+            *mean_and_std([r["off_shape"] for r in raw[k]]),
+            statistics.median(r["s_per_step"] for r in raw[k]),
+        ]
+        for k in table
+    ]
+    write_results(out, "outlier_flow", numeric_header, numeric, payload)
     plot(raw, table, problems[0], out / "outlier_flow.png")
     print(f"\nresults written to {out.resolve()}")
     return 0

@@ -28,13 +28,12 @@ import math
 import statistics
 import time
 
-import numpy as np
-import ot
 import torch
 
 import tsw
 from benchmarks._report import (
     add_run_args,
+    mean_and_std,
     mean_std,
     plot_curves,
     prepare,
@@ -42,49 +41,22 @@ from benchmarks._report import (
     progress,
     write_results,
 )
-
-
-def icosahedron() -> torch.Tensor:
-    """The 12 unit vertices of a regular icosahedron, float64."""
-    phi = (1 + math.sqrt(5)) / 2
-    v = []
-    for s1 in (-1.0, 1.0):
-        for s2 in (-1.0, 1.0):
-            v += [(0.0, s1, s2 * phi), (s1, s2 * phi, 0.0), (s2 * phi, 0.0, s1)]
-    V = torch.tensor(v, dtype=torch.float64)
-    return V / V.norm(dim=1, keepdim=True)
-
-
-def sample_vmf(mu: torch.Tensor, kappa: float, n: int, g: torch.Generator) -> torch.Tensor:
-    """``n`` samples of vMF(mu, kappa) on S^2 (exact inverse CDF of ``w = <x, mu>``)."""
-    u = torch.rand(n, generator=g, dtype=torch.float64)
-    w = 1 + torch.log(u + (1 - u) * math.exp(-2 * kappa)) / kappa
-    v = torch.randn(n, 3, generator=g, dtype=torch.float64)
-    v = v - (v @ mu)[:, None] * mu
-    v = v / v.norm(dim=1, keepdim=True)
-    return w[:, None] * mu + torch.sqrt((1 - w * w).clamp_min(0))[:, None] * v
+from tsw import datasets, metrics
 
 
 def make_target(per_component: int, kappa: float, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(20_000 + seed)
-    return torch.cat([sample_vmf(m, kappa, per_component, g) for m in icosahedron()])
+    """The 12-vMF target of :func:`tsw.datasets.make_vmf_mixture`, seed ``20_000 + seed``."""
+    return datasets.make_vmf_mixture(per_component, kappa, seed=20_000 + seed)
 
 
 def geodesic_w2_squared(X: torch.Tensor, Y: torch.Tensor) -> float:
-    """Exact squared geodesic W2 between uniform clouds (float64, no clamp bias)."""
-    Xn, Yn = X.detach().double(), Y.detach().double()
-    cross = torch.linalg.vector_norm(torch.linalg.cross(Xn[:, None], Yn[None]), dim=-1)
-    M = torch.atan2(cross, Xn @ Yn.T).pow(2).numpy()  # angle without arccos clamp
-    n, m = len(Xn), len(Yn)
-    return float(ot.emd2(np.full(n, 1 / n), np.full(m, 1 / m), M, numItermax=10**7))
+    """Exact squared geodesic W2 of uniform clouds (:func:`tsw.metrics.geodesic_wasserstein`)."""
+    return metrics.geodesic_wasserstein(X, Y, power=True)
 
 
 def nll(X: torch.Tensor, kappa: float) -> float:
-    """Mean negative log-likelihood under the uniform mixture of the 12 vMF."""
-    mus = icosahedron()
-    log_c = math.log(kappa / (2 * math.pi)) - kappa - math.log1p(-math.exp(-2 * kappa))
-    logits = log_c + kappa * (X.detach().double() @ mus.T)
-    return float(-(torch.logsumexp(logits, dim=1) - math.log(12)).mean())
+    """Mean NLL under the 12-vMF mixture (:func:`tsw.metrics.vmf_mixture_nll`)."""
+    return metrics.vmf_mixture_nll(X, datasets.icosahedron(), kappa)
 
 
 def methods(args) -> dict[str, dict]:
@@ -233,18 +205,37 @@ def main(argv: list[str] | None = None) -> int:
     )
     print_table(title, header, rows)
     payload = {"settings": settings, "target_nll": target_nll, "runs": raw}
-    write_results(out, "sphere_flow", header, rows, payload)
-    means = {
-        table[k]["name"]: [statistics.mean(r["curve"][c] for r in runs) for c in checkpoints]
+    numeric_header = ["key", "method", "n_seeds"]
+    for c in checkpoints:
+        numeric_header += [f"log10_w2sq_step{c}_mean", f"log10_w2sq_step{c}_std"]
+    numeric_header += ["nll_mean", "nll_std", "s_per_step_median"]
+    numeric = [
+        [
+            k,
+            table[k]["name"],
+            len(raw[k]),
+            *[x for c in checkpoints for x in mean_and_std([r["curve"][c] for r in raw[k]])],
+            *mean_and_std([r["nll"] for r in raw[k]]),
+            statistics.median(r["s_per_step"] for r in raw[k]),
+        ]
+        for k in keys
+    ]
+    write_results(out, "sphere_flow", numeric_header, numeric, payload)
+    curves = {
+        table[k]["name"]: [[r["curve"][c] for r in runs] for c in checkpoints]
         for k, runs in raw.items()
     }
     plot_curves(
-        means,
+        {name: [statistics.mean(v) for v in vals] for name, vals in curves.items()},
         checkpoints,
         xlabel="step",
         ylabel="log10 exact geodesic $W_2^2$",
-        title="spherical gradient flow, 12 vMF",
+        title=(
+            f"spherical gradient flow onto 12 vMF (kappa {args.kappa:g}), {len(Y)} points, "
+            f"lr {args.lr:g}\nmean over {args.seeds} seeds; band: min to max over the seeds"
+        ),
         path=out / "sphere_flow.png",
+        bands={n: ([min(v) for v in vs], [max(v) for v in vs]) for n, vs in curves.items()},
     )
     print(f"\nresults written to {out.resolve()}")
     return 0

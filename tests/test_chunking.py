@@ -1,4 +1,4 @@
-"""``chunk_size``: blocks of trees under checkpointing give the unchunked values and gradients."""
+"""``chunk_size``: blocks of items and trees give the one-block values and gradients."""
 
 from __future__ import annotations
 
@@ -180,3 +180,61 @@ def test_chunked_gradients_beyond_the_mean(case):
     for x, y in zip(g1, g0, strict=True):
         assert y.abs().max() > 0
         torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("cache", [1100, 400, 60])
+@pytest.mark.parametrize("batched_trees", [False, True])
+def test_auto_blocks_of_items_and_trees(monkeypatch, cache, batched_trees):
+    # "auto" on the CPU groups whole items (cache 1100: 2 items a block, each 7 trees x 4 lines x
+    # 18 atoms = 504 elements), cuts one item's trees (400 and 60 elements), or, with
+    # batched trees, cuts the trees of all items: values and gradients equal the
+    # one-block evaluation, for the value and for a per-tree loss
+    monkeypatch.setattr(driver, "CACHE_BLOCK_ELEMENTS", cache)
+    g = torch.Generator().manual_seed(5)
+    X = torch.randn(5, 10, 3, generator=g, dtype=F64)
+    Y = torch.randn(5, 8, 3, generator=g, dtype=F64) + 0.5
+    center = torch.zeros(5, 3, dtype=F64) if batched_trees else torch.zeros(3, dtype=F64)
+    trees = tsw.sample_concurrent_lines(3, n_trees=7, n_lines=4, center=center, seed=0, dtype=F64)
+    plans = []
+    original = driver.Problem.plan_blocks
+
+    def spy(self, *args):
+        plans.append(original(self, *args))
+        return plans[-1]
+
+    monkeypatch.setattr(driver.Problem, "plan_blocks", spy)
+    results = []
+    for chunk_size in (None, "auto"):
+        Xs, Ys = X.clone().requires_grad_(True), Y.clone().requires_grad_(True)
+        value, log = tsw.db_tsw(Xs, Ys, trees=trees, chunk_size=chunk_size, log=True)
+        loss = value.sum() + (log["per_tree"] * torch.arange(7.0, dtype=F64)).sum()
+        results.append((value, log["per_tree"], *torch.autograd.grad(loss, (Xs, Ys))))
+        value2 = tsw.db_tsw(Xs, Ys, trees=trees, chunk_size=chunk_size)
+        results[-1] += torch.autograd.grad(value2.sum(), (Xs, Ys))
+    assert len(plans[-1]) > 1
+    if not batched_trees and cache == 1100:
+        assert plans[-1] == [(0, 2, 0, 7), (2, 4, 0, 7), (4, 5, 0, 7)]
+    if batched_trees:
+        assert all(b[:2] == (0, 5) for b in plans[-1])
+    for x, y in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-14)
+
+
+def test_auto_blocks_on_accelerators_follow_only_the_memory_budget():
+    # kernel launches dominate small blocks on a GPU: no cache blocking there
+    X = torch.empty(4, 10_000, 64, device="meta")
+    problem = driver.Problem.of(
+        torch.zeros(4, 3, 2),
+        torch.zeros(4, 3, 2),
+        None,
+        None,
+        p=1,
+        seed=0,
+        generator=None,
+        validate=False,
+    )
+    problem = problem.replace(measures=problem.measures._replace(X_s=X, X_t=X))
+    plan = problem.plan_blocks((250, 4), (X, X, X[..., 0], X[..., 0]), None)
+    # 16 float32 elements per (line x atom): 4 items x 4 lines x 2e4 atoms x 64 B = 20.5 MB a
+    # tree, so 104 trees fit in 2 GiB; on the CPU the cache target would cut 13-tree blocks
+    assert plan == [(0, 4, 0, 104), (0, 4, 104, 208), (0, 4, 208, 250)]

@@ -67,10 +67,38 @@ def test_public_names_of_before_are_all_there():
         ("tsw.stsw", "stsw_unif"),
         ("tsw.sliced", "max_sw"),
         ("tsw.unbalanced_sliced", "partial_sw"),
+        # the method modules before they became private (issue 16)
+        ("tsw.euclidean.db_tsw", "resolve_db_trees"),
+        ("tsw.euclidean.tsw_sl", "tsw_sl"),
+        ("tsw.euclidean.circular_tsw", "circular_tsw"),
+        ("tsw.euclidean.spatial_tsw", "spatial_tsw"),
+        ("tsw.euclidean.partial_tsw", "partial_tsw"),
+        ("tsw.sphere.stsw", "stsw_unif"),
+        ("tsw.sphere.spatial_stsw", "sphere_lift"),
+        ("tsw.sliced.sw", "sample_projections"),
+        ("tsw.sliced.ssw", "ssw_unif"),
+        ("tsw.sliced.s3w", "s3w_map"),
+        ("tsw.sliced.unbalanced_sw", "unbalanced_sw"),
     ],
 )
 def test_old_module_paths_still_import(old, name):
     assert hasattr(importlib.import_module(old), name)
+
+
+def test_no_function_shadows_its_own_submodule():
+    """``pkg.name`` is the module ``pkg/name.py`` for every module file of the package
+    (``tsw.sliced.sw`` was both a module and the function ``sw`` re-exported there)."""
+    for name in MODULES:
+        parent, _, leaf = name.rpartition(".")
+        module = importlib.import_module(name)
+        assert getattr(importlib.import_module(parent), leaf) is module, name
+
+
+def test_method_modules_are_private():
+    """One private module per method: a public name lives in a package, not a module."""
+    for pkg in ("tsw.euclidean", "tsw.sphere", "tsw.sliced"):
+        public = [m for m in MODULES if m.startswith(pkg + ".") and m.rsplit(".", 1)[1][0] != "_"]
+        assert public in ([], [f"{pkg}.mappings"]), public
 
 
 def test_every_package_and_module_says_what_lives_there():

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import tsw
-from tsw.sliced.s3w import s3w_map
+from tsw import s3w_map
 
 F64 = torch.float64
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tsw
-from tsw.sphere.spatial_stsw import sphere_lift
+from tsw.sphere import sphere_lift
 
 F64 = torch.float64
 

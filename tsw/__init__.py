@@ -15,11 +15,15 @@ splits, closed forms, the driver), :mod:`tsw.euclidean`, :mod:`tsw.sphere`,
 :mod:`tsw.sliced` (the SW baselines), :mod:`tsw.nn` (losses built from the functions).
 See ``ARCHITECTURE.md``. Sliced baselines for unequal masses (POT's solvers):
 :func:`partial_sw`, :func:`unbalanced_sw`.
+
+Data and evaluation: :mod:`tsw.datasets` (the synthetic point clouds of the papers'
+experiments) and :mod:`tsw.metrics` (exact W_p through ``ot.emd2``, the geodesic W_p on
+the sphere, the NLL of a von Mises-Fisher mixture).
 """
 
 import sys as _sys
 
-from tsw import nn
+from tsw import datasets, metrics, nn
 from tsw.core.monte_carlo import trees_needed
 from tsw.core.tree_wasserstein import line_system_cost, tree_wasserstein
 from tsw.core.trees import (
@@ -32,42 +36,54 @@ from tsw.core.trees import (
 )
 from tsw.core.wasserstein_1d import wasserstein_1d
 from tsw.euclidean import mappings
-from tsw.euclidean.circular_tsw import circular_tsw
-from tsw.euclidean.db_tsw import db_tsw
-from tsw.euclidean.partial_tsw import partial_tsw
-from tsw.euclidean.spatial_tsw import spatial_tsw
-from tsw.euclidean.tsw_sl import tsw_sl
-from tsw.sliced.s3w import s3w, s3w_map, s3w_unif, sample_rotations
-from tsw.sliced.ssw import sample_sphere_projections, ssw, ssw_unif
-from tsw.sliced.sw import max_sw, sample_projections, sw
-from tsw.sliced.unbalanced_sw import partial_sw, unbalanced_sw
-from tsw.sphere.spatial_stsw import spatial_stsw
-from tsw.sphere.stsw import stsw, stsw_unif
+from tsw.euclidean._circular_tsw import circular_tsw
+from tsw.euclidean._db_tsw import db_tsw
+from tsw.euclidean._partial_tsw import partial_tsw
+from tsw.euclidean._spatial_tsw import spatial_tsw
+from tsw.euclidean._tsw_sl import tsw_sl
+from tsw.sliced._s3w import s3w, s3w_map, s3w_unif, sample_rotations
+from tsw.sliced._ssw import sample_sphere_projections, ssw, ssw_unif
+from tsw.sliced._sw import max_sw, sample_projections, sw
+from tsw.sliced._unbalanced_sw import partial_sw, unbalanced_sw
+from tsw.sphere._spatial_stsw import spatial_stsw
+from tsw.sphere._stsw import stsw, stsw_unif
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
-# The module paths of the flat layout before the subpackages (``from tsw.trees import
-# ...``) keep working: each names the module that now holds its code.
+# Module paths of earlier layouts keep working for ``from <path> import <name>``; each
+# names the module that now holds its code. First the flat layout before the subpackages
+# (``from tsw.trees import ...``), then the method modules before they became private
+# (``from tsw.euclidean.db_tsw import ...``): a method module is private (``_db_tsw``) so
+# that no function shadows its own module (``tsw.sliced.sw`` is the function ``sw``).
 _MOVED = {
-    "circular": "tsw.euclidean.circular_tsw",
-    "db_tsw": "tsw.euclidean.db_tsw",
+    "circular": "tsw.euclidean._circular_tsw",
+    "db_tsw": "tsw.euclidean._db_tsw",
     "mappings": "tsw.euclidean.mappings",
     "one_d": "tsw.core.wasserstein_1d",
-    "partial_tsw": "tsw.euclidean.partial_tsw",
-    "s3w": "tsw.sliced.s3w",
-    "spatial": "tsw.euclidean.spatial_tsw",
-    "spatial_sphere": "tsw.sphere.spatial_stsw",
+    "partial_tsw": "tsw.euclidean._partial_tsw",
+    "s3w": "tsw.sliced._s3w",
+    "spatial": "tsw.euclidean._spatial_tsw",
+    "spatial_sphere": "tsw.sphere._spatial_stsw",
     "splits": "tsw.core.splits",
-    "ssw": "tsw.sliced.ssw",
-    "stsw": "tsw.sphere.stsw",
+    "ssw": "tsw.sliced._ssw",
+    "stsw": "tsw.sphere._stsw",
     "tree_wasserstein": "tsw.core.tree_wasserstein",
     "trees": "tsw.core.trees",
-    "tsw_sl": "tsw.euclidean.tsw_sl",
-    "unbalanced_sliced": "tsw.sliced.unbalanced_sw",
+    "tsw_sl": "tsw.euclidean._tsw_sl",
+    "unbalanced_sliced": "tsw.sliced._unbalanced_sw",
+    "euclidean.circular_tsw": "tsw.euclidean._circular_tsw",
+    "euclidean.db_tsw": "tsw.euclidean._db_tsw",
+    "euclidean.partial_tsw": "tsw.euclidean._partial_tsw",
+    "euclidean.spatial_tsw": "tsw.euclidean._spatial_tsw",
+    "euclidean.tsw_sl": "tsw.euclidean._tsw_sl",
+    "sliced.s3w": "tsw.sliced._s3w",
+    "sliced.ssw": "tsw.sliced._ssw",
+    "sliced.sw": "tsw.sliced._sw",
+    "sliced.unbalanced_sw": "tsw.sliced._unbalanced_sw",
+    "sphere.spatial_stsw": "tsw.sphere._spatial_stsw",
+    "sphere.stsw": "tsw.sphere._stsw",
 }
-for _old, _new in _MOVED.items():
-    _sys.modules[f"tsw.{_old}"] = _sys.modules[_new]
-del _old, _new
+_sys.modules.update({f"tsw.{old}": _sys.modules[new] for old, new in _MOVED.items()})
 
 __all__ = [
     "ChainLines",
@@ -75,10 +91,12 @@ __all__ = [
     "SphericalTrees",
     "__version__",
     "circular_tsw",
+    "datasets",
     "db_tsw",
     "line_system_cost",
     "mappings",
     "max_sw",
+    "metrics",
     "nn",
     "partial_sw",
     "partial_tsw",

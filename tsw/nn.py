@@ -34,17 +34,17 @@ from torch import Tensor, nn
 
 from tsw.core._random import check_seed
 from tsw.core._validation import check_choice, check_positive_int
-from tsw.euclidean.circular_tsw import circular_tsw
-from tsw.euclidean.db_tsw import db_tsw
+from tsw.euclidean._circular_tsw import circular_tsw
+from tsw.euclidean._db_tsw import db_tsw
+from tsw.euclidean._partial_tsw import partial_tsw
+from tsw.euclidean._spatial_tsw import spatial_tsw
+from tsw.euclidean._tsw_sl import tsw_sl
 from tsw.euclidean.mappings import resolve_mapping
-from tsw.euclidean.partial_tsw import partial_tsw
-from tsw.euclidean.spatial_tsw import spatial_tsw
-from tsw.euclidean.tsw_sl import tsw_sl
-from tsw.sliced.s3w import s3w, s3w_unif, sample_rotations
-from tsw.sliced.ssw import ssw, ssw_unif
-from tsw.sliced.sw import max_sw, sw
-from tsw.sphere.spatial_stsw import spatial_stsw
-from tsw.sphere.stsw import stsw, stsw_unif
+from tsw.sliced._s3w import s3w, s3w_unif, sample_rotations
+from tsw.sliced._ssw import ssw, ssw_unif
+from tsw.sliced._sw import max_sw, sw
+from tsw.sphere._spatial_stsw import spatial_stsw
+from tsw.sphere._stsw import stsw, stsw_unif
 
 __all__ = [
     "ARIS3WLoss",
@@ -82,16 +82,23 @@ class _Loss(nn.Module):
     """What every loss shares: the options as attributes, randomness, batch reduction."""
 
     _fn: Callable[..., Tensor]
+    _signature_options: tuple[inspect.Parameter, ...] = ()
     _options: tuple[str, ...] = ()
     _one_measure: bool = False
 
     def __init__(
-        self, *, reduction: str = "mean", seed: int | None = None, resample: bool = True, **options
-    ):
+        self,
+        *,
+        reduction: str = "mean",
+        seed: int | None = None,
+        resample: bool = True,
+        **options: Any,
+    ) -> None:
         super().__init__()
-        self.reduction = check_choice(reduction, "reduction", ("mean", "sum", "none"))
-        self.seed = seed = check_seed(seed)
-        self.resample = bool(resample)
+        self.reduction: str = check_choice(reduction, "reduction", ("mean", "sum", "none"))
+        self.seed: int | None = check_seed(seed)
+        seed = self.seed
+        self.resample: bool = bool(resample)
         for name, value in _bind_options(type(self), options).items():
             if isinstance(value, Tensor) and not isinstance(value, nn.Parameter):
                 self.register_buffer(name, value, persistent=False)
@@ -183,7 +190,7 @@ def function_options(
     return [q for q in params if q.kind is q.KEYWORD_ONLY and q.name not in exclude]
 
 
-def _bind_options(cls: type, given: dict[str, Any]) -> dict[str, Any]:
+def _bind_options(cls: type[_Loss], given: dict[str, Any]) -> dict[str, Any]:
     """Check option names against the class's signature and fill in the defaults."""
     params = {q.name: q for q in cls._signature_options}
     unknown = sorted(set(given) - set(params))
@@ -265,7 +272,7 @@ def _check_spatial(options: dict[str, Any]) -> None:
     resolve_mapping(options["mapping"], options["degree"], options["beta"])
 
 
-TSWSLLoss = _loss_from(
+TSWSLLoss: type[_Loss] = _loss_from(
     tsw_sl,
     "TSWSLLoss",
     "TSW-SL loss: tree-sliced Wasserstein on systems of lines.",
@@ -279,7 +286,7 @@ TSWSLLoss = _loss_from(
     """,
 )
 
-DbTSWLoss = _loss_from(
+DbTSWLoss: type[_Loss] = _loss_from(
     db_tsw,
     "DbTSWLoss",
     "Db-TSW loss (Db-TSW⊥ with ``orthogonal=True``): distance-based tree-sliced Wasserstein.",
@@ -291,7 +298,7 @@ DbTSWLoss = _loss_from(
     """,
 )
 
-CircularTSWLoss = _loss_from(
+CircularTSWLoss: type[_Loss] = _loss_from(
     circular_tsw,
     "CircularTSWLoss",
     "CircularTSW loss: the circular Radon transform on systems of lines.",
@@ -305,7 +312,7 @@ CircularTSWLoss = _loss_from(
     """,
 )
 
-SpatialTSWLoss = _loss_from(
+SpatialTSWLoss: type[_Loss] = _loss_from(
     spatial_tsw,
     "SpatialTSWLoss",
     "SpatialTSW loss: Db-TSW on an injective map of the supports; an ``nn.Module`` mapping "
@@ -329,7 +336,7 @@ SpatialTSWLoss = _loss_from(
     check=_check_spatial,
 )
 
-PartialTSWLoss = _loss_from(
+PartialTSWLoss: type[_Loss] = _loss_from(
     partial_tsw,
     "PartialTSWLoss",
     "PartialTSW loss for measures of unequal mass. ``mass_s`` and ``mass_t`` are read at "
@@ -345,7 +352,7 @@ PartialTSWLoss = _loss_from(
     """,
 )
 
-SWLoss = _loss_from(
+SWLoss: type[_Loss] = _loss_from(
     sw,
     "SWLoss",
     "Sliced Wasserstein loss (orthogonal SW with ``orthogonal=True``).",
@@ -357,7 +364,7 @@ SWLoss = _loss_from(
     """,
 )
 
-MaxSWLoss = _loss_from(
+MaxSWLoss: type[_Loss] = _loss_from(
     max_sw,
     "MaxSWLoss",
     "Max-sliced Wasserstein loss (the direction by Riemannian ascent at every call).",
@@ -369,7 +376,7 @@ MaxSWLoss = _loss_from(
     """,
 )
 
-STSWLoss = _loss_from(
+STSWLoss: type[_Loss] = _loss_from(
     stsw,
     "STSWLoss",
     "STSW loss between measures on the sphere.",
@@ -384,7 +391,7 @@ STSWLoss = _loss_from(
     """,
 )
 
-SpatialSTSWLoss = _loss_from(
+SpatialSTSWLoss: type[_Loss] = _loss_from(
     spatial_stsw,
     "SpatialSTSWLoss",
     "SpatialSTSW loss; an ``nn.Module`` mapping is registered as the submodule ``mapping``.",
@@ -398,7 +405,7 @@ SpatialSTSWLoss = _loss_from(
     """,
 )
 
-STSWUnifLoss = _loss_from(
+STSWUnifLoss: type[_Loss] = _loss_from(
     stsw_unif,
     "STSWUnifLoss",
     "STSW to the uniform measure on the sphere (a uniformity regulariser): ``loss(X_s, a=None)``.",
@@ -411,7 +418,7 @@ STSWUnifLoss = _loss_from(
     base=_UnifLoss,
 )
 
-SSWLoss = _loss_from(
+SSWLoss: type[_Loss] = _loss_from(
     ssw,
     "SSWLoss",
     "Spherical sliced Wasserstein loss (POT's SSW).",
@@ -424,7 +431,7 @@ SSWLoss = _loss_from(
     """,
 )
 
-SSWUnifLoss = _loss_from(
+SSWUnifLoss: type[_Loss] = _loss_from(
     ssw_unif,
     "SSWUnifLoss",
     "SSW_2 to the uniform measure on the sphere: ``loss(X_s, a=None)``.",
@@ -437,7 +444,7 @@ SSWUnifLoss = _loss_from(
     base=_UnifLoss,
 )
 
-S3WLoss = _loss_from(
+S3WLoss: type[_Loss] = _loss_from(
     s3w,
     "S3WLoss",
     "S3W loss (``n_rotations=0``) or RI-S3W (``n_rotations >= 1``); with ``resample=True`` "
@@ -453,7 +460,7 @@ S3WLoss = _loss_from(
     """,
 )
 
-S3WUnifLoss = _loss_from(
+S3WUnifLoss: type[_Loss] = _loss_from(
     s3w_unif,
     "S3WUnifLoss",
     "S3W / RI-S3W to a sample of the uniform measure on the sphere: ``loss(X_s, a=None)``.",
@@ -466,7 +473,7 @@ S3WUnifLoss = _loss_from(
     base=_UnifLoss,
 )
 
-_S3WPoolBase = _loss_from(
+_S3WPoolBase: type[_Loss] = _loss_from(
     s3w,
     "_S3WPoolBase",
     "S3W with rotations from a pool.",
@@ -475,7 +482,7 @@ _S3WPoolBase = _loss_from(
 )
 
 
-class ARIS3WLoss(_S3WPoolBase):
+class ARIS3WLoss(_S3WPoolBase):  # type: ignore[valid-type,misc]  # a class built at run time
     """ARI-S3W: RI-S3W with its rotations drawn from a pool sampled once (Tran et al. 2024).
 
     At construction the module samples ``pool_size`` Haar rotations of ``R^dim``
@@ -527,7 +534,15 @@ class ARIS3WLoss(_S3WPoolBase):
     0.0
     """
 
-    def __init__(self, *, dim: int, pool_size: int = 100, n_rotations: int = 1, **options):
+    pool: Tensor  # (pool_size, dim, dim), a buffer
+
+    dim: int
+    pool_size: int
+    n_rotations: int
+
+    def __init__(
+        self, *, dim: int, pool_size: int = 100, n_rotations: int = 1, **options: Any
+    ) -> None:
         super().__init__(**options)
         seed = self.seed
         check_positive_int(pool_size, "pool_size")
@@ -548,7 +563,8 @@ class ARIS3WLoss(_S3WPoolBase):
         if self._generator is not None:
             return self._generator
         gen = torch.Generator(device="cpu")
-        gen.set_state(self._state)
+        if self._state is not None:  # resample=False: replay the state saved at __init__
+            gen.set_state(self._state)
         return gen
 
     def forward(
@@ -598,7 +614,7 @@ _pool_options = [
 ]
 _base = inspect.signature(_S3WPoolBase.__init__).parameters.values()
 _self, *_rest = _base
-ARIS3WLoss.__init__.__signature__ = inspect.Signature([_self, *_pool_options, *_rest])
+setattr(ARIS3WLoss.__init__, "__signature__", inspect.Signature([_self, *_pool_options, *_rest]))  # noqa: B010
 del _base, _self, _rest, _pool_options
 
 

@@ -53,6 +53,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from tsw.core._validation import check_tensor
+
 __all__ = [
     "Group",
     "all_tensors",
@@ -192,7 +194,7 @@ class _SumGradients(torch.autograd.Function):
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None]:
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None]:  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         # a buffer of our own: never reduce in place into the gradient autograd handed us
         total = g.contiguous().clone()
         _dist().all_reduce(total, group=ctx.group.group)
@@ -225,7 +227,7 @@ class _GatherOwnGrad(torch.autograd.Function):
         return _gather_along(group, x.detach(), dim, counts)
 
     @staticmethod
-    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None, None, None]:
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None, None, None]:  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         return g.narrow(ctx.dim, ctx.start, ctx.length).contiguous(), None, None, None
 
 
@@ -250,12 +252,14 @@ def gather_slices(local: Tensor, group: Group) -> Tensor:
     return _gather_along(group, local, dim, counts)
 
 
-def gather_points(x: Tensor | None, group: Group, dim: int, name: str) -> Tensor | None:
-    """Return the union of every rank's shard of ``x`` along ``dim`` (sizes may differ).
+def gather_points(given: object, group: Group, dim: int, name: str) -> Tensor | None:
+    """Return the union of every rank's shard of ``given`` along ``dim`` (sizes may differ).
 
-    Backward keeps this rank's own rows: the gradient of the union reaching here is
-    already summed over the ranks (by :func:`sum_gradients` where it is projected).
+    ``given`` is a validated shard (a tensor) or None. Backward keeps this rank's own rows:
+    the gradient of the union reaching here is already summed over the ranks (by
+    :func:`sum_gradients` where it is projected).
     """
+    x = None if given is None else check_tensor(given, name)
     device = x.device if x is not None else None
     present = torch.tensor([x is not None], dtype=torch.int64, device=device or "cpu")
     flags = [int(f.item()) for f in group.all_gather(present)]

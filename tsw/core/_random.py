@@ -54,7 +54,7 @@ class Sampler:
     def __init__(self, generator: torch.Generator, dtype: torch.dtype, device: torch.device):
         self.generator = generator
         self.dtype = dtype
-        self.device = torch.device(device)
+        self.device: torch.device = torch.device(device)
         gdev = torch.device(generator.device)
         # Draw in float64 on CPU for cross-device reproducibility; on an accelerator
         # generator draw in the target dtype for speed.

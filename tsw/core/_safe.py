@@ -48,7 +48,7 @@ class SafeSqrt(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, grad: Tensor):
+    def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         (out,) = ctx.saved_tensors
         tiny = torch.full((), torch.finfo(out.dtype).tiny, dtype=out.dtype, device=out.device)
         r = torch.addcmul(tiny, out, out)
@@ -69,7 +69,7 @@ class LineDistance(torch.autograd.Function):
         return dist
 
     @staticmethod
-    def backward(ctx, grad: Tensor):
+    def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         t, dist = ctx.saved_tensors
         # grad / dist, and 0 where dist == 0: dist / (dist^2 + tiny) in two passes
         tiny = torch.full((), torch.finfo(dist.dtype).tiny, dtype=dist.dtype, device=dist.device)

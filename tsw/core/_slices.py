@@ -10,6 +10,7 @@ the driver's :class:`~tsw.core._random.Sampler` (the seeding contract).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 from torch import Tensor
@@ -21,7 +22,16 @@ from tsw.core._validation import (
     check_positive_int,
     check_tensor,
 )
-from tsw.core.trees import TreeSystem, check_sampling
+from tsw.core.trees import (
+    ChainLines,
+    ConcurrentLines,
+    SphericalTrees,
+    TreeSystem,
+    check_sampling,
+)
+
+#: any tree container; the resolvers return the kind they were asked for
+AnyTrees = TypeVar("AnyTrees", bound=ConcurrentLines | ChainLines | SphericalTrees)
 
 __all__ = [
     "DEFAULT_N_LINES",
@@ -124,7 +134,7 @@ def path_directions(measures: Measures, n_trees: int, n_lines: int, rng: Sampler
     return theta.reshape(X.shape[0], n_trees, n_lines, X.shape[-1])
 
 
-def check_trees_batch(trees: TreeSystem, measures: Measures) -> None:
+def check_trees_batch(trees: TreeSystem | SphericalTrees, measures: Measures) -> None:
     """Raise if the trees' dimension, dtype, device or batch does not fit the measures."""
     d = measures.X_s.shape[-1]
     if trees.dim != d:
@@ -152,7 +162,7 @@ def check_trees_batch(trees: TreeSystem, measures: Measures) -> None:
 
 
 def resolve_counts(
-    trees: TreeSystem | None,
+    trees: TreeSystem | SphericalTrees | None,
     n_trees: int | None,
     n_lines: int | None,
     defaults: tuple[int, int] = (DEFAULT_N_TREES, DEFAULT_N_LINES),
@@ -203,7 +213,7 @@ def resolve_center(center: Tensor | str | None, measures: Measures) -> Tensor:
     return center.to(dtype=measures.X_s.dtype, device=measures.X_s.device).detach()
 
 
-def check_trees(trees: object, allowed: tuple[type, ...], measures: Measures) -> TreeSystem:
+def check_trees(trees: object, allowed: tuple[type[AnyTrees], ...], measures: Measures) -> AnyTrees:
     """Check the type of explicit ``trees`` and its fit with the measures."""
     if not isinstance(trees, allowed):
         names = " or ".join(t.__name__ for t in allowed)
@@ -215,17 +225,17 @@ def check_trees(trees: object, allowed: tuple[type, ...], measures: Measures) ->
 def resolve_trees(
     measures: Measures,
     trees: object,
-    allowed: tuple[type, ...],
+    allowed: tuple[type[AnyTrees], ...],
     n_trees: int | None,
     n_lines: int | None,
     *,
-    sampler: Callable[..., TreeSystem],
+    sampler: Callable[..., AnyTrees],
     rng: Sampler,
     center: Tensor | str | None = None,
     root_std: float | None = None,
     defaults: tuple[int, int] = (DEFAULT_N_TREES, DEFAULT_N_LINES),
     sampling: str = "iid",
-) -> TreeSystem:
+) -> AnyTrees:
     """Explicit trees checked against the data, or trees drawn by ``sampler`` from ``rng``.
 
     ``sampler(d, n_trees=T, n_lines=k, sampling=, generator=, dtype=, device=)`` is one of
@@ -234,14 +244,14 @@ def resolve_trees(
     detached mean or geometric median of both measures, :func:`resolve_center`) and
     ``std=``. ``sampling`` is checked even when explicit trees make it unused.
     """
-    extra = {}
+    extra: dict[str, object] = {}
     sampling = check_sampling(sampling)
     if root_std is not None:
         check_nonnegative_float(root_std, "root_std")
     if trees is not None:
-        trees = check_trees(trees, allowed, measures)
-        resolve_counts(trees, n_trees, n_lines)
-        return trees
+        checked = check_trees(trees, allowed, measures)
+        resolve_counts(checked, n_trees, n_lines)
+        return checked
     T, k = resolve_counts(None, n_trees, n_lines, defaults)
     if root_std is not None:
         extra = {"center": resolve_center(center, measures), "std": root_std}

@@ -209,12 +209,12 @@ def check_same_device_dtype(ref: Tensor, ref_name: str, x: Tensor, name: str) ->
 
 
 def _check_weights(
-    w: Tensor | None, name: str, X: Tensor, X_name: str, batched: bool, validate: bool
+    w: object, name: str, X: Tensor, X_name: str, batched: bool, validate: bool
 ) -> Tensor:
     n = X.shape[-2]
     if w is None:
         return torch.full(X.shape[:-1], 1.0 / n, dtype=X.dtype, device=X.device)
-    check_tensor(w, name)
+    w = check_tensor(w, name)
     check_same_device_dtype(X, X_name, w, name)
     expected = tuple(X.shape[:-1])
     if tuple(w.shape) != expected:
@@ -249,7 +249,7 @@ def check_points(X: object, name: str, validate: bool) -> Tensor:
 
 
 def check_measure(
-    X: object, a: Tensor | None = None, *, validate: bool = True
+    X: object, a: object = None, *, validate: bool = True
 ) -> tuple[Tensor, Tensor, bool]:
     """Validate one discrete measure ``(X_s, a)`` (distances to a fixed reference measure).
 
@@ -265,8 +265,8 @@ def check_measure(
 def check_measures(
     X_s: object,
     X_t: object,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
+    a: object = None,
+    b: object = None,
     *,
     balanced: bool = True,
     validate: bool = True,

@@ -118,7 +118,7 @@ class _LineCost(torch.autograd.Function):
         return cost
 
     @staticmethod
-    def backward(ctx, grad: Tensor):
+    def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         c, idx, prefix = ctx.saved_tensors
         p = ctx.p
         g = grad.unsqueeze(-1)
@@ -361,6 +361,8 @@ def tree_wasserstein(
     power: bool = False,
 ) -> Tensor:
     r"""Exact optimal transport between two measures on a rooted tree.
+
+    References: [Le2019]_ and [Le2022]_.
 
     .. math::
 

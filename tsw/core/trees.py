@@ -17,6 +17,7 @@ set per batch item). Without it the trees are shared by every item of a batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -187,8 +188,36 @@ def _check_pair(first: Tensor, fname: str, directions: Tensor, fshape: str) -> N
         )
 
 
+class _TreeCounts:
+    """The counts every tree container reads from its ``directions`` (..., T, k, dim)."""
+
+    directions: Tensor
+
+    @property
+    def n_trees(self) -> int:
+        """Number of trees ``T``."""
+        return self.directions.shape[-3]
+
+    @property
+    def n_lines(self) -> int:
+        """Number of lines (or rays) per tree ``k``."""
+        return self.directions.shape[-2]
+
+    @property
+    def dim(self) -> int:
+        """Ambient dimension ``d``."""
+        return self.directions.shape[-1]
+
+
+def _batch_size(roots: Tensor, directions: Tensor) -> int | None:
+    """Leading batch size of trees with per-tree roots, or ``None`` when shared."""
+    if directions.ndim == 4:
+        return directions.shape[0]
+    return roots.shape[0] if roots.ndim == 3 else None
+
+
 @dataclass(frozen=True, init=False)
-class ConcurrentLines:
+class ConcurrentLines(_TreeCounts):
     """``T`` trees of ``k`` concurrent lines each (star trees).
 
     Tree ``tau`` is made of the lines ``roots[tau] + s * directions[tau, l]``,
@@ -240,33 +269,16 @@ class ConcurrentLines:
         object.__setattr__(self, "directions", directions)
 
     @property
-    def n_trees(self) -> int:
-        """Number of trees ``T``."""
-        return self.directions.shape[-3]
-
-    @property
-    def n_lines(self) -> int:
-        """Number of lines per tree ``k``."""
-        return self.directions.shape[-2]
-
-    @property
-    def dim(self) -> int:
-        """Ambient dimension ``d``."""
-        return self.directions.shape[-1]
-
-    @property
     def batch_size(self) -> int | None:
         """Leading batch size ``B``, or ``None`` when the trees are shared."""
-        if self.directions.ndim == 4:
-            return self.directions.shape[0]
-        return self.roots.shape[0] if self.roots.ndim == 3 else None
+        return _batch_size(self.roots, self.directions)
 
     @property
     def sources(self) -> Tensor:
         """Source of every line, shape (T, 1, d) or (B, T, 1, d) (the root)."""
         return self.roots.unsqueeze(-2)
 
-    def to(self, *args, **kwargs) -> ConcurrentLines:
+    def to(self, *args: Any, **kwargs: Any) -> ConcurrentLines:
         """Return the trees with ``Tensor.to(*args, **kwargs)`` applied."""
         return ConcurrentLines(
             self.roots.to(*args, **kwargs), self.directions.to(*args, **kwargs), validate=False
@@ -280,7 +292,7 @@ class ConcurrentLines:
 
 
 @dataclass(frozen=True, init=False)
-class ChainLines:
+class ChainLines(_TreeCounts):
     """``T`` trees of ``k`` chained lines each (TSW-SL tree systems).
 
     Line ``i`` of a tree is ``sources[i] + s * directions[i]``; for ``i >= 1`` its
@@ -344,10 +356,6 @@ class ChainLines:
                     f"distance {err.item():.3g} from the previous line"
                 )
 
-    n_trees = ConcurrentLines.n_trees
-    n_lines = ConcurrentLines.n_lines
-    dim = ConcurrentLines.dim
-
     @property
     def batch_size(self) -> int | None:
         """Leading batch size ``B``, or ``None`` when the trees are shared."""
@@ -368,7 +376,7 @@ class ChainLines:
         t = (step * self.directions[..., :-1, :]).sum(-1)
         return torch.cat([t.new_zeros((*t.shape[:-1], 1)), t], dim=-1)
 
-    def to(self, *args, **kwargs) -> ChainLines:
+    def to(self, *args: Any, **kwargs: Any) -> ChainLines:
         """Return the trees with ``Tensor.to(*args, **kwargs)`` applied."""
         return ChainLines(
             self.sources.to(*args, **kwargs), self.directions.to(*args, **kwargs), validate=False
@@ -562,7 +570,7 @@ def sample_chain_lines(
 
 
 @dataclass(frozen=True, init=False)
-class SphericalTrees:
+class SphericalTrees(_TreeCounts):
     r"""``T`` spherical trees of ``k`` rays each, on the unit sphere of R^(d+1).
 
     Tree ``tau`` has a root ``x = roots[tau]`` on :math:`\mathbb S^d` and ``k`` rays, the
@@ -631,16 +639,17 @@ class SphericalTrees:
         object.__setattr__(self, "roots", roots)
         object.__setattr__(self, "directions", directions)
 
-    n_trees = ConcurrentLines.n_trees
-    n_lines = ConcurrentLines.n_lines
-    batch_size = ConcurrentLines.batch_size
+    @property
+    def batch_size(self) -> int | None:
+        """Leading batch size ``B``, or ``None`` when the trees are shared."""
+        return _batch_size(self.roots, self.directions)
 
     @property
     def dim(self) -> int:
         """Ambient dimension ``d + 1`` (the trees live on the sphere of R^(d+1))."""
         return self.directions.shape[-1]
 
-    def to(self, *args, **kwargs) -> SphericalTrees:
+    def to(self, *args: Any, **kwargs: Any) -> SphericalTrees:
         """Return the trees with ``Tensor.to(*args, **kwargs)`` applied."""
         return SphericalTrees(
             self.roots.to(*args, **kwargs), self.directions.to(*args, **kwargs), validate=False

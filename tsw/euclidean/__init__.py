@@ -1,9 +1,11 @@
 """Tree-sliced distances between measures in R^d.
 
-One module per method, named after its function: :mod:`~tsw.euclidean.tsw_sl` (TSW-SL),
-:mod:`~tsw.euclidean.db_tsw` (Db-TSW, Db-TSW⊥), :mod:`~tsw.euclidean.circular_tsw`
-(CircularTSW), :mod:`~tsw.euclidean.spatial_tsw` (SpatialTSW, with the maps of
-:mod:`~tsw.euclidean.mappings`) and :mod:`~tsw.euclidean.partial_tsw` (PartialTSW, unequal
-masses). Each holds its projection and its public function; the private ``_lines`` holds
-the geometry they share (coordinates on lines, distances to lines).
+One private module per method, named after its function with a leading underscore (so
+that no function shadows its module): ``_tsw_sl`` (:func:`tsw.tsw_sl`, TSW-SL),
+``_db_tsw`` (:func:`tsw.db_tsw`, Db-TSW and Db-TSW⊥), ``_circular_tsw``
+(:func:`tsw.circular_tsw`), ``_spatial_tsw`` (:func:`tsw.spatial_tsw`, with the maps of
+the public :mod:`tsw.euclidean.mappings`) and ``_partial_tsw`` (:func:`tsw.partial_tsw`,
+unequal masses). Each holds its projection and its public function, re-exported by
+:mod:`tsw`; the private ``_lines`` holds the geometry they share (coordinates on lines,
+distances to lines).
 """

@@ -7,7 +7,7 @@ Given points and a tree system (:mod:`tsw.core.trees`), compute the line coordin
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple, overload
 
 import torch
 from torch import Tensor
@@ -61,7 +61,7 @@ class _RowProducts(torch.autograd.Function):
         return torch.matmul(rows, Y.transpose(-1, -2))
 
     @staticmethod
-    def backward(ctx, g: Tensor):
+    def backward(ctx, g: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         rows, Y = ctx.saved_tensors
         grad_rows = grad_Y = None
         if ctx.needs_input_grad[1]:
@@ -90,6 +90,18 @@ def _centred_products(
     centred = [Y - c0 for Y in supports]
     prods = [_RowProducts.apply(rows, Y) for Y in centred]
     return torch.cat(prods, dim=-1), torch.cat(centred, dim=-2)
+
+
+@overload
+def _line_coordinates(
+    supports: tuple[Tensor, ...], dirs: Tensor, sources: Tensor, roots: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]: ...
+
+
+@overload
+def _line_coordinates(
+    supports: tuple[Tensor, ...], dirs: Tensor, sources: Tensor, roots: None = None
+) -> tuple[Tensor, Tensor, Tensor, None]: ...
 
 
 def _line_coordinates(
@@ -179,10 +191,13 @@ def point_distance(off: Offsets, u: Tensor | float) -> Tensor:
         u = u.unsqueeze(-1) if u.ndim else u
         resid = off.rel.unsqueeze(2) - u * off.dirs.unsqueeze(-2)  # (B, T, k, n, d)
         return torch.linalg.vector_norm(resid, dim=-1)
+    sq = off.sq
+    if sq is None:  # not reached: an Offsets holds rel or sq
+        raise RuntimeError("Offsets holds neither rel nor sq")
     if isinstance(u, Tensor):
-        q = torch.addcmul(off.sq, off.coords, u, value=-2).addcmul_(u, u)
+        q = torch.addcmul(sq, off.coords, u, value=-2).addcmul_(u, u)
     else:
-        q = off.sq - (2 * u) * off.coords + u * u
+        q = sq - (2 * u) * off.coords + u * u
     return SafeSqrt.apply(q)
 
 
@@ -191,6 +206,18 @@ def radial_distance(off: Offsets) -> Tensor:
     if off.rel is not None:
         return torch.linalg.vector_norm(off.rel, dim=-1).unsqueeze(2)
     return SafeSqrt.apply(off.sq)
+
+
+@overload
+def project(
+    measures: Measures, trees: TreeSystem, *, distances: Literal[True]
+) -> tuple[Tensor, Tensor]: ...
+
+
+@overload
+def project(
+    measures: Measures, trees: TreeSystem, *, distances: Literal[False]
+) -> tuple[Tensor, None]: ...
 
 
 def project(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -168,7 +169,8 @@ def resolve_mapping(
                 f"{name} applies to the built-in mappings only; got {name}={value!r} with a "
                 "callable mapping"
             )
-    return mapping
+    # a callable's output is checked where it is applied (map_measures)
+    return cast(Callable[[Tensor], Tensor], mapping)
 
 
 def _apply(h: Callable[[Tensor], Tensor], X: Tensor, name: str, batched: bool) -> Tensor:

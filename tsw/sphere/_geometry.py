@@ -65,7 +65,7 @@ class _Polar(torch.autograd.Function):
         return r, torch.atan2(y, x)
 
     @staticmethod
-    def backward(ctx, g_r: Tensor | None, g_th: Tensor | None):
+    def backward(ctx, g_r: Tensor | None, g_th: Tensor | None):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         x, y, r = ctx.saved_tensors
         tiny = torch.finfo(r.dtype).tiny
         inv = r / (r * r + tiny)  # 1 / r, and 0 at r = 0

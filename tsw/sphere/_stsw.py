@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from tsw.core._driver import RAYS, Problem, Projection, atoms, driver_options, signed_masses
+from tsw.core._driver import RAYS, Problem, Projection, Result, atoms, driver_options, signed_masses
 from tsw.core._slices import resolve_trees
 from tsw.core._validation import (
     Measures,
@@ -108,8 +108,10 @@ def stsw(
     chunk_size: int | str | None = "auto",
     process_group: ProcessGroup | None = None,
     gather: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Spherical tree-sliced Wasserstein distance (STSW) between measures on a sphere.
+
+    References: [Tran2025s]_ and [Le2022s]_.
 
     Each of ``T`` random spherical trees (:class:`tsw.SphericalTrees`) has a root
     :math:`x \in \mathbb S^d` and ``k`` rays, great semicircles of length :math:`\pi`
@@ -259,7 +261,7 @@ def stsw_unif(
     chunk_size: int | str | None = "auto",
     process_group: ProcessGroup | None = None,
     gather: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""STSW between a measure on the sphere and the uniform measure on it.
 
     :math:`\mathrm{STSW}_p(\mu, \sigma)` (see :func:`stsw`), with :math:`\sigma` the

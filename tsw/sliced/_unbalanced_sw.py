@@ -25,10 +25,10 @@ import ot
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, driver_options
+from tsw.core._driver import Problem, Result, driver_options
 from tsw.core._validation import check_mass, check_positive_int
 from tsw.core.wasserstein_1d import wasserstein_1d
-from tsw.sliced.sw import line_projection, resolve_projections
+from tsw.sliced._sw import line_projection, resolve_projections
 
 __all__ = ["partial_sw", "unbalanced_sw"]
 
@@ -64,8 +64,10 @@ def partial_sw(
     validate: bool = True,
     power: bool = False,
     log: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Sliced partial Wasserstein distance between point clouds of unit-mass atoms.
+
+    References: [Bonneel2019]_ and [Chapel2025]_.
 
     Every atom of either cloud carries mass :math:`1/k`, with :math:`k` = ``n_transported``
     (so the source has mass :math:`N/k`, the target :math:`M/k`), and on every slice
@@ -188,16 +190,17 @@ def partial_sw(
 def _check_reg_m(reg_m: object) -> tuple[float, float]:
     """``reg_m`` as a pair of positive reals (``inf`` allowed: a hard marginal)."""
     pair = tuple(reg_m) if isinstance(reg_m, tuple | list) else (reg_m, reg_m)
-    ok = len(pair) == 2 and all(
-        not isinstance(r, bool) and isinstance(r, int | float) and not math.isnan(r) and r > 0
+    reals = [
+        float(r)
         for r in pair
-    )
-    if not ok:
+        if not isinstance(r, bool) and isinstance(r, int | float) and not math.isnan(r) and r > 0
+    ]
+    if len(pair) != 2 or len(reals) != 2:
         raise ValueError(
             "reg_m must be a real number > 0 or a pair of them (inf allowed: a hard "
             f"marginal); got {reg_m!r}"
         )
-    return float(pair[0]), float(pair[1])
+    return reals[0], reals[1]
 
 
 def _kl(p: Tensor, q: Tensor) -> Tensor:
@@ -227,8 +230,10 @@ def unbalanced_sw(
     validate: bool = True,
     power: bool = False,
     log: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Sliced unbalanced optimal transport with KL marginal penalties (SUOT).
+
+    References: [Bonet2025]_ and [Sejourne2022]_.
 
     With :math:`\mu = m_s \sum_i \hat a_i \delta_{x_i}` and
     :math:`\nu = m_t \sum_j \hat b_j \delta_{y_j}` (as in :func:`tsw.partial_tsw`),
@@ -337,13 +342,13 @@ def unbalanced_sw(
             )
         pi_s.append(pa.T)
         pi_t.append(pb.T)
-    pi_s, pi_t = torch.stack(pi_s).detach(), torch.stack(pi_t).detach()  # (B, L, N), (B, L, M)
+    marg_s, marg_t = torch.stack(pi_s).detach(), torch.stack(pi_t).detach()  # (B, L, N), (B, L, M)
     # W_p^p between the fixed marginals (equal totals up to rounding), times nothing:
     # W_p^p is 1-homogeneous in the common mass
-    pi_t = pi_t * (pi_s.sum(-1, keepdim=True) / pi_t.sum(-1, keepdim=True))
-    cost = wasserstein_1d(us, vs, pi_s, pi_t, p)  # (B, L)
+    marg_t = marg_t * (marg_s.sum(-1, keepdim=True) / marg_t.sum(-1, keepdim=True))
+    cost = wasserstein_1d(us, vs, marg_s, marg_t, p)  # (B, L)
     if rho[0] != math.inf:
-        cost = cost + rho[0] * _kl(pi_s, wa.unsqueeze(-2))
+        cost = cost + rho[0] * _kl(marg_s, wa.unsqueeze(-2))
     if rho[1] != math.inf:
-        cost = cost + rho[1] * _kl(pi_t, wb.unsqueeze(-2))
+        cost = cost + rho[1] * _kl(marg_t, wb.unsqueeze(-2))
     return problem.finish(cost, proj, projections=proj)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from tsw.core._driver import STAR, Problem, Projection, driver_options, signed_masses
+from tsw.core._driver import STAR, Problem, Projection, Result, driver_options, signed_masses
 from tsw.core._safe import broadcast_shape
 from tsw.core._slices import resolve_trees
 from tsw.core._validation import Measures, check_bool, check_choice, check_nonnegative_float
@@ -56,8 +56,10 @@ def circular_tsw(
     chunk_size: int | str | None = "auto",
     process_group: ProcessGroup | None = None,
     gather: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Circular tree-sliced Wasserstein distance (CircularTSW, CircularTSW\ :sub:`r=0`).
+
+    References: [Le2022]_.
 
     Each of ``T`` random trees is a star of ``k`` lines through a root ``x``. A
     point ``y`` of weight ``a_y`` puts mass ``a_y alpha_l(y)`` on line ``l`` at the

@@ -19,6 +19,7 @@ from tsw.core._driver import (
     LINE,
     Problem,
     Projection,
+    Result,
     closed_form,
     driver_options,
     from_numpy,
@@ -104,8 +105,8 @@ def resolve_direction_sampling(orthogonal: object, sampling: object) -> str:
     return sampling
 
 
-def _check_projections(projections: Tensor, measures: Measures) -> Tensor:
-    check_tensor(projections, "projections")
+def _check_projections(given: object, measures: Measures) -> Tensor:
+    projections = check_tensor(given, "projections")
     d = measures.X_s.shape[-1]
     ok = projections.ndim == 2 and projections.shape[0] == d
     if measures.batched:
@@ -137,10 +138,10 @@ def resolve_projections(
     sampling: str = "iid",
 ) -> Tensor:
     """Explicit projections checked against the data, or drawn ones: (d, L) or (B, d, L)."""
-    projections = from_numpy(projections, "projections")
+    explicit = from_numpy(projections, "projections")
     sampling = resolve_direction_sampling(orthogonal, sampling)
-    if projections is not None:
-        return _check_projections(projections, measures)
+    if explicit is not None:
+        return _check_projections(explicit, measures)
     return sample_projections(
         measures.X_s.shape[-1],
         n_projections,
@@ -183,8 +184,10 @@ def sw(
     chunk_size: int | str | None = "auto",
     process_group: ProcessGroup | None = None,
     gather: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Monte-Carlo sliced Wasserstein distance :math:`SW_p`.
+
+    References: [Bonneel2015]_ and [Rowland2019]_.
 
     .. math::
 
@@ -278,8 +281,10 @@ def max_sw(
     validate: bool = True,
     power: bool = False,
     log: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Max-sliced Wasserstein distance by projected gradient ascent.
+
+    References: [Deshpande2019]_.
 
     .. math::
 

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, Projection, closed_form, driver_options
+from tsw.core._driver import Problem, Projection, Result, closed_form, driver_options
 from tsw.core._validation import Measures, check_mass, check_nonnegative_float
 from tsw.core.trees import ConcurrentLines
-from tsw.euclidean.db_tsw import db_projection, resolve_db_trees
+from tsw.euclidean._db_tsw import db_projection, resolve_db_trees
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -53,8 +53,10 @@ def partial_tsw(
     chunk_size: int | str | None = "auto",
     process_group: ProcessGroup | None = None,
     gather: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Partial tree-sliced Wasserstein distance (PartialTSW) for unequal total masses.
+
+    References: [Tran2025c]_, [Sato2020]_, [Le2021]_ and [Le2022]_.
 
     The source is :math:`\mu = m_s \sum_i \hat a_i \delta_{x_i}` and the target
     :math:`\nu = m_t \sum_j \hat b_j \delta_{y_j}`, with total masses :math:`m_s`

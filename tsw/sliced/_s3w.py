@@ -26,7 +26,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from tsw.core._driver import LINE, Problem, Projection, driver_options, line_coordinates
+from tsw.core._driver import LINE, Problem, Projection, Result, driver_options, line_coordinates
 from tsw.core._random import Sampler, resolve_sampler
 from tsw.core._validation import (
     Measures,
@@ -38,7 +38,7 @@ from tsw.core._validation import (
     check_stack,
     check_tensor,
 )
-from tsw.sliced.sw import resolve_projections
+from tsw.sliced._sw import resolve_projections
 
 __all__ = ["s3w", "s3w_map", "s3w_unif", "sample_rotations"]
 
@@ -249,7 +249,7 @@ def _s3w(
     rotations: Tensor | None,
     projections: Tensor | None,
     compat: bool,
-) -> Tensor:
+) -> Result:
     """Evaluate a validated problem on the sphere (draws rotations, then directions)."""
     measures = problem.measures
     X_s = measures.X_s
@@ -305,8 +305,10 @@ def s3w(
     renormalize: bool = False,
     power: bool = False,
     log: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Stereographic spherical sliced Wasserstein distance: S3W, RI-S3W, ARI-S3W.
+
+    References: [Tran2024s3w]_.
 
     With the map :math:`h` of :func:`s3w_map` and unit directions
     :math:`\theta_1, \dots, \theta_L` of :math:`\mathbb R^d`,
@@ -448,8 +450,10 @@ def s3w_unif(
     renormalize: bool = False,
     power: bool = False,
     log: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""S3W (or RI-S3W) between a measure on the sphere and a sample of the uniform measure.
+
+    References: [Tran2024s3wu]_.
 
     :func:`s3w` between :math:`(X_s, a)` and ``n_samples`` i.i.d. uniform points of
     :math:`\mathbb S^d` with equal weights of total ``a.sum()``. A Monte-Carlo estimate,

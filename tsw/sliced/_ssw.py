@@ -24,7 +24,7 @@ import ot
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, driver_options, from_numpy
+from tsw.core._driver import Problem, Result, driver_options, from_numpy
 from tsw.core._random import resolve_sampler
 from tsw.core._validation import check_measures_on_sphere, check_positive_int, check_stack
 
@@ -78,13 +78,13 @@ def resolve_circles(problem: Problem, projections: Tensor | None, n_projections:
     """Explicit great circles checked against the data, or drawn ones: (L, d+1, 2) or (B, ...)."""
     X = problem.measures.X_s
     D = X.shape[-1]
-    projections = from_numpy(projections, "projections")
-    if projections is None:
+    explicit = from_numpy(projections, "projections")
+    if explicit is None:
         return sample_sphere_projections(
             D, n_projections, generator=problem.rng.generator, dtype=X.dtype, device=X.device
         )
     shape = f"(L, d+1, 2) with d+1={D}"
-    return check_stack(projections, "projections", (D, 2), shape, X, problem.measures.batched)
+    return check_stack(explicit, "projections", (D, 2), shape, X, problem.measures.batched)
 
 
 def _pot_input(X: Tensor) -> Tensor:
@@ -115,8 +115,10 @@ def ssw(
     renormalize: bool = False,
     power: bool = False,
     log: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Spherical sliced Wasserstein distance :math:`SSW_p` (Bonet et al. 2023).
+
+    References: [Bonet2023]_.
 
     .. math::
 
@@ -203,7 +205,7 @@ def ssw(
     per_circle = []
     for i in range(Xs.shape[0]):
         mass = a[i].sum()
-        _, log = ot.sliced_wasserstein_sphere(
+        _, pot_log = ot.sliced_wasserstein_sphere(
             _pot_input(Xs[i]),
             _pot_input(Xt[i]),
             a[i] / mass,
@@ -213,11 +215,11 @@ def ssw(
             n_projections=proj.shape[-3],  # POT reshapes with it even given projections
             log=True,
         )
-        per_circle.append(log["projected_emds"] * mass)
+        per_circle.append(pot_log["projected_emds"] * mass)
     # the mean and the root are the driver's (zero subgradient at 0; POT's gives NaN)
-    per_circle = torch.stack(per_circle).to(Xs.dtype)
+    costs = torch.stack(per_circle).to(Xs.dtype)
     proj = proj.to(Xs.dtype)
-    return problem.finish(per_circle, proj, projections=proj)
+    return problem.finish(costs, proj, projections=proj)
 
 
 def _circle_coordinates(X: Tensor, projections: Tensor) -> Tensor:
@@ -244,8 +246,10 @@ def ssw_unif(
     renormalize: bool = False,
     power: bool = False,
     log: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r""":math:`SSW_2` between a measure on the sphere and the uniform measure on it.
+
+    References: [Bonet2023u]_.
 
     The uniform measure projects to the uniform law on every great circle, and the
     circle :math:`W_2^2` between a discrete measure with sorted positions

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, driver_options
+from tsw.core._driver import Problem, Result, driver_options
 from tsw.core._validation import check_measures, check_measures_on_sphere, check_nonnegative_float
 from tsw.core.trees import SphericalTrees
-from tsw.sphere.stsw import resolve_spherical_trees, spherical_projection
+from tsw.sphere._stsw import resolve_spherical_trees, spherical_projection
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -52,7 +52,7 @@ def sphere_lift(y: Tensor, eps: float = 1e-6) -> Tensor:
     Examples
     --------
     >>> import torch
-    >>> from tsw.sphere.spatial_stsw import sphere_lift
+    >>> from tsw.sphere import sphere_lift
     >>> z = sphere_lift(torch.tensor([1.0, 0.0, 0.0]))
     >>> round(float(z.norm()), 6), tuple(z.shape)
     (1.0, (4,))
@@ -84,7 +84,7 @@ def spatial_stsw(
     chunk_size: int | str | None = "auto",
     process_group: ProcessGroup | None = None,
     gather: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""SpatialSTSW: :func:`tsw.stsw` between the images of the measures under a map.
 
     .. math::
@@ -133,6 +133,7 @@ def spatial_stsw(
     >>> bool(tsw.spatial_stsw(X, Y, n_trees=50, seed=0) > 0)
     True
     """
+    h: Callable[[Tensor], Tensor]
     if isinstance(mapping, str):
         if mapping != "lift":
             raise ValueError(f"mapping must be 'lift' or a callable; got {mapping!r}")

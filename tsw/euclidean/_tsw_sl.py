@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from tsw.core._driver import CHAIN, STAR, Problem, Projection, driver_options, signed_masses
+from tsw.core._driver import CHAIN, STAR, Problem, Projection, Result, driver_options, signed_masses
 from tsw.core._slices import resolve_trees, with_batch_axis
 from tsw.core._validation import Measures, check_choice
 from tsw.core.splits import check_alpha, constant_split, uniform_split
@@ -46,8 +47,10 @@ def tsw_sl(
     chunk_size: int | str | None = "auto",
     process_group: ProcessGroup | None = None,
     gather: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Tree-sliced Wasserstein distance on systems of lines (TSW-SL).
+
+    References: [Tran2025a]_.
 
     A point ``y`` of weight ``a_y`` puts mass ``a_y alpha_l`` on line ``l`` of each tree,
     at coordinate ``<y - x_l, theta_l>``, where ``alpha`` is a constant vector of the
@@ -155,11 +158,12 @@ def tsw_sl(
         gather=gather,
     )
     tree = check_choice(tree, "tree", ("chain", "concurrent"))
-    if tree == "chain":
-        sampler = partial(sample_chain_lines, source_range=source_range)
-    else:
-        sampler = sample_concurrent_lines
-    trees = resolve_trees(
+    sampler: Callable[..., ChainLines | ConcurrentLines] = (
+        partial(sample_chain_lines, source_range=source_range)
+        if tree == "chain"
+        else sample_concurrent_lines
+    )
+    resolved = resolve_trees(
         problem.measures,
         trees,
         (ChainLines, ConcurrentLines),
@@ -173,10 +177,11 @@ def tsw_sl(
     )
     X = problem.measures.X_s
     if alpha is None:
-        split = uniform_split(trees.n_lines, X)
+        split = uniform_split(resolved.n_lines, X)
     else:
-        split = constant_split(check_alpha(alpha, trees.n_trees, trees.n_lines, X, validate))
-    return problem.evaluate(partial(constant_split_projection, split=split), trees)
+        T, k = resolved.n_trees, resolved.n_lines
+        split = constant_split(check_alpha(alpha, T, k, X, validate))
+    return problem.evaluate(partial(constant_split_projection, split=split), resolved)
 
 
 def constant_split_projection(

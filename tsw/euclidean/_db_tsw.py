@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from tsw.core._driver import STAR, Problem, Projection, driver_options, signed_masses
+from tsw.core._driver import STAR, Problem, Projection, Result, driver_options, signed_masses
 from tsw.core._slices import path_directions, resolve_trees
 from tsw.core._validation import Measures, check_bool, check_choice, check_nonnegative_float
 from tsw.core.splits import distance_split, uniform_split
@@ -46,8 +46,10 @@ def db_tsw(
     chunk_size: int | str | None = "auto",
     process_group: ProcessGroup | None = None,
     gather: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Distance-based tree-sliced Wasserstein distance (Db-TSW, Db-TSW⊥).
+
+    References: [Tran2025b]_.
 
     Each of ``T`` random trees is a star of ``k`` concurrent lines through a root
     ``x``. A point ``y`` of weight ``a_y`` puts mass ``a_y alpha_l(y)`` on line ``l`` at

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, driver_options
+from tsw.core._driver import Problem, Result, driver_options
 from tsw.core._validation import check_nonnegative_float
 from tsw.core.trees import ConcurrentLines
-from tsw.euclidean.db_tsw import db_projection, resolve_db_trees
+from tsw.euclidean._db_tsw import db_projection, resolve_db_trees
 from tsw.euclidean.mappings import map_measures, resolve_mapping
 
 if TYPE_CHECKING:
@@ -48,8 +48,10 @@ def spatial_tsw(
     chunk_size: int | str | None = "auto",
     process_group: ProcessGroup | None = None,
     gather: bool = False,
-) -> Tensor | tuple[Tensor, dict]:
+) -> Result:
     r"""Spatial tree-sliced Wasserstein distance (SpatialTSW).
+
+    References: [Tran2025c]_ and [Tran2025b]_.
 
     The spatial Radon transform on systems of lines (SRTSL) is the linear one applied
     to :math:`h(y)` for an injective, continuous

@@ -1,0 +1,106 @@
+"""Packaging: the runtime dependencies are what ``tsw/`` imports; one version everywhere."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+import tsw
+
+ROOT = Path(__file__).resolve().parents[1]
+tomllib = pytest.importorskip("tomllib")  # Python >= 3.11; the checks need no more
+
+#: import name -> distribution name, for every third-party module ``tsw/`` may import
+DISTRIBUTION = {"torch": "torch", "numpy": "numpy", "ot": "pot"}
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _requirement_name(req: str) -> str:
+    """The normalised distribution name of a PEP 508 requirement string."""
+    name = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+    assert name, req
+    return re.sub(r"[-_.]+", "-", name.group(1)).lower()
+
+
+def imported_top_level_modules(package: Path) -> dict[str, set[str]]:
+    """Every top-level module imported anywhere in ``package`` (module and function level,
+    ``if TYPE_CHECKING`` blocks excluded), with the files that import it."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        type_only: set[int] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                type_only |= {id(n) for b in node.body for n in ast.walk(b)}
+        for node in ast.walk(tree):
+            if id(node) in type_only:
+                continue
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                found.setdefault(name.split(".")[0], set()).add(path.name)
+    return found
+
+
+def test_the_scan_sees_imports_inside_functions(tmp_path):
+    (tmp_path / "m.py").write_text("import os\n\ndef f():\n    import matplotlib.pyplot\n")
+    assert set(imported_top_level_modules(tmp_path)) == {"os", "matplotlib"}
+
+
+def test_runtime_dependencies_are_exactly_what_tsw_imports():
+    imported = imported_top_level_modules(ROOT / "tsw")
+    third_party = {
+        m: files
+        for m, files in imported.items()
+        if m != "tsw" and m != "__future__" and m not in sys.stdlib_module_names
+    }
+    unknown = {m: sorted(f) for m, f in third_party.items() if m not in DISTRIBUTION}
+    assert not unknown, f"tsw/ imports modules with no declared distribution: {unknown}"
+    needed = {DISTRIBUTION[m] for m in third_party}
+    declared = {_requirement_name(r) for r in _pyproject()["project"]["dependencies"]}
+    assert declared == needed, (
+        f"pyproject dependencies {sorted(declared)} but tsw/ imports {sorted(needed)}"
+    )
+
+
+def test_scipy_is_a_test_dependency_only():
+    project = _pyproject()["project"]
+    assert "scipy" not in {_requirement_name(r) for r in project["dependencies"]}
+    assert "scipy" in {_requirement_name(r) for r in project["optional-dependencies"]["test"]}
+
+
+def test_distribution_name_is_not_the_taken_tsw():
+    project = _pyproject()["project"]
+    assert project["name"] == "torch-tsw"
+    readme = (ROOT / "README.md").read_text()
+    assert re.search(r"pip install [^\n]*\btorch-tsw\b", readme), "README: no pip install torch-tsw"
+
+
+def test_version_is_written_once():
+    config = _pyproject()
+    assert "version" not in config["project"]
+    assert "version" in config["project"]["dynamic"]
+    assert config["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "tsw.__version__"}
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    first = re.search(r"^## (\S+)", changelog, flags=re.MULTILINE)
+    assert first, "CHANGELOG.md has no '## VERSION' heading"
+    assert first.group(1) == tsw.__version__
+    citation = re.search(r"^version: (\S+)$", (ROOT / "CITATION.cff").read_text(), re.MULTILINE)
+    assert citation, "CITATION.cff has no version"
+    assert citation.group(1) == tsw.__version__
+
+
+def test_license_file_is_mit():
+    assert _pyproject()["project"]["license"] == "MIT"
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")

@@ -1,0 +1,103 @@
+"""The built wheel stands on its own: installed into a fresh environment, outside the
+repository, it imports as ``tsw`` and runs the notebooks (which import only ``tsw`` and
+ordinary third-party packages, never the repository's ``benchmarks``).
+
+The environment is a ``venv --system-site-packages`` (torch, POT, matplotlib come from
+the machine, so nothing is downloaded); the wheel goes in with ``--no-deps``. Each
+notebook's code cells run as one script with ``TSW_NOTEBOOK_QUICK=1`` in a temporary
+directory, so neither the repository nor its ``benchmarks`` package is importable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import tsw
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+#: run by default (about 10 s each here); the others run with -m slow
+DEFAULT_NOTEBOOKS = {"sphere"}
+
+
+def _run(*cmd: str | Path, cwd: Path, env: dict | None = None) -> str:
+    proc = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(python of a fresh venv holding only the wheel, the wheel's path)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    _run(sys.executable, "-m", "pip", "wheel", ROOT, "--no-deps", "--no-build-isolation",
+         "-q", "-w", tmp / "dist", cwd=tmp)  # fmt: skip
+    (wheel,) = (tmp / "dist").glob("*.whl")
+    _run(sys.executable, "-m", "venv", "--system-site-packages", tmp / "venv", cwd=tmp)
+    python = tmp / "venv" / ("Scripts" if os.name == "nt" else "bin") / "python"
+    _run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel, cwd=tmp)
+    return python, wheel
+
+
+def _clean_env(**extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    return env | {"MPLBACKEND": "Agg", **extra}
+
+
+def test_wheel_metadata(installed):
+    _, wheel = installed
+    assert wheel.name.startswith(f"torch_tsw-{tsw.__version__}-")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        meta = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "Name: torch-tsw" in meta
+    assert f"Version: {tsw.__version__}" in meta
+    assert "tsw/py.typed" in names
+    assert "tsw/datasets.py" in names
+    assert not any(n.startswith(("benchmarks/", "tests/")) for n in names)
+    requires = {line.split()[1] for line in meta.splitlines() if line.startswith("Requires-Dist")
+                and "extra ==" not in line}  # fmt: skip
+    assert {r.split("<")[0].split(">")[0].split("=")[0] for r in requires} == {
+        "torch",
+        "numpy",
+        "pot",
+    }
+
+
+def test_installed_package_is_imported_from_the_venv(installed, tmp_path):
+    python, _ = installed
+    code = "import tsw, json; print(json.dumps([tsw.__file__, tsw.__version__]))"
+    path, version = json.loads(_run(python, "-c", code, cwd=tmp_path, env=_clean_env()))
+    assert Path(path).is_relative_to(python.parents[1]), path
+    assert version == tsw.__version__
+    fails = "import benchmarks"
+    proc = subprocess.run([python, "-c", fails], cwd=tmp_path, env=_clean_env(), check=False)
+    assert proc.returncode != 0, "the repository's benchmarks package is importable"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(p, id=p.stem, marks=() if p.stem in DEFAULT_NOTEBOOKS else pytest.mark.slow)
+        for p in NOTEBOOKS
+    ],
+)
+def test_notebook_runs_from_the_installed_wheel(installed, path, tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    python, _ = installed
+    nb = nbformat.read(path, as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    script = "\n\n".join([*code, "import tsw\nprint('TSW_FILE', tsw.__file__)"])
+    (tmp_path / "notebook.py").write_text(script)
+    out = _run(python, "notebook.py", cwd=tmp_path, env=_clean_env(TSW_NOTEBOOK_QUICK="1"))
+    where = next(line for line in out.splitlines() if line.startswith("TSW_FILE"))
+    assert Path(where.split(maxsplit=1)[1]).is_relative_to(python.parents[1]), where
