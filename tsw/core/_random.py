@@ -117,14 +117,14 @@ class Sampler:
                 f'sampling="qmc" draws Sobol points of dimension at most {SOBOL_MAX_DIM} (the '
                 f"limit of torch.quasirandom.SobolEngine); got dimension {dim}"
             )
-        kw = {"generator": self.generator, "device": self._draw_device}
+        gen, dev = self.generator, self._draw_device
         bits = torch.quasirandom.SobolEngine.MAXBIT
         ints = torch.quasirandom.SobolEngine(dim, scramble=False).draw(n, dtype=torch.float64)
-        ints = (ints * 2.0**bits).to(torch.int64).to(self._draw_device)
-        shift = torch.randint(0, 2**bits, (dim,), **kw)
-        jitter = torch.rand((n, dim), dtype=torch.float64, **kw)
+        ints = (ints * 2.0**bits).to(torch.int64).to(dev)
+        shift = torch.randint(0, 2**bits, (dim,), generator=gen, device=dev)
+        jitter = torch.rand((n, dim), generator=gen, dtype=torch.float64, device=dev)
         u = ((ints ^ shift).to(torch.float64) + jitter) * 2.0**-bits
-        u = u[torch.randperm(n, **kw)].clamp_(2.0**-53, 1 - 2.0**-53)
+        u = u[torch.randperm(n, generator=gen, device=dev)].clamp_(2.0**-53, 1 - 2.0**-53)
         return torch.special.ndtri(u).to(device=self.device, dtype=self.dtype)
 
     def rotations(self, *batch: int, dim: int) -> Tensor:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,7 +32,7 @@ __all__ = ["trees_needed"]
 
 
 def trees_needed(
-    per_tree: Tensor | np.ndarray | Mapping,
+    per_tree: Tensor | np.ndarray | Mapping[str, Any],
     rel_std_error: float = 0.01,
     *,
     p: float = 1,

@@ -16,8 +16,9 @@ set per batch item). Without it the trees are shared by every item of a batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -46,6 +47,9 @@ __all__ = [
     "sampling_doc",
 ]
 
+#: a function whose docstring :func:`sampling_doc` completes
+F = TypeVar("F", bound=Callable[..., Any])
+
 #: how the ``T`` trees (or directions) of one call are spread: see :data:`SAMPLING_DOC`
 SAMPLINGS = ("iid", "orthogonal", "qmc")
 
@@ -67,13 +71,14 @@ the dependence between trees changes, which lowers the variance of the mean.
 overstates the error (measure the spread over seeds instead)."""
 
 
-def sampling_doc(fn):
+def sampling_doc(fn: F) -> F:
     """Replace the line ``{SAMPLING}`` of ``fn``'s docstring by :data:`SAMPLING_DOC`.
 
     Written once here, the text reaches every sampler and distance with ``sampling=``
     (and, through the Parameters sections, the loss modules).
     """
-    lines, found = [], False
+    lines: list[str] = []
+    found = False
     for line in (fn.__doc__ or "").splitlines():
         if line.strip() == "{SAMPLING}":
             indent = line[: len(line) - len(line.lstrip())]
