@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numbers
 import secrets
+from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import Tensor
@@ -45,21 +47,43 @@ class Sampler:
 
     Parameters
     ----------
-    generator : torch.Generator
-        Source of randomness.
+    generator : torch.Generator or callable
+        Source of randomness, or a function that makes it on the first draw (so that a
+        call with explicit slices creates no generator: ``torch.compile`` cannot trace
+        the creation of one).
     dtype, device : torch.dtype, torch.device
         Dtype and device of the returned tensors.
+    generator_device : torch.device, optional
+        The device of the generator a callable makes (the CPU by default).
     """
 
-    def __init__(self, generator: torch.Generator, dtype: torch.dtype, device: torch.device):
-        self.generator = generator
+    def __init__(
+        self,
+        generator: torch.Generator | Callable[[], torch.Generator],
+        dtype: torch.dtype,
+        device: torch.device,
+        *,
+        generator_device: torch.device | str = "cpu",
+    ):
+        if isinstance(generator, torch.Generator):
+            self._generator: torch.Generator | None = generator
+            gdev = torch.device(generator.device)
+        else:
+            self._generator, self._make = None, generator
+            gdev = torch.device(generator_device)
         self.dtype = dtype
         self.device: torch.device = torch.device(device)
-        gdev = torch.device(generator.device)
         # Draw in float64 on CPU for cross-device reproducibility; on an accelerator
         # generator draw in the target dtype for speed.
         self._draw_dtype = torch.float64 if gdev.type == "cpu" else dtype
         self._draw_device = gdev
+
+    @property
+    def generator(self) -> torch.Generator:
+        """The generator, made on first use when a callable was given."""
+        if self._generator is None:
+            self._generator = self._make()
+        return self._generator
 
     def normal(self, *shape: int) -> Tensor:
         """Draw standard normal values of ``shape``."""
@@ -175,9 +199,7 @@ def resolve_sampler(
         raise ValueError("pass at most one of seed and generator; got both")
     seed = check_seed(seed)
     if seed is not None:
-        gen = torch.Generator(device="cpu")
-        gen.manual_seed(seed)
-        return Sampler(gen, dtype, device)
+        return Sampler(partial(_seeded, "cpu", seed), dtype, device)
     if generator is not None:
         if not isinstance(generator, torch.Generator):
             raise TypeError(
@@ -190,6 +212,12 @@ def resolve_sampler(
                 f"got a generator on {gdev}"
             )
         return Sampler(generator, dtype, device)
+    entropy = partial(_seeded, device, None)  # fresh entropy, drawn on first use
+    return Sampler(entropy, dtype, device, generator_device=device)
+
+
+def _seeded(device: torch.device | str, seed: int | None) -> torch.Generator:
+    """Make a generator on ``device`` seeded with ``seed`` (operating-system entropy if None)."""
     gen = torch.Generator(device=device)
-    gen.manual_seed(secrets.randbits(63))
-    return Sampler(gen, dtype, device)
+    gen.manual_seed(secrets.randbits(63) if seed is None else seed)
+    return gen
