@@ -15,9 +15,13 @@ Datasets (built in, synthetic, centred to zero mean):
 
 Methods (``--methods``, comma-separated keys): ``sw2``, ``sw1``, ``orthsw``, ``maxsw``,
 ``tswsl``, ``tswsl-conc``, ``dbtsw``, ``dbtsw-orth``, ``circular``, ``circular-r0``,
-``spatial``. They compare tree-sliced distances with sliced baselines at **equal total
-line counts**, including SW_1 and SW_2: with a point-independent split, TSW-SL is exactly
-an SW_1 over its lines, so SW_1 isolates what the tree adds.
+``spatial``, ``dbtsw-strat`` and ``dbtsw-qmc`` (Db-TSW with ``sampling="orthogonal"`` /
+``"qmc"``), ``dbtsw-orth-strat`` (Db-TSW⊥ with ``sampling="orthogonal"``), ``fwtsw``
+(FW-TSW: Db-TSW with roots around the geometric median, ``center="median"``) and
+``fwtsw-star`` (FW-TSW*: also ``directions="paths"``). They compare tree-sliced
+distances with sliced baselines at **equal total line counts**, including SW_1 and SW_2:
+with a point-independent split, TSW-SL is exactly an SW_1 over its lines, so SW_1
+isolates what the tree adds.
 
 Example: ``python -m benchmarks.gradient_flow --iters 500 --seeds 3`` (the README's
 main job, about a minute on two CPU cores).
@@ -118,6 +122,56 @@ def methods(lines: int, n_lines: int, dim: int, args: argparse.Namespace) -> dic
             f"Db-TSW⊥ ({To}x{ko}, delta={args.delta:g})",
             tsw.db_tsw,
             {"n_trees": To, "n_lines": ko, "delta": args.delta, "orthogonal": True, **tree},
+            lr_tree,
+        ),
+        "dbtsw-strat": (
+            f"Db-TSW stratified ({T}x{n_lines}, delta={args.delta:g})",
+            tsw.db_tsw,
+            {
+                "n_trees": T,
+                "n_lines": n_lines,
+                "delta": args.delta,
+                "sampling": "orthogonal",
+                **tree,
+            },
+            lr_tree,
+        ),
+        "dbtsw-orth-strat": (
+            f"Db-TSW⊥ stratified ({To}x{ko}, delta={args.delta:g})",
+            tsw.db_tsw,
+            {
+                "n_trees": To,
+                "n_lines": ko,
+                "delta": args.delta,
+                "orthogonal": True,
+                "sampling": "orthogonal",
+                **tree,
+            },
+            lr_tree,
+        ),
+        "dbtsw-qmc": (
+            f"Db-TSW QMC ({T}x{n_lines}, delta={args.delta:g})",
+            tsw.db_tsw,
+            {"n_trees": T, "n_lines": n_lines, "delta": args.delta, "sampling": "qmc", **tree},
+            lr_tree,
+        ),
+        "fwtsw": (
+            f"FW-TSW ({T}x{n_lines}, median roots, delta={args.delta:g})",
+            tsw.db_tsw,
+            {"n_trees": T, "n_lines": n_lines, "delta": args.delta, "center": "median", **tree},
+            lr_tree,
+        ),
+        "fwtsw-star": (
+            f"FW-TSW* ({T}x{n_lines}, median roots, path directions)",
+            tsw.db_tsw,
+            {
+                "n_trees": T,
+                "n_lines": n_lines,
+                "delta": args.delta,
+                "center": "median",
+                "directions": "paths",
+                **tree,
+            },
             lr_tree,
         ),
         "circular": (

@@ -71,6 +71,14 @@ CASES = {
     "spatial_stsw": (tsw.spatial_stsw, sphere, TREES, True),
     "sw": (tsw.sw, euclid, {"n_projections": 9, **COMMON}, True),
     "sw_p2": (tsw.sw, euclid, {"n_projections": 9, "p": 2, **COMMON}, True),
+    # sampling, FW-TSW's median roots and FW-TSW*'s paths read the (gathered) measures
+    "fw_tsw_star_stratified": (
+        tsw.db_tsw,
+        euclid,
+        {**TREES, "sampling": "orthogonal", "center": "median", "directions": "paths"},
+        True,
+    ),
+    "sw_qmc": (tsw.sw, euclid, {"n_projections": 9, "sampling": "qmc", **COMMON}, True),
 }
 
 

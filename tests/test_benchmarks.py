@@ -109,6 +109,23 @@ def test_outlier_flow_tiny(tmp_path, capsys):
         assert float(row["off_shape_pct_std"]) >= 0
 
 
+def test_variance_quick(tmp_path, capsys):
+    from benchmarks import variance
+
+    assert variance.main(["--quick", "--seeds", "6", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for name in ("SW_2", "Db-TSW", "Db-TSW⊥", "STSW", "Table 4"):
+        assert name in out
+    data = json.loads((tmp_path / "variance.json").read_text())
+    rows = data["gauss"]
+    assert {r["sampling"] for r in rows} == {"iid", "orthogonal", "qmc"}
+    assert all(r["cv"] > 0 and r["seconds"] > 0 for r in rows)
+    assert all(r["variance ratio"] == 1.0 for r in rows if r["sampling"] == "iid")
+    assert {r["sampling"] for r in data["table4"]} == {"iid", "orthogonal", "qmc"}
+    assert [r["random"] for r in data["sources"]] == ["roots", "directions", "both"]
+    assert (tmp_path / "variance.png").stat().st_size > 0
+
+
 @pytest.mark.slow  # five spawned processes: about 50 s under load
 def test_distributed_quick(tmp_path, capsys):
     from benchmarks import distributed

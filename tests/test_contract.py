@@ -542,6 +542,7 @@ def having(*props):
 
 #: public functions of tsw that are not distances between measures
 NOT_DISTANCES = {
+    "trees_needed",  # a pilot's per-tree costs: tests/test_monte_carlo.py
     "line_system_cost",
     "tree_wasserstein",  # one explicit tree: tests/test_exactness.py
     "wasserstein_1d",

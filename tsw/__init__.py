@@ -24,6 +24,7 @@ the sphere, the NLL of a von Mises-Fisher mixture).
 import sys as _sys
 
 from tsw import datasets, metrics, nn
+from tsw.core.monte_carlo import trees_needed
 from tsw.core.tree_wasserstein import line_system_cost, tree_wasserstein
 from tsw.core.trees import (
     ChainLines,
@@ -116,6 +117,7 @@ __all__ = [
     "stsw_unif",
     "sw",
     "tree_wasserstein",
+    "trees_needed",
     "tsw_sl",
     "unbalanced_sw",
     "wasserstein_1d",

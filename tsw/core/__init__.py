@@ -8,7 +8,9 @@ Public modules (their names are re-exported by :mod:`tsw`):
 * :mod:`tsw.core.tree_wasserstein`: the closed-form OT on trees
   (:func:`~tsw.tree_wasserstein` on any rooted tree, :func:`~tsw.line_system_cost` on
   systems of lines, and its kernel ``line_cost``);
-* :mod:`tsw.core.wasserstein_1d`: the one-dimensional closed form of the sliced baselines.
+* :mod:`tsw.core.wasserstein_1d`: the one-dimensional closed form of the sliced baselines;
+* :mod:`tsw.core.monte_carlo`: the Monte-Carlo error of a value and
+  :func:`~tsw.trees_needed`, the number of trees for a target error.
 
 Private modules (no stability promise):
 

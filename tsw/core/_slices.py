@@ -18,6 +18,7 @@ from torch import Tensor
 
 from tsw.core._random import Sampler
 from tsw.core._validation import (
+    CENTERS,
     Measures,
     check_finite,
     check_nonnegative_float,
@@ -25,7 +26,13 @@ from tsw.core._validation import (
     check_tensor,
     check_unit,
 )
-from tsw.core.trees import ChainLines, ConcurrentLines, SphericalTrees, TreeSystem
+from tsw.core.trees import (
+    ChainLines,
+    ConcurrentLines,
+    SphericalTrees,
+    TreeSystem,
+    check_sampling,
+)
 
 #: any tree container; the resolvers return the kind they were asked for
 AnyTrees = TypeVar("AnyTrees", bound=ConcurrentLines | ChainLines | SphericalTrees)
@@ -36,6 +43,8 @@ __all__ = [
     "SPREAD_RTOL",
     "check_spread",
     "check_trees",
+    "geometric_median",
+    "path_directions",
     "resolve_center",
     "resolve_counts",
     "resolve_trees",
@@ -59,6 +68,76 @@ def weighted_center(measures: Measures) -> Tensor:
         b.unsqueeze(-1) * measures.X_t.detach()
     ).sum(-2)
     return num / (a.sum(-1) + b.sum(-1)).unsqueeze(-1)
+
+
+#: Weiszfeld iterations of :func:`geometric_median`: at most this many ...
+MEDIAN_MAX_ITER = 100
+#: ... or until the centre moves by less than this times the spread of the atoms
+MEDIAN_RTOL = 1e-6
+
+
+def geometric_median(measures: Measures) -> Tensor:
+    r"""Detached weighted geometric median of both measures together, shape (B, d).
+
+    The Fermat-Weber point :math:`\arg\min_z \sum_i w_i \|x_i - z\|` of the atoms
+    of both measures (weights ``a`` and ``b``), by Weiszfeld's iterations
+
+    .. math::
+
+        z \leftarrow \frac{\sum_i w_i x_i / \max(\|x_i - z\|, \epsilon)}
+            {\sum_i w_i / \max(\|x_i - z\|, \epsilon)},
+
+    started at the weighted mean, for at most :data:`MEDIAN_MAX_ITER` steps or until
+    every item's step is below :data:`MEDIAN_RTOL` times its spread (the weighted mean
+    distance to the mean). :math:`\epsilon` is ``sqrt(eps)`` times the spread, so an
+    iterate that lands on an atom stays finite. The objective decreases at every
+    step (Weiszfeld 1937; Kuhn 1973); FW-TSW (Tran et al., ICLR 2026) centres its roots
+    here.
+    """
+    a, b = measures.a.detach(), measures.b.detach()
+    Z = torch.cat([measures.X_s.detach(), measures.X_t.detach()], dim=-2)  # (B, n, d)
+    w = torch.cat([a, b], dim=-1)  # (B, n)
+    w = w / w.sum(-1, keepdim=True)
+    z = (w.unsqueeze(-1) * Z).sum(-2)  # (B, d)
+    spread = (w * torch.linalg.vector_norm(Z - z.unsqueeze(-2), dim=-1)).sum(-1)
+    floor = (spread * torch.finfo(Z.dtype).eps ** 0.5).clamp_min(torch.finfo(Z.dtype).tiny)
+    for _ in range(MEDIAN_MAX_ITER):
+        dist = torch.linalg.vector_norm(Z - z.unsqueeze(-2), dim=-1)
+        inv = w / torch.maximum(dist, floor.unsqueeze(-1))
+        new = (inv.unsqueeze(-1) * Z).sum(-2) / inv.sum(-1, keepdim=True)
+        step = torch.linalg.vector_norm(new - z, dim=-1)
+        z = new
+        if bool((step <= MEDIAN_RTOL * spread).all()):
+            break
+    return z
+
+
+def path_directions(measures: Measures, n_trees: int, n_lines: int, rng: Sampler) -> Tensor:
+    r"""Detached directions along random paths between the measures, (B, T, k, d).
+
+    Line ``l`` of tree ``t`` gets :math:`(x_i - y_j) / \|x_i - y_j\|` with :math:`i`
+    drawn from the weights ``a`` and :math:`j` from ``b``, independently for every line
+    (by the inverse CDF of uniforms that every batch item shares, so that a batched
+    call equals a loop of unbatched ones). A pair of coincident points gets a uniform
+    direction instead (drawn for every line, so the draws keep their order). The
+    "data-driven paths" of FW-TSW* (Tran et al., ICLR 2026).
+    """
+    L = n_trees * n_lines
+    X, Y = measures.X_s.detach(), measures.X_t.detach()
+    u = rng.uniform(2, L)  # (2, L) on the data's device and dtype
+    fallback = rng.sphere(L, X.shape[-1])
+
+    def pick(points: Tensor, w: Tensor, u: Tensor) -> Tensor:
+        cdf = w.detach().cumsum(-1)
+        cdf = cdf / cdf[..., -1:]
+        idx = torch.searchsorted(cdf, (u * (1 - 1e-12)).expand(cdf.shape[0], -1).contiguous())
+        idx = idx.clamp_(max=points.shape[-2] - 1)
+        return torch.gather(points, -2, idx.unsqueeze(-1).expand(-1, -1, points.shape[-1]))
+
+    diff = pick(X, measures.a, u[0]) - pick(Y, measures.b, u[1])  # (B, L, d)
+    norm = torch.linalg.vector_norm(diff, dim=-1, keepdim=True)
+    theta = torch.where(norm > 0, diff / norm.clamp_min(torch.finfo(X.dtype).tiny), fallback)
+    return theta.reshape(X.shape[0], n_trees, n_lines, X.shape[-1])
 
 
 def check_trees_batch(trees: TreeSystem | SphericalTrees, measures: Measures) -> None:
@@ -111,15 +190,23 @@ def resolve_counts(
     return T, k
 
 
-def resolve_center(center: Tensor | None, measures: Measures, validate: bool = True) -> Tensor:
-    """Centre of the roots: the given one, or the detached weighted mean of both measures.
+def resolve_center(
+    center: Tensor | str | None, measures: Measures, validate: bool = True
+) -> Tensor:
+    """Centre of the roots: a given tensor, or a detached centre of both measures.
 
-    Shape (d,) for unbatched measures (so that the drawn trees are unbatched too), (B, d)
-    or (d,) for batched ones. A given centre must be finite (a value check, with
-    ``validate``).
+    ``"mean"`` (or ``None``): their weighted mean; ``"median"``: their weighted
+    geometric median (:func:`geometric_median`, FW-TSW). Shape (d,) for unbatched
+    measures (so that the drawn trees are unbatched too), (B, d) or (d,) for batched
+    ones. A given tensor must be finite (a value check, with ``validate``).
     """
-    if center is None:
-        center = weighted_center(measures)
+    if center is None or isinstance(center, str):
+        if center not in (None, *CENTERS):
+            raise ValueError(
+                f'center must be "mean", "median" or a tensor of shape (d,) or (B, d); got '
+                f"{center!r}"
+            )
+        center = geometric_median(measures) if center == "median" else weighted_center(measures)
         return center if measures.batched else center[0]
     check_tensor(center, "center")
     d = measures.X_s.shape[-1]
@@ -202,23 +289,26 @@ def resolve_trees(
     *,
     sampler: Callable[..., AnyTrees],
     rng: Sampler,
-    center: Tensor | None = None,
+    center: Tensor | str | None = None,
     root_std: float | None = None,
     defaults: tuple[int, int] = (DEFAULT_N_TREES, DEFAULT_N_LINES),
+    sampling: str = "iid",
     validate: bool = True,
 ) -> AnyTrees:
     """Explicit trees checked against the data, or trees drawn by ``sampler`` from ``rng``.
 
-    With ``validate``, explicit trees are also checked at the call (finite tensors, unit
-    directions to :func:`~tsw.core._validation.sphere_tol`), since a container built
-    with ``validate=False`` or cast by ``.to()`` skipped its own checks.
-
-    ``sampler(d, n_trees=T, n_lines=k, generator=, dtype=, device=)`` is one of the samplers of
-    :mod:`tsw.core.trees` with its structure-specific options bound. With ``root_std``
-    (Euclidean trees) it also receives ``center=`` (the given one, or the detached
-    weighted mean of both measures, checked finite with ``validate``) and ``std=``.
+    ``sampler(d, n_trees=T, n_lines=k, sampling=, generator=, dtype=, device=)`` is one of
+    the samplers of :mod:`tsw.core.trees` with its structure-specific options bound. With
+    ``root_std`` (Euclidean trees) it also receives ``center=`` (the given one, or the
+    detached mean or geometric median of both measures, :func:`resolve_center`, a given
+    one checked finite with ``validate``) and ``std=``. ``sampling`` is checked even
+    when explicit trees make it unused. With ``validate``, explicit trees are also
+    checked at the call (finite tensors, unit directions to
+    :func:`~tsw.core._validation.sphere_tol`), since a container built with
+    ``validate=False`` or cast by ``.to()`` skipped its own checks.
     """
     extra: dict[str, object] = {}
+    sampling = check_sampling(sampling)
     if root_std is not None:
         check_nonnegative_float(root_std, "root_std")
     if trees is not None:
@@ -244,6 +334,7 @@ def resolve_trees(
         n_trees=T,
         n_lines=k,
         **extra,
+        sampling=sampling,
         generator=rng.generator,
         dtype=X.dtype,
         device=X.device,

@@ -10,7 +10,7 @@ synchronisation; every public function takes ``validate=True`` to run them and
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -272,12 +272,24 @@ def _optional_tensor(value: object, name: str) -> object:
     return None if value is None else check_tensor(value, name)
 
 
+#: the named centres of the roots (:func:`tsw.core._slices.resolve_center`)
+CENTERS = ("mean", "median")
+
+
+def check_center_option(value: object, name: str = "center") -> object:
+    """Return ``value`` if it is None, one of :data:`CENTERS` or a floating tensor."""
+    if isinstance(value, str):
+        return check_choice(value, name, CENTERS)
+    return _optional_tensor(value, name)
+
+
 #: the checks of the keyword options that several distances share, by option name: each
 #: distance runs them on its options, and a loss module runs them at construction and at
 #: every assignment (``loss.p = 0.5`` raises at once), so a bad hyper-parameter raises
 #: where it is given. Checks that need the data (shapes of ``center``, ``alpha``; a mass
-#: tensor's shape) run at the call.
-OPTION_CHECKS = {
+#: tensor's shape) run at the call. Modules that own a check add it here (``sampling``:
+#: :mod:`tsw.core.trees`).
+OPTION_CHECKS: dict[str, Callable[[object, str], object]] = {
     "p": lambda value, name: check_p(value),
     "n_trees": _optional(check_positive_int),
     "n_lines": _optional(check_positive_int),
@@ -303,7 +315,7 @@ OPTION_CHECKS = {
     "chunk_size": check_chunk_size,
     "mass_s": check_mass_number,
     "mass_t": check_mass_number,
-    "center": _optional_tensor,
+    "center": check_center_option,
     "alpha": _optional_tensor,
 }
 

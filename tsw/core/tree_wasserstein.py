@@ -39,6 +39,11 @@ from tsw.core._validation import (
 __all__ = ["line_cost", "line_system_cost", "tree_wasserstein"]
 
 
+def _compiling() -> bool:
+    """Whether ``torch.compile`` is tracing: then out-of-place forms replace ``out=``."""
+    return torch.compiler.is_compiling()
+
+
 def _edge_lengths(c: Tensor) -> tuple[Tensor, Tensor]:
     """Negative-side and positive-side edge lengths attached to each sorted atom.
 
@@ -47,6 +52,10 @@ def _edge_lengths(c: Tensor) -> tuple[Tensor, Tensor]:
     ``dp[j] = max(c[j], 0) - max(c[j-1], 0)`` (with ``c[-1] := 0``): the part of the gap
     from the previous atom (or the root) above 0, crossed by the suffix mass ``S_j``.
     """
+    if _compiling():  # torch.compile cannot trace out= writes into slices
+        neg, pos = c.clamp(max=0), c.clamp(min=0)
+        dn = torch.cat([neg[..., 1:] - neg[..., :-1], -neg[..., -1:]], dim=-1)
+        return dn, torch.cat([pos[..., :1], pos[..., 1:] - pos[..., :-1]], dim=-1)
     buf = c.clamp(max=0)
     dn = torch.empty_like(c)
     torch.sub(buf[..., 1:], buf[..., :-1], out=dn[..., :-1])
@@ -60,6 +69,8 @@ def _edge_lengths(c: Tensor) -> tuple[Tensor, Tensor]:
 
 def _ray_lengths(c: Tensor) -> Tensor:
     """``dp`` of :func:`_edge_lengths` when every coordinate is >= 0 (``c[-1] := 0``)."""
+    if _compiling():
+        return torch.cat([c[..., :1], c[..., 1:] - c[..., :-1]], dim=-1)
     dp = torch.empty_like(c)
     dp[..., :1] = c[..., :1]
     torch.sub(c[..., 1:], c[..., :-1], out=dp[..., 1:])
@@ -67,11 +78,26 @@ def _ray_lengths(c: Tensor) -> Tensor:
 
 
 def _suffix(prefix: Tensor, out: Tensor) -> Tensor:
-    """Suffix sums ``S_j = total - P_{j-1}`` from prefix sums, written into ``out``."""
+    """Suffix sums ``S_j = total - P_{j-1}`` from prefix sums, written into ``out``.
+
+    Under ``torch.compile`` a new tensor is returned and ``out`` is left as it was.
+    """
     total = prefix[..., -1:]
+    if _compiling():
+        return torch.cat([total, total - prefix[..., :-1]], dim=-1)
     out[..., :1] = total
     torch.sub(total, prefix[..., :-1], out=out[..., 1:])
     return out
+
+
+def _backward_diff(b: Tensor) -> Tensor:
+    """``b_j - b_{j+1}`` (with ``b_n := 0``) along the last axis."""
+    if _compiling():
+        return torch.cat([b[..., :-1] - b[..., 1:], b[..., -1:]], dim=-1)
+    d = torch.empty_like(b)
+    torch.sub(b[..., :-1], b[..., 1:], out=d[..., :-1])
+    d[..., -1:] = b[..., -1:]
+    return d
 
 
 def _abs_pow_(x: Tensor, p: float) -> Tensor:
@@ -110,7 +136,7 @@ class _LineCost(torch.autograd.Function):
         else:
             dn, dp = _edge_lengths(c)
             cost = work.mul_(dp).sum(-1)
-            torch.abs(prefix, out=work)
+            work = torch.abs(prefix) if _compiling() else torch.abs(prefix, out=work)
             cost += (work if p == 1.0 else work.pow_(p)).mul_(dn).sum(-1)
         ctx.save_for_backward(c, idx, prefix)
         ctx.p = p
@@ -148,12 +174,14 @@ class _LineCost(torch.autograd.Function):
             da = torch.neg(a)
             da[..., 1:] += a[..., :-1]
             bb = _abs_pow_(_suffix(prefix, a), p)
-            db = torch.empty_like(bb)
-            torch.sub(bb[..., :-1], bb[..., 1:], out=db[..., :-1])
-            db[..., -1:] = bb[..., -1:]
-            neg = torch.clamp(c, max=0, out=None if shared else bb).sign_()  # -1 if c < 0, else 0
-            gc = da.mul_(neg).neg_()
-            pos = torch.clamp(c, min=0, out=neg).sign_()  # 1 where c > 0, else 0
+            db = _backward_diff(bb)
+            if _compiling():
+                neg, pos = torch.clamp(c, max=0).sign_(), torch.clamp(c, min=0).sign_()
+                gc = da.mul_(neg).neg_()
+            else:
+                neg = torch.clamp(c, max=0, out=None if shared else bb).sign_()  # -1 if c < 0
+                gc = da.mul_(neg).neg_()
+                pos = torch.clamp(c, min=0, out=neg).sign_()  # 1 where c > 0, else 0
             gc += db.mul_(pos)
             del db, pos
             gc = _sum_to(gc.mul_(g), c.shape)
@@ -182,9 +210,7 @@ def _ray_cost_backward(ctx, c, idx, idx_m, prefix, g):
         del gs
     if ctx.needs_input_grad[0]:
         bb = _abs_pow_(suffix, p)
-        gc = torch.empty_like(bb)
-        torch.sub(bb[..., :-1], bb[..., 1:], out=gc[..., :-1])
-        gc[..., -1:] = bb[..., -1:]
+        gc = _backward_diff(bb)
         del bb, suffix
         gc = _sum_to(gc.mul_(g), c.shape)
         grad_c = torch.empty_like(gc).scatter_(-1, idx, gc)

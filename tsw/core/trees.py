@@ -16,15 +16,18 @@ set per batch item). Without it the trees are shared by every item of a batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
-from tsw.core._random import resolve_sampler
+from tsw.core._random import Sampler, haar_rows, resolve_sampler
 from tsw.core._validation import (
+    OPTION_CHECKS,
     check_bool,
+    check_choice,
     check_dtype_device,
     check_finite,
     check_nonnegative_float,
@@ -33,14 +36,137 @@ from tsw.core._validation import (
 )
 
 __all__ = [
+    "SAMPLINGS",
+    "SAMPLING_DOC",
     "ChainLines",
     "ConcurrentLines",
     "SphericalTrees",
     "TreeSystem",
     "sample_chain_lines",
     "sample_concurrent_lines",
+    "sample_directions",
+    "sample_offsets",
     "sample_spherical_trees",
+    "sampling_doc",
 ]
+
+#: a function whose docstring :func:`sampling_doc` completes
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: how the ``T`` trees (or directions) of one call are spread: see :data:`SAMPLING_DOC`
+SAMPLINGS = ("iid", "orthogonal", "qmc")
+
+#: the documentation of ``sampling=``, shared by the samplers
+SAMPLING_DOC = r"""``"iid"`` (default): independent trees. ``"orthogonal"``: stratified across
+trees in blocks of Haar-random orthonormal frames of R^d: line ``l`` of the ``d`` trees of a block
+takes the ``d`` rows of its own frame (``k`` independent frames per block), so that the
+lines of one tree stay independent while each line's directions cover the sphere
+evenly; the root offsets are the rows of one more frame times independent
+:math:`\chi_d` radii. With ``orthogonal=True`` (orthonormal lines in a tree) a block is
+one frame cut into ``d // k`` trees. ``"qmc"``: randomised quasi-Monte Carlo, every
+line index and the root offsets taking the first ``T`` points of a Sobol sequence with
+their own random digital shift, in their own random order (Owen's padding), through the
+Gaussian inverse CDF (then normalised; orthonormalised within a tree with
+``orthogonal=True``), all drawn from the call's generator. In every mode each
+tree has exactly the law of an ``"iid"`` tree, so every estimator stays unbiased; only
+the dependence between trees changes, which lowers the variance of the mean.
+``log["std_error"]`` assumes independent trees: with ``"orthogonal"`` or ``"qmc"`` it
+overstates the error (measure the spread over seeds instead)."""
+
+
+def sampling_doc(fn: F) -> F:
+    """Replace the line ``{SAMPLING}`` of ``fn``'s docstring by :data:`SAMPLING_DOC`.
+
+    Written once here, the text reaches every sampler and distance with ``sampling=``
+    (and, through the Parameters sections, the loss modules).
+    """
+    lines: list[str] = []
+    found = False
+    for line in (fn.__doc__ or "").splitlines():
+        if line.strip() == "{SAMPLING}":
+            indent = line[: len(line) - len(line.lstrip())]
+            lines.extend(indent + text for text in SAMPLING_DOC.splitlines())
+            found = True
+        else:
+            lines.append(line)
+    if not found:
+        raise ValueError(f"{fn.__name__}'s docstring has no {{SAMPLING}} line")
+    fn.__doc__ = "\n".join(lines)
+    return fn
+
+
+def check_sampling(sampling: object) -> str:
+    """Return ``sampling`` if it is one of :data:`SAMPLINGS`, else raise ``ValueError``."""
+    return check_choice(sampling, "sampling", SAMPLINGS)
+
+
+# the loss modules check ``sampling`` at construction too
+OPTION_CHECKS["sampling"] = lambda value, name: check_sampling(value)
+
+
+def _stratified_rows(sampler: Sampler, n: int, m: int, dim: int) -> Tensor:
+    """Return ``(n, m, dim)`` unit vectors, stratified down the first axis.
+
+    Column ``j`` takes, in blocks of ``dim`` rows, the rows of independent Haar frames
+    (one frame per column and block). For ``n < dim`` only the ``n`` rows used are drawn
+    (the first ``n`` rows of a Haar frame are a Haar ``n``-frame; a QR of ``dim x n``
+    instead of ``dim x dim``).
+    """
+    if n < dim:
+        return sampler.orthonormal(m, n=n, dim=dim).transpose(0, 1)
+    blocks = -(-n // dim)
+    frames = sampler.orthonormal(blocks, m, n=dim, dim=dim)  # (blocks, m, dim, dim)
+    return frames.transpose(1, 2).reshape(blocks * dim, m, dim)[:n]
+
+
+def _qmc_columns(sampler: Sampler, n: int, m: int, dim: int) -> Tensor:
+    """Return ``(n, m, dim)`` Gaussian vectors, column ``j`` from its own QMC draw."""
+    return torch.stack([sampler.qmc_normal(n, dim) for _ in range(m)], dim=1)
+
+
+def sample_directions(
+    sampler: Sampler,
+    n_trees: int,
+    n_lines: int,
+    dim: int,
+    *,
+    sampling: str = "iid",
+    orthogonal: bool = False,
+) -> Tensor:
+    """Draw unit directions (T, k, d) from ``sampler`` (see :data:`SAMPLING_DOC`).
+
+    Each tree's ``k`` directions are i.i.d. uniform on the sphere, or (``orthogonal``)
+    a Haar-random orthonormal frame, whatever the ``sampling``. ``"iid"`` reproduces the
+    draws of the samplers before ``sampling`` existed.
+    """
+    if sampling == "iid":
+        if orthogonal:
+            return sampler.orthonormal(n_trees, n=n_lines, dim=dim)
+        return sampler.sphere(n_trees, n_lines, dim)
+    if sampling == "orthogonal":
+        if not orthogonal:
+            return _stratified_rows(sampler, n_trees, n_lines, dim)
+        per_frame = dim // n_lines
+        if n_trees <= per_frame:  # one frame: draw only the rows used
+            frame = sampler.orthonormal(n=n_trees * n_lines, dim=dim)
+            return frame.reshape(n_trees, n_lines, dim)
+        blocks = -(-n_trees // per_frame)
+        frames = sampler.orthonormal(blocks, n=dim, dim=dim)[:, : per_frame * n_lines]
+        return frames.reshape(blocks * per_frame, n_lines, dim)[:n_trees]
+    g = _qmc_columns(sampler, n_trees, n_lines, dim)
+    if orthogonal:
+        return haar_rows(g.transpose(-1, -2))
+    return g / torch.linalg.vector_norm(g, dim=-1, keepdim=True)
+
+
+def sample_offsets(sampler: Sampler, n: int, dim: int, *, sampling: str = "iid") -> Tensor:
+    """``n`` standard normal vectors of R^dim (root offsets), spread by ``sampling``."""
+    if sampling == "iid":
+        return sampler.normal(n, dim)
+    if sampling == "orthogonal":
+        radii = torch.linalg.vector_norm(sampler.normal(n, dim), dim=-1, keepdim=True)
+        return radii * _stratified_rows(sampler, n, 1, dim)[:, 0]
+    return sampler.qmc_normal(n, dim)
 
 
 def _unit_tol(dtype: torch.dtype) -> float:
@@ -302,6 +428,7 @@ def _resolve_dtype_device(center, dtype, device):
     return check_dtype_device(dtype, device)
 
 
+@sampling_doc
 def sample_concurrent_lines(
     dim: int,
     *,
@@ -310,6 +437,7 @@ def sample_concurrent_lines(
     center: Tensor | None = None,
     std: float = 0.1,
     orthogonal: bool = False,
+    sampling: str = "iid",
     seed: int | None = None,
     generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
@@ -337,6 +465,8 @@ def sample_concurrent_lines(
         Standard deviation of the roots around ``center``.
     orthogonal : bool, default False
         Orthonormal directions inside each tree; needs ``n_lines <= dim``.
+    sampling : {"iid", "orthogonal", "qmc"}, default "iid"
+        {SAMPLING}
     seed, generator
         Randomness, see the seeding contract in the README (``seed`` gives the same
         trees on every device).
@@ -355,8 +485,8 @@ def sample_concurrent_lines(
     TypeError
         For a non-bool ``orthogonal``, a ``dtype`` other than float32 / float64.
     ValueError
-        If a count is < 1, ``orthogonal`` with ``n_lines > dim``, bad ``center`` shape,
-        or (``validate``) a non-finite ``center``.
+        If a count is < 1, ``orthogonal`` with ``n_lines > dim``, bad ``center`` shape, an
+        unknown ``sampling``, or (``validate``) a non-finite ``center``.
 
     Examples
     --------
@@ -376,16 +506,17 @@ def sample_concurrent_lines(
         raise ValueError(
             f"orthogonal directions need n_lines <= dim; got n_lines={n_lines} and dim={dim}"
         )
+    sampling = check_sampling(sampling)
     sampler = resolve_sampler(seed, generator, dtype=dtype, device=device)
-    offsets = sampler.normal(n_trees, dim)
-    if orthogonal:
-        directions = sampler.orthonormal(n_trees, n=n_lines, dim=dim)
-    else:
-        directions = sampler.sphere(n_trees, n_lines, dim)
+    offsets = sample_offsets(sampler, n_trees, dim, sampling=sampling)
+    directions = sample_directions(
+        sampler, n_trees, n_lines, dim, sampling=sampling, orthogonal=orthogonal
+    )
     roots = center.unsqueeze(-2) + std * offsets
     return ConcurrentLines(roots, directions, validate=False)
 
 
+@sampling_doc
 def sample_chain_lines(
     dim: int,
     *,
@@ -394,6 +525,7 @@ def sample_chain_lines(
     center: Tensor | None = None,
     std: float = 0.1,
     source_range: float = 1.0,
+    sampling: str = "iid",
     seed: int | None = None,
     generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
@@ -421,6 +553,9 @@ def sample_chain_lines(
         Standard deviation of the roots around ``center``.
     source_range : float, default 1.0
         Half-width of the uniform law of the attachment coordinates ``t_i``.
+    sampling : {"iid", "orthogonal", "qmc"}, default "iid"
+        {SAMPLING}
+        The attachment coordinates ``t_i`` stay i.i.d.
     seed, generator, dtype, device, validate
         As in :func:`sample_concurrent_lines`.
 
@@ -442,9 +577,10 @@ def sample_chain_lines(
     source_range = check_nonnegative_float(source_range, "source_range")
     dtype, device = _resolve_dtype_device(center, dtype, device)
     center = _check_center(center, dim, dtype, device, validate)
+    sampling = check_sampling(sampling)
     sampler = resolve_sampler(seed, generator, dtype=dtype, device=device)
-    offsets = sampler.normal(n_trees, dim)
-    directions = sampler.sphere(n_trees, n_lines, dim)
+    offsets = sample_offsets(sampler, n_trees, dim, sampling=sampling)
+    directions = sample_directions(sampler, n_trees, n_lines, dim, sampling=sampling)
     t = sampler.uniform(n_trees, n_lines - 1, low=-source_range, high=source_range)
     steps = t.unsqueeze(-1) * directions[:, :-1, :]
     rel = torch.cat([torch.zeros_like(offsets).unsqueeze(-2), steps.cumsum(-2)], dim=-2)
@@ -548,11 +684,13 @@ class SphericalTrees(_TreeCounts):
         )
 
 
+@sampling_doc
 def sample_spherical_trees(
     dim: int,
     *,
     n_trees: int,
     n_lines: int,
+    sampling: str = "iid",
     seed: int | None = None,
     generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
@@ -572,6 +710,10 @@ def sample_spherical_trees(
         positional argument, as in every sampler.
     n_trees, n_lines : int
         ``T`` and ``k`` (keyword-only, see :func:`sample_concurrent_lines`).
+    sampling : {"iid", "orthogonal", "qmc"}, default "iid"
+        {SAMPLING}
+        On the sphere the roots are the unit vectors of their draws and each ray the
+        normalised tangent part of its own; both keep their law in every mode.
     seed, generator
         Randomness, see the seeding contract in the README (``seed`` gives the same
         trees on every device).
@@ -599,10 +741,14 @@ def sample_spherical_trees(
     check_positive_int(dim, "dim")
     if dim < 2:
         raise ValueError(f"spherical trees need dim = d+1 >= 2; got dim={dim}")
+    sampling = check_sampling(sampling)
     dtype, device = _resolve_dtype_device(None, dtype, device)
     sampler = resolve_sampler(seed, generator, dtype=torch.float64, device=device)
-    roots = sampler.sphere(n_trees, dim)
-    g = sampler.normal(n_trees, n_lines, dim)
+    roots = sample_directions(sampler, n_trees, 1, dim, sampling=sampling)[:, 0]
+    if sampling == "iid":
+        g = sampler.normal(n_trees, n_lines, dim)
+    else:  # unit vectors uniform on the sphere: their tangent parts have the Gaussian's law
+        g = sample_directions(sampler, n_trees, n_lines, dim, sampling=sampling)
     g = g - (g * roots.unsqueeze(-2)).sum(-1, keepdim=True) * roots.unsqueeze(-2)
     directions = g / torch.linalg.vector_norm(g, dim=-1, keepdim=True)
     return SphericalTrees(roots.to(dtype), directions.to(dtype), validate=False)

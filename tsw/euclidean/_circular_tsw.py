@@ -45,7 +45,8 @@ def circular_tsw(
     split: str = "image",
     compat: bool = False,
     trees: ConcurrentLines | None = None,
-    center: Tensor | None = None,
+    center: Tensor | str | None = "mean",
+    sampling: str = "iid",
     root_std: float = 0.1,
     seed: int | None = None,
     generator: torch.Generator | None = None,
@@ -127,9 +128,11 @@ def circular_tsw(
         Wasserstein distance.
     trees : ConcurrentLines, optional
         Explicit trees (roots and directions); overrides the sampling arguments.
-    center : Tensor of shape (d,) or (B, d), optional
-        Centre of the sampled roots; default the detached weighted mean of both
-        measures (per batch item).
+    center : "mean", "median" or Tensor of shape (d,) or (B, d), default "mean"
+        Centre of the sampled roots, as in :func:`tsw.db_tsw` (``"median"``: the
+        geometric median of both measures).
+    sampling : {"iid", "orthogonal", "qmc"}, default "iid"
+        How the trees are spread, as in :func:`tsw.db_tsw` (unbiased in every mode).
     root_std : float, default 0.1
         Standard deviation of the roots around the centre.
         In the units of the data, not scaled with them: for data at a scale far below
@@ -226,6 +229,7 @@ def circular_tsw(
         rng=problem.rng,
         center=center,
         root_std=root_std,
+        sampling=sampling,
         validate=problem.validate,
     )
     project = partial(circular_projection, radius=radius, delta=delta, split=split)

@@ -9,8 +9,14 @@ import torch
 from torch import Tensor
 
 from tsw.core._driver import STAR, Problem, Projection, Result, driver_options, signed_masses
-from tsw.core._slices import resolve_trees
-from tsw.core._validation import Measures, check_bool, check_nonnegative_float
+from tsw.core._slices import path_directions, resolve_trees
+from tsw.core._validation import (
+    OPTION_CHECKS,
+    Measures,
+    check_bool,
+    check_choice,
+    check_nonnegative_float,
+)
 from tsw.core.splits import distance_split, uniform_split
 from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
 from tsw.euclidean._lines import project
@@ -19,6 +25,11 @@ if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
 __all__ = ["db_tsw"]
+
+#: how the line directions are drawn
+DIRECTIONS = ("uniform", "paths")
+# the loss modules check ``directions`` at construction too
+OPTION_CHECKS["directions"] = lambda value, name: check_choice(value, name, DIRECTIONS)
 
 
 @driver_options(chunked=True)
@@ -33,8 +44,10 @@ def db_tsw(
     delta: float = 2.0,
     p: float = 1,
     orthogonal: bool = False,
+    sampling: str = "iid",
+    directions: str = "uniform",
     trees: ConcurrentLines | None = None,
-    center: Tensor | None = None,
+    center: Tensor | str | None = "mean",
     root_std: float = 0.1,
     seed: int | None = None,
     generator: torch.Generator | None = None,
@@ -89,11 +102,29 @@ def db_tsw(
         Exponent (see above).
     orthogonal : bool, default False
         Db-TSW⊥: orthonormal directions inside each tree (needs ``k <= d``).
+    sampling : {"iid", "orthogonal", "qmc"}, default "iid"
+        How the ``T`` trees are spread (:func:`tsw.sample_concurrent_lines`): i.i.d.,
+        stratified across trees in orthonormal frames, or randomised quasi-Monte Carlo.
+        Every tree keeps its law, so the value stays an unbiased estimate of the same
+        distance (of its ``p``-th power); only its variance changes
+        (``python -m benchmarks.variance``). ``log["std_error"]`` assumes independent
+        trees: it overstates the error of ``"orthogonal"`` and ``"qmc"``.
+    directions : {"uniform", "paths"}, default "uniform"
+        ``"paths"``: FW-TSW*'s data-driven directions (Tran et al., ICLR 2026), every
+        line along :math:`x_i - y_j` for a random pair of atoms, ``i`` drawn from ``a``
+        and ``j`` from ``b`` (:func:`tsw.core._slices.path_directions`; detached, one
+        set per batch item). The lines then depend on the measures: the value is
+        **not** an estimate of the ``"uniform"`` Db-TSW, nor known to be a metric.
+        The roots follow ``center`` and ``sampling`` as usual; needs ``orthogonal=False``.
+        This is the ``random_path`` mode of the authors' earlier published tree code
+        (PartialTSW repository), without its optional power-spherical perturbation; the
+        FW-TSW paper's own text was not available to check its exact construction.
     trees : ConcurrentLines, optional
         Explicit trees; overrides the sampling arguments.
-    center : Tensor of shape (d,) or (B, d), optional
-        Centre of the sampled roots; default the detached weighted mean of both
-        measures (per batch item).
+    center : "mean", "median" or Tensor of shape (d,) or (B, d), default "mean"
+        Centre of the sampled roots: the detached weighted mean of both measures (per
+        batch item), their detached weighted geometric median (``"median"``, found by
+        Weiszfeld's iterations: FW-TSW, Tran et al., ICLR 2026), or a given point.
     root_std : float, default 0.1
         Standard deviation of the roots around the centre (official code's value).
         In the units of the data, not scaled with them: for data at a scale far below
@@ -116,8 +147,8 @@ def db_tsw(
     ------
     TypeError, ValueError
         For malformed inputs (see :func:`tsw.core._validation.check_measures`), ``p < 1``,
-        ``delta < 0``, counts < 1, ``orthogonal`` with ``k > d``, or trees that do not
-        fit the data.
+        ``delta < 0``, counts < 1, ``orthogonal`` with ``k > d``, an unknown ``sampling``
+        or ``center``, or trees that do not fit the data.
 
     Notes
     -----
@@ -172,6 +203,8 @@ def db_tsw(
         orthogonal=orthogonal,
         center=center,
         root_std=root_std,
+        sampling=sampling,
+        directions=directions,
     )
     return problem.evaluate(partial(db_projection, delta=delta), trees)
 
@@ -183,16 +216,25 @@ def resolve_db_trees(
     n_trees: int | None,
     n_lines: int | None,
     orthogonal: bool,
-    center: Tensor | None,
+    center: Tensor | str | None,
     root_std: float,
+    sampling: str = "iid",
+    directions: str = "uniform",
 ) -> ConcurrentLines:
     """Explicit concurrent-line trees checked against the data, or Db-TSW's sampled ones.
 
     Shared by :func:`db_tsw`, :func:`tsw.spatial_tsw` and :func:`tsw.partial_tsw` (the
-    same trees for the same seed).
+    same trees for the same seed). ``directions="paths"`` replaces the sampled
+    directions by :func:`~tsw.core._slices.path_directions` (drawn after the trees).
     """
     orthogonal = check_bool(orthogonal, "orthogonal")
-    return resolve_trees(
+    directions = check_choice(directions, "directions", DIRECTIONS)
+    if directions == "paths" and orthogonal:
+        raise ValueError(
+            'directions="paths" draws each line independently; it needs orthogonal=False, '
+            "got orthogonal=True"
+        )
+    drawn = resolve_trees(
         problem.measures,
         trees,
         (ConcurrentLines,),
@@ -202,8 +244,14 @@ def resolve_db_trees(
         rng=problem.rng,
         center=center,
         root_std=root_std,
+        sampling=sampling,
         validate=problem.validate,
     )
+    if directions == "uniform" or trees is not None:
+        return drawn
+    theta = path_directions(problem.measures, drawn.n_trees, drawn.n_lines, problem.rng)
+    theta = theta if problem.measures.batched else theta[0]
+    return ConcurrentLines(drawn.roots, theta, validate=False)
 
 
 def db_projection(measures: Measures, trees: ConcurrentLines, delta: float) -> Projection:

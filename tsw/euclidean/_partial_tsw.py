@@ -41,8 +41,9 @@ def partial_tsw(
     p: float = 1,
     price: float = 0.0,
     orthogonal: bool = False,
+    sampling: str = "iid",
     trees: ConcurrentLines | None = None,
-    center: Tensor | None = None,
+    center: Tensor | str | None = "mean",
     root_std: float = 0.1,
     seed: int | None = None,
     generator: torch.Generator | None = None,
@@ -139,13 +140,17 @@ def partial_tsw(
         Extra cost :math:`\lambda` per unit of mass created or destroyed (at the root).
     orthogonal : bool, default False
         Orthonormal directions inside each tree (needs ``k <= d``).
+    sampling : {"iid", "orthogonal", "qmc"}, default "iid"
+        How the trees are spread, as in :func:`tsw.db_tsw` (unbiased in every mode).
     trees : ConcurrentLines, optional
         Explicit trees; overrides the sampling arguments.
-    center : Tensor of shape (d,) or (B, d), optional
-        Centre of the sampled roots; default the detached mean of the two normalised
+    center : "mean", "median" or Tensor of shape (d,) or (B, d), default "mean"
+        Centre of the sampled roots; ``"mean"``: the detached mean of the two normalised
         shapes, :math:`(\sum_i \hat a_i x_i + \sum_j \hat b_j y_j) / 2`, which does not
         depend on the masses (and equals :func:`tsw.db_tsw`'s centre for probability
         weights).
+        ``"median"``: the detached geometric median of the two normalised shapes
+        (FW-TSW, see :func:`tsw.db_tsw`).
     root_std : float, default 0.1
         Standard deviation of the roots around the centre.
         In the units of the data, not scaled with them: for data at a scale far below
@@ -242,6 +247,7 @@ def partial_tsw(
         orthogonal=orthogonal,
         center=center,
         root_std=root_std,
+        sampling=sampling,
     )
     m_s, m_t = m_s.reshape(-1, 1), m_t.reshape(-1, 1)  # (B|1, 1)
 

@@ -36,8 +36,9 @@ def spatial_tsw(
     delta: float = 2.0,
     p: float = 1,
     orthogonal: bool = False,
+    sampling: str = "iid",
     trees: ConcurrentLines | None = None,
-    center: Tensor | None = None,
+    center: Tensor | str | None = "mean",
     root_std: float = 0.1,
     seed: int | None = None,
     generator: torch.Generator | None = None,
@@ -86,7 +87,7 @@ def spatial_tsw(
         ``m``, odd, default 3 (built-in maps only).
     beta : float, optional
         :math:`\beta \ge 0`, default 1.0 (``"pow"`` only).
-    n_trees, n_lines, delta, p, orthogonal, trees, center, root_std, seed, generator
+    n_trees, n_lines, delta, p, orthogonal, sampling, trees, center, root_std, seed, generator
         As in :func:`tsw.db_tsw`, in dimension :math:`d_\theta`.
     validate : bool, default True
         Run the value checks, including finiteness of the mapped supports.
@@ -171,5 +172,6 @@ def spatial_tsw(
         orthogonal=orthogonal,
         center=center,
         root_std=root_std,
+        sampling=sampling,
     )
     return problem.evaluate(partial(db_projection, delta=delta), trees)

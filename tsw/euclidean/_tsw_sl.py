@@ -38,7 +38,8 @@ def tsw_sl(
     tree: str = "chain",
     alpha: Tensor | None = None,
     trees: ChainLines | ConcurrentLines | None = None,
-    center: Tensor | None = None,
+    center: Tensor | str | None = "mean",
+    sampling: str = "iid",
     root_std: float = 0.1,
     source_range: float = 1.0,
     seed: int | None = None,
@@ -103,9 +104,12 @@ def tsw_sl(
         Differentiable (a trainable split).
     trees : ChainLines or ConcurrentLines, optional
         Explicit trees.
-    center : Tensor of shape (d,) or (B, d), optional
-        Centre of the sampled roots; default the detached weighted mean of both
-        measures.
+    center : "mean", "median" or Tensor of shape (d,) or (B, d), default "mean"
+        Centre of the sampled roots, as in :func:`tsw.db_tsw` (``"median"``: the
+        geometric median of both measures).
+    sampling : {"iid", "orthogonal", "qmc"}, default "iid"
+        How the trees' directions and roots are spread, as in :func:`tsw.db_tsw`
+        (unbiased in every mode; chain attachments stay i.i.d.).
     root_std : float, default 0.1
         Standard deviation of the roots around the centre.
         In the units of the data, not scaled with them: for data at a scale far below
@@ -177,6 +181,7 @@ def tsw_sl(
         rng=problem.rng,
         center=center,
         root_std=root_std,
+        sampling=sampling,
         validate=problem.validate,
     )
     X = problem.measures.X_s

@@ -259,7 +259,7 @@ def _s3w(
     # projections live in the mapped dimension d: checked against a d-dimensional view
     view = measures._replace(X_s=X_s[..., :-1], X_t=measures.X_t[..., :-1])
     proj = resolve_projections(
-        view, projections, n_projections, False, problem.rng, problem.validate
+        view, projections, n_projections, False, problem.rng, validate=problem.validate
     )
     project = partial(s3w_projection, compat=compat)
     return problem.evaluate(project, (rot, proj), projections=proj)

@@ -10,7 +10,6 @@ ascent on the sphere that no projection describes: that loop lives in :func:`max
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -37,6 +36,7 @@ from tsw.core._validation import (
     check_tensor,
     check_unit,
 )
+from tsw.core.trees import check_sampling, sample_directions, sampling_doc
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -44,11 +44,13 @@ if TYPE_CHECKING:
 __all__ = ["max_sw", "sample_projections", "sw"]
 
 
+@sampling_doc
 def sample_projections(
     dim: int,
     n_projections: int,
     *,
     orthogonal: bool = False,
+    sampling: str = "iid",
     seed: int | None = None,
     generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
@@ -63,7 +65,11 @@ def sample_projections(
     orthogonal : bool, default False
         Draw ``ceil(L / d)`` independent Haar-random orthonormal frames of ``d``
         directions and keep the first ``L`` columns (orthogonal SW, Rowland et al.
-        2019); otherwise i.i.d. uniform directions.
+        2019); otherwise i.i.d. uniform directions. The same as ``sampling="orthogonal"``.
+    sampling : {"iid", "orthogonal", "qmc"}, default "iid"
+        {SAMPLING}
+        For directions (one line per slice) ``"orthogonal"`` is orthogonal SW;
+        ``orthogonal=True`` with ``sampling="qmc"`` raises.
     seed, generator, dtype, device
         As for the tree samplers (``seed`` is device independent).
 
@@ -79,13 +85,26 @@ def sample_projections(
     """
     check_positive_int(dim, "dim")
     check_positive_int(n_projections, "n_projections")
-    orthogonal = check_bool(orthogonal, "orthogonal")
+    sampling = resolve_direction_sampling(orthogonal, sampling)
     dtype, device = check_dtype_device(dtype, device)
     sampler = resolve_sampler(seed, generator, dtype=dtype, device=device)
-    if orthogonal:
-        frames = sampler.orthonormal(math.ceil(n_projections / dim), n=dim, dim=dim)
+    if sampling == "orthogonal":  # the draws of orthogonal SW before ``sampling`` existed
+        frames = sampler.orthonormal(-(-n_projections // dim), n=dim, dim=dim)
         return frames.reshape(-1, dim)[:n_projections].T
-    return sampler.sphere(n_projections, dim).T
+    return sample_directions(sampler, n_projections, 1, dim, sampling=sampling)[:, 0].T
+
+
+def resolve_direction_sampling(orthogonal: object, sampling: object) -> str:
+    """Return the ``sampling`` of one-line slices (``orthogonal=True`` is ``"orthogonal"``)."""
+    sampling = check_sampling(sampling)
+    if check_bool(orthogonal, "orthogonal"):
+        if sampling == "qmc":
+            raise ValueError(
+                'orthogonal=True (orthogonal SW) is sampling="orthogonal"; it cannot be '
+                'combined with sampling="qmc"; got orthogonal=True and sampling="qmc"'
+            )
+        return "orthogonal"
+    return sampling
 
 
 def _check_projections(given: object, measures: Measures, validate: bool) -> Tensor:
@@ -120,6 +139,8 @@ def resolve_projections(
     n_projections: int,
     orthogonal: bool,
     rng: Sampler,
+    sampling: str = "iid",
+    *,
     validate: bool = True,
 ) -> Tensor:
     """Explicit projections checked against the data, or drawn ones: (d, L) or (B, d, L).
@@ -129,12 +150,13 @@ def resolve_projections(
     """
     orthogonal = check_bool(orthogonal, "orthogonal")
     explicit = from_numpy(projections, "projections")
+    sampling = resolve_direction_sampling(orthogonal, sampling)
     if explicit is not None:
         return _check_projections(explicit, measures, validate)
     return sample_projections(
         measures.X_s.shape[-1],
         n_projections,
-        orthogonal=orthogonal,
+        sampling=sampling,
         generator=rng.generator,
         dtype=measures.X_s.dtype,
         device=measures.X_s.device,
@@ -164,6 +186,7 @@ def sw(
     p: float = 2,
     projections: Tensor | None = None,
     orthogonal: bool = False,
+    sampling: str = "iid",
     seed: int | None = None,
     generator: torch.Generator | None = None,
     validate: bool = True,
@@ -199,7 +222,12 @@ def sw(
         Explicit unit directions as columns (POT's layout); with ``validate``, NaN, Inf
         and columns whose norm is not 1 (to ``max(1e3 eps, 1e-6)``) raise.
     orthogonal : bool, default False
-        Sample blocks of orthonormal directions (orthogonal SW).
+        Sample blocks of orthonormal directions (orthogonal SW); the same as
+        ``sampling="orthogonal"``.
+    sampling : {"iid", "orthogonal", "qmc"}, default "iid"
+        How the directions are spread (:func:`tsw.sample_projections`): i.i.d.,
+        stratified in orthonormal frames, or randomised quasi-Monte Carlo; each direction
+        stays uniform, so the estimate stays unbiased.
     seed, generator
         Randomness (``seed`` is device independent; the global RNG is never used).
     validate : bool, default True
@@ -244,7 +272,13 @@ def sw(
         gather=gather,
     )
     projections = resolve_projections(
-        problem.measures, projections, n_projections, orthogonal, problem.rng, problem.validate
+        problem.measures,
+        projections,
+        n_projections,
+        orthogonal,
+        problem.rng,
+        sampling,
+        validate=problem.validate,
     )
     return problem.evaluate(line_projection, projections, projections=projections)
 

@@ -43,7 +43,7 @@ def _line_coordinates(
     problem.check_range()
     measures = problem.measures
     proj = resolve_projections(
-        measures, projections, n_projections, orthogonal, problem.rng, problem.validate
+        measures, projections, n_projections, orthogonal, problem.rng, validate=problem.validate
     )
     coords = line_projection(measures, proj).coords
     N = measures.X_s.shape[-2]

@@ -85,6 +85,7 @@ def spatial_stsw(
     delta: float = 2.0,
     p: float = 1,
     trees: SphericalTrees | None = None,
+    sampling: str = "iid",
     seed: int | None = None,
     generator: torch.Generator | None = None,
     validate: bool = True,
@@ -119,7 +120,7 @@ def spatial_stsw(
         Weights, as in :func:`tsw.stsw`.
     mapping : "lift" or callable, default "lift"
         The map ``h``.
-    n_trees, n_lines, delta, p, trees, seed, generator, validate
+    n_trees, n_lines, delta, p, trees, sampling, seed, generator, validate
         As in :func:`tsw.stsw`, in the mapped dimension.
     renormalize : bool, default False
         Project the inputs onto the sphere instead of rejecting off-sphere points.
@@ -175,5 +176,5 @@ def spatial_stsw(
         measures=check_measures_on_sphere(mapped, renormalize=False, validate=validate)
     )
     delta = check_nonnegative_float(delta, "delta")
-    trees = resolve_spherical_trees(problem, trees, n_trees, n_lines)
+    trees = resolve_spherical_trees(problem, trees, n_trees, n_lines, sampling)
     return problem.evaluate(partial(spherical_projection, delta=delta), trees)

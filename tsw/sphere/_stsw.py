@@ -30,7 +30,11 @@ DEFAULT_COUNTS = (200, 5)
 
 
 def resolve_spherical_trees(
-    problem: Problem, trees: object, n_trees: int | None, n_lines: int | None
+    problem: Problem,
+    trees: object,
+    n_trees: int | None,
+    n_lines: int | None,
+    sampling: str = "iid",
 ) -> SphericalTrees:
     """Explicit spherical trees checked against the data, or trees sampled (spec 5.2)."""
     return resolve_trees(
@@ -42,6 +46,7 @@ def resolve_spherical_trees(
         sampler=sample_spherical_trees,
         rng=problem.rng,
         defaults=DEFAULT_COUNTS,
+        sampling=sampling,
     )
 
 
@@ -93,6 +98,7 @@ def stsw(
     delta: float = 2.0,
     p: float = 1,
     trees: SphericalTrees | None = None,
+    sampling: str = "iid",
     seed: int | None = None,
     generator: torch.Generator | None = None,
     validate: bool = True,
@@ -151,6 +157,10 @@ def stsw(
         Exponent (see above).
     trees : SphericalTrees, optional
         Explicit trees (shared, or one set per batch item); overrides the sampling.
+    sampling : {"iid", "orthogonal", "qmc"}, default "iid"
+        How the trees are spread (:func:`tsw.sample_spherical_trees`): i.i.d.,
+        stratified in orthonormal frames, or randomised quasi-Monte Carlo; every tree
+        keeps its law, so the value stays unbiased (of its ``p``-th power).
     seed, generator
         Randomness of the trees (:func:`tsw.sample_spherical_trees`): ``seed`` gives
         identical trees on every device; without either, fresh trees from
@@ -225,7 +235,7 @@ def stsw(
         )
     )
     delta = check_nonnegative_float(delta, "delta")
-    trees = resolve_spherical_trees(problem, trees, n_trees, n_lines)
+    trees = resolve_spherical_trees(problem, trees, n_trees, n_lines, sampling)
     return problem.evaluate(partial(spherical_projection, delta=delta), trees)
 
 
@@ -239,6 +249,7 @@ def stsw_unif(
     delta: float = 2.0,
     p: float = 1,
     trees: SphericalTrees | None = None,
+    sampling: str = "iid",
     n_grid: int | None = None,
     n_quad: int = 128,
     seed: int | None = None,
@@ -300,7 +311,7 @@ def stsw_unif(
         Support, unit vectors.
     a : Tensor of shape (N,) or (B, N), optional
         Non-negative weights; uniform ``1/N`` by default.
-    n_trees, n_lines, delta, p, trees
+    n_trees, n_lines, delta, p, trees, sampling
         As in :func:`stsw` (200 trees of 5 rays by default).
     n_grid : int, optional
         Number of cells discretising the geodesic coordinate of the uniform side;
@@ -359,7 +370,7 @@ def stsw_unif(
     delta = check_nonnegative_float(delta, "delta")
     n_grid = max(256, X.shape[-2]) if n_grid is None else check_positive_int(n_grid, "n_grid")
     n_quad = check_positive_int(n_quad, "n_quad")
-    trees = resolve_spherical_trees(problem, trees, n_trees, n_lines)
+    trees = resolve_spherical_trees(problem, trees, n_trees, n_lines, sampling)
     with torch.no_grad():
         coords, unif = uniform_projection(trees, delta, n_grid, n_quad, problem.rng)
         if unif.ndim == 3:
