@@ -47,6 +47,7 @@ def resolve_spherical_trees(
         rng=problem.rng,
         defaults=DEFAULT_COUNTS,
         sampling=sampling,
+        validate=problem.validate,
     )
 
 
