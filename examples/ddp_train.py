@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         n_trees=args.trees, n_lines=4, p=2, power=True, seed=0, process_group=group, gather=True
     )
     data = torch.Generator().manual_seed(1000 + rank)  # each rank its own shard
+    status = 0
     for step in range(1, args.steps + 1):
         z = torch.randn(args.batch, 2, generator=data)
         y = target(args.batch, data)
@@ -78,15 +79,18 @@ def main(argv: list[str] | None = None) -> int:
         loss = loss_fn(x, y)
         opt.zero_grad()
         (world * loss).backward()  # DDP averages: world * mean = the union's gradient
-        if args.check and step == 1:
-            ok = check(net, z, y, loss, args, group, rank, world)
-            if not ok:
-                return 1
+        if args.check and step == 1 and not check(net, z, y, loss, args, group, rank, world):
+            status = 1
+            break
         opt.step()
         if rank == 0 and (step % 50 == 0 or step == args.steps):
             print(f"step {step}: DbTSW_2^2 = {loss.item():.4f}", flush=True)
+    # every rank done, DDP's reducer released, then the group: a rank that tears the
+    # group down while DDP still holds it can abort at exit
+    dist.barrier()
+    del model, opt
     dist.destroy_process_group()
-    return 0
+    return status
 
 
 def check(net, z, y, loss, args, group, rank, world) -> bool:

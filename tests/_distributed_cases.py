@@ -9,6 +9,7 @@ shard rows the test compares with the reference.
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import os
 import traceback
@@ -162,7 +163,9 @@ def worker(rank: int, world: int, port: int, folder: str) -> None:
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     try:
-        torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+        torch.distributed.init_process_group(
+            "gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120)
+        )
         results = {}
         for gather in (False, True):
             for name in CASES:

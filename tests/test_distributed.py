@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import _distributed_cases as cases
@@ -33,10 +34,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=lambda w: f"world{w}")
-def ranks(request, tmp_path_factory):
-    world = request.param
-    folder = tmp_path_factory.mktemp(f"world{world}")
+def _launch(world: int, folder) -> str | None:
+    """Run every rank of one group; return None, or why it failed."""
     ctx = mp.get_context("spawn")
     port = free_port()
     procs = [
@@ -44,16 +43,39 @@ def ranks(request, tmp_path_factory):
     ]
     for p in procs:
         p.start()
+    deadline = time.monotonic() + 300
+    while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+        if any(p.exitcode not in (None, 0) for p in procs):
+            break  # one rank failed: the others would wait for it
+        time.sleep(0.2)
     for p in procs:
-        p.join(timeout=240)
-    for r, p in enumerate(procs):
         if p.is_alive():
             p.kill()
-            pytest.fail(f"rank {r} of {world} did not finish in 240 s")
-        err = folder / f"rank{r}.err"
-        if err.exists():
-            pytest.fail(f"rank {r} of {world} failed:\n{err.read_text()}")
-    return world, [torch.load(folder / f"rank{r}.pt") for r in range(world)]
+        p.join()
+    errors = [
+        f"rank {r}: {(folder / f'rank{r}.err').read_text()}"
+        for r in range(world)
+        if (folder / f"rank{r}.err").exists()
+    ]
+    if errors or any(p.exitcode != 0 for p in procs):
+        codes = [p.exitcode for p in procs]
+        return f"exit codes {codes}\n" + "\n".join(errors)
+    return None
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=lambda w: f"world{w}")
+def ranks(request, tmp_path_factory):
+    # a second launch on a fresh port if the first fails: the free port found can be
+    # taken by another process before the group's store binds it
+    world = request.param
+    failures = []
+    for attempt in range(2):
+        folder = tmp_path_factory.mktemp(f"world{world}_{attempt}")
+        failure = _launch(world, folder)
+        if failure is None:
+            return world, [torch.load(folder / f"rank{r}.pt") for r in range(world)]
+        failures.append(failure)
+    pytest.fail(f"{world} ranks failed twice:\n" + "\n---\n".join(failures))
 
 
 def reference(name: str) -> dict[str, torch.Tensor]:
