@@ -154,7 +154,8 @@ def fingerprint(obj: Any, device: torch.device) -> Tensor:
     parts = []
     for t in all_tensors(obj):
         x = t.detach().to(torch.float64)
-        parts.append(torch.tensor([float(x.numel()), float(t.requires_grad)], device=device))
+        meta = [float(x.numel()), float(t.requires_grad)]
+        parts.append(torch.tensor(meta, dtype=torch.float64, device=device))
         parts.append(torch.stack([x.sum(), x.square().sum()]).to(device))
     if not parts:
         return torch.zeros(0, dtype=torch.float64, device=device)
@@ -252,16 +253,20 @@ def gather_slices(local: Tensor, group: Group) -> Tensor:
     return _gather_along(group, local, dim, counts)
 
 
-def gather_points(given: object, group: Group, dim: int, name: str) -> Tensor | None:
+def gather_points(
+    given: object, group: Group, dim: int, name: str, device: torch.device | None = None
+) -> Tensor | None:
     """Return the union of every rank's shard of ``given`` along ``dim`` (sizes may differ).
 
-    ``given`` is a validated shard (a tensor) or None. Backward keeps this rank's own rows:
+    ``given`` is a validated shard (a tensor) or None (``device``: where the flags of a
+    None travel, the points' device). Backward keeps this rank's own rows:
     the gradient of the union reaching here is already summed over the ranks (by
     :func:`sum_gradients` where it is projected).
     """
     x = None if given is None else check_tensor(given, name)
-    device = x.device if x is not None else None
-    present = torch.tensor([x is not None], dtype=torch.int64, device=device or "cpu")
+    # the flags travel on the data's device (NCCL needs CUDA tensors), also for a None
+    device = x.device if x is not None else (device or torch.device("cpu"))
+    present = torch.tensor([x is not None], dtype=torch.int64, device=device)
     flags = [int(f.item()) for f in group.all_gather(present)]
     if len(set(flags)) != 1:
         raise ValueError(

@@ -240,8 +240,9 @@ chunk_size : int, "auto" or None, default "auto"
     of that many. ``"auto"``: blocks whose working memory, estimated at 16 elements per
     (line x atom), stays under 2 GiB (1000 lines x 1e5 atoms in float32, 6.4 GB, runs
     in 4 blocks), and on the CPU also blocks of about 2^20 (line x atom) elements, at
-    least ``d / 3`` lines, whose passes run in cache (faster than one block, measured
-    1.2-1.45x at N = 2000-1e5); small batched problems then run a few whole items at a
+    least ``d / 3`` lines, whose passes run in cache (faster than one block: measured
+    1.2-1.45x at N = 2000 and 1e4, within noise at 1e5); small batched problems then
+    run a few whole items at a
     time. Under grad mode each block's gradient is formed during the forward pass and
     its graph freed, so the peak working memory is that of one block and no forward is
     recomputed (a block that closes over other tensors requiring grad, such as a
@@ -526,7 +527,8 @@ class Problem:
         if group is not None and group.gather:
             check_measures(Xs, Xt, wa, wb, balanced=False, validate=validate)  # the shards
             Xs, Xt = (gather_points(x, group, -2, n) for x, n in ((Xs, "X_s"), (Xt, "X_t")))
-            wa, wb = (gather_points(w, group, -1, n) for w, n in ((wa, "a"), (wb, "b")))
+            device = Xs.device if isinstance(Xs, Tensor) else None
+            wa, wb = (gather_points(w, group, -1, n, device) for w, n in ((wa, "a"), (wb, "b")))
         measures = check_measures(Xs, Xt, wa, wb, balanced=balanced, validate=validate)
         return cls._build(
             measures, p, seed, generator, validate, power, log, numpy, chunk_size, group
@@ -555,7 +557,8 @@ class Problem:
         group = check_group(process_group, gather)
         if group is not None and group.gather:
             check_measure(Xs, wa, validate=validate)  # the shard
-            Xs, wa = gather_points(Xs, group, -2, "X_s"), gather_points(wa, group, -1, "a")
+            Xs = gather_points(Xs, group, -2, "X_s")
+            wa = gather_points(wa, group, -1, "a", Xs.device if Xs is not None else None)
         X, w, batched = check_measure(Xs, wa, validate=validate)
         measures = Measures(X, X[..., :0, :], w, w[..., :0], batched)
         return cls._build(
