@@ -82,9 +82,10 @@ class Group:
     size: int
     gather: bool
 
-    def share(self, n_slices: int) -> tuple[int, int]:
-        """Return the contiguous range ``[lo, hi)`` of slices this rank evaluates."""
-        return n_slices * self.rank // self.size, n_slices * (self.rank + 1) // self.size
+    def share(self, n_slices: int, rank: int | None = None) -> tuple[int, int]:
+        """Return the contiguous range ``[lo, hi)`` of slices ``rank`` (this one) evaluates."""
+        r = self.rank if rank is None else rank
+        return n_slices * r // self.size, n_slices * (r + 1) // self.size
 
     def all_gather(self, t: Tensor) -> list[Tensor]:
         """All-gather equal-shaped tensors into contiguous buffers of our own."""
@@ -240,13 +241,15 @@ def _counts(group: Group, n: int, device: torch.device) -> list[int]:
     return [int(s.item()) for s in sizes]
 
 
-def gather_slices(local: Tensor, group: Group) -> Tensor:
+def gather_slices(local: Tensor, group: Group, n_slices: int) -> Tensor:
     """(B, T_r) per-slice costs of every rank's share, concatenated to (B, T) on each rank.
 
-    Backward keeps this rank's share of the gradient: every rank finishes the same value
-    from the gathered costs, and :func:`sum_gradients` sums the shares at the measures.
+    The shares are :meth:`Group.share` of ``n_slices``, known to every rank without
+    communication. Backward keeps this rank's share of the gradient: every rank finishes
+    the same value from the gathered costs, and :func:`sum_gradients` sums the shares at
+    the measures.
     """
-    counts = _counts(group, local.shape[-1], local.device)
+    counts = [hi - lo for lo, hi in (group.share(n_slices, r) for r in range(group.size))]
     dim = local.dim() - 1
     if torch.is_grad_enabled() and local.requires_grad:
         return _GatherOwnGrad.apply(local, group, dim, counts)

@@ -451,9 +451,10 @@ class _BlockCosts(torch.autograd.Function):
         needs = ctx.needs_input_grad[2:]
         B = g.shape[0]
         per_item = g[..., :1]
-        if torch.equal(g, per_item.expand_as(g)) and all(
-            x.shape[0] == B for x, n in zip(inputs, needs, strict=True) if n
-        ):
+        # the value's gradient reaches here as an expanded (stride-0) mean gradient: the
+        # same for every slice, known without comparing (a device sync)
+        constant = g.stride(-1) == 0 or torch.equal(g, per_item.expand_as(g))
+        if constant and all(x.shape[0] == B for x, n in zip(inputs, needs, strict=True) if n):
             out: list[Tensor | None] = []
             for x, s, n in zip(inputs, ctx.summed, needs, strict=True):
                 if not n or s is None:
@@ -604,12 +605,11 @@ class Problem:
     ) -> Result:
         """Project, apply the closed form, and finish (see :meth:`finish`).
 
-        With a ``chunk_size`` smaller than the number of slices, blocks of slices are
-        projected one at a time under activation checkpointing: no block's
-        intermediates outlive its forward pass, and the backward pass recomputes each
-        block alone, so the peak working memory is that of one block (at the price of
-        a second forward pass). ``narrow(slices, start, stop)`` cuts a block (tree
-        containers and (d, L) directions by default).
+        The slices are evaluated in the blocks of :meth:`plan_blocks` (see
+        :meth:`_blocks` and ``chunk_size`` in :data:`CHUNK_DOC`): no block's graph
+        outlives it, so the peak working memory is that of one block.
+        ``narrow(slices, start, stop)`` cuts a block (tree containers and (d, L)
+        directions by default).
         """
         self.check_range()
         per_slice = self._per_slice(project, slices, cost, narrow)
@@ -688,10 +688,13 @@ class Problem:
                 f"process_group: the number of slices ({T}) must be at least the number of "
                 f"ranks ({group.size})"
             )
-        # the measures first: drawn roots depend on them, so differing data differ there too
-        check_agree(
-            group, self.measures.X_s.device, measures=tuple(self.measures[:4]), slices=slices
-        )
+        # the measures first: drawn roots depend on them, so differing data differ there
+        # too; gathered unions are the same on every rank by construction
+        device = self.measures.X_s.device
+        if group.gather:
+            check_agree(group, device, slices=slices)
+        else:
+            check_agree(group, device, measures=tuple(self.measures[:4]), slices=slices)
         if any(t.requires_grad for t in all_tensors(slices)):
             raise ValueError(
                 "process_group: explicit slices that require grad are not supported (each "
@@ -702,7 +705,7 @@ class Problem:
         X_s, X_t, a, b = (sum_gradients(t, group) for t in (X_s, X_t, a, b))
         shared = Measures(X_s, X_t, a, b, batched)
         part = self._blocks(run, shared, narrow(slices, lo, hi), (hi - lo, counts[1]), narrow)
-        return gather_slices(part, group)
+        return gather_slices(part, group, T)
 
     def plan_blocks(
         self, counts: tuple[int, int], inputs: tuple[Tensor, ...], slices: Any
