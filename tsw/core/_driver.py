@@ -451,9 +451,9 @@ class _BlockCosts(torch.autograd.Function):
         needs = ctx.needs_input_grad[2:]
         B = g.shape[0]
         per_item = g[..., :1]
-        # the value's gradient reaches here as an expanded (stride-0) mean gradient: the
-        # same for every slice, known without comparing (a device sync)
-        constant = g.stride(-1) == 0 or torch.equal(g, per_item.expand_as(g))
+        # the mean's backward divides its expanded gradient by T, so it arrives dense
+        # (measured strides (T, 1)): comparing is the only test (one sync per backward)
+        constant = torch.equal(g, per_item.expand_as(g))
         if constant and all(x.shape[0] == B for x, n in zip(inputs, needs, strict=True) if n):
             out: list[Tensor | None] = []
             for x, s, n in zip(inputs, ctx.summed, needs, strict=True):
