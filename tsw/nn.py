@@ -47,11 +47,11 @@ from tsw.core._validation import (
     check_options,
     check_positive_int,
 )
-from tsw.euclidean._circular_tsw import SPLITS, circular_tsw
+from tsw.euclidean._circular_tsw import circular_tsw
 from tsw.euclidean._db_tsw import db_tsw
 from tsw.euclidean._partial_tsw import partial_tsw
 from tsw.euclidean._spatial_tsw import spatial_tsw
-from tsw.euclidean._tsw_sl import TREES, tsw_sl
+from tsw.euclidean._tsw_sl import tsw_sl
 from tsw.euclidean.mappings import resolve_mapping
 from tsw.sliced._s3w import s3w, s3w_unif, sample_rotations
 from tsw.sliced._ssw import ssw, ssw_unif
@@ -366,14 +366,6 @@ def _check_spatial(options: dict[str, Any]) -> None:
     resolve_mapping(options["mapping"], options["degree"], options["beta"])
 
 
-def _check_tree(options: dict[str, Any]) -> None:
-    check_choice(options["tree"], "tree", TREES)
-
-
-def _check_split(options: dict[str, Any]) -> None:
-    check_choice(options["split"], "split", SPLITS)
-
-
 def _check_sphere_mapping(options: dict[str, Any]) -> None:
     resolve_sphere_mapping(options["mapping"])
 
@@ -390,7 +382,6 @@ TSWSLLoss: type[_Loss] = _loss_from(
     >>> X.grad.shape
     torch.Size([10, 2])
     """,
-    check=_check_tree,
 )
 
 DbTSWLoss: type[_Loss] = _loss_from(
@@ -417,7 +408,6 @@ CircularTSWLoss: type[_Loss] = _loss_from(
     >>> X.grad.shape
     torch.Size([10, 3])
     """,
-    check=_check_split,
 )
 
 SpatialTSWLoss: type[_Loss] = _loss_from(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["LineDistance", "SafeSqrt", "broadcast_shape", "safe_root"]
+__all__ = ["LineDistance", "SafeSqrt", "broadcast_shape", "recordable", "safe_root"]
 
 
 def broadcast_shape(*shapes: tuple[int, ...]) -> torch.Size:
@@ -81,3 +81,8 @@ class LineDistance(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             grad_t = r.mul_(t).neg_()
         return grad_sq, grad_t
+
+
+def recordable(t: Tensor) -> Tensor:
+    """Detach ``t``, copying an inference tensor so that autograd can record it."""
+    return t.detach().clone() if t.is_inference() else t.detach()

@@ -17,7 +17,13 @@ from torch import Tensor
 from tsw.core._driver import STAR, Problem, Projection, Result, driver_options, signed_masses
 from tsw.core._safe import broadcast_shape
 from tsw.core._slices import resolve_trees
-from tsw.core._validation import Measures, check_bool, check_choice, check_nonnegative_float
+from tsw.core._validation import (
+    OPTION_CHECKS,
+    Measures,
+    check_bool,
+    check_choice,
+    check_nonnegative_float,
+)
 from tsw.core.splits import distance_split, uniform_split
 from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
 from tsw.euclidean._lines import line_distance, offsets, point_distance, radial_distance
@@ -28,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["circular_tsw"]
 
 SPLITS = ("image", "line")
+OPTION_CHECKS["split"] = lambda value, name: check_choice(value, name, SPLITS)
 
 
 @driver_options(chunked=True)

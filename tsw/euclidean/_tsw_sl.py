@@ -11,7 +11,7 @@ from torch import Tensor
 
 from tsw.core._driver import CHAIN, STAR, Problem, Projection, Result, driver_options, signed_masses
 from tsw.core._slices import resolve_trees, with_batch_axis
-from tsw.core._validation import Measures, check_choice
+from tsw.core._validation import OPTION_CHECKS, Measures, check_choice
 from tsw.core.splits import check_alpha, constant_split, uniform_split
 from tsw.core.trees import ChainLines, ConcurrentLines, sample_chain_lines, sample_concurrent_lines
 from tsw.euclidean._lines import project
@@ -23,6 +23,7 @@ __all__ = ["tsw_sl"]
 
 #: the structures of sampled trees
 TREES = ("chain", "concurrent")
+OPTION_CHECKS["tree"] = lambda value, name: check_choice(value, name, TREES)
 
 
 @driver_options(chunked=True)

@@ -26,6 +26,7 @@ from tsw.core._driver import (
     line_coordinates,
 )
 from tsw.core._random import Sampler, resolve_sampler
+from tsw.core._safe import recordable
 from tsw.core._validation import (
     Measures,
     check_bool,
@@ -361,8 +362,9 @@ def max_sw(
     problem.check_range()
     with torch.inference_mode(False):  # the ascent differentiates, in any mode
         best = _ascent(problem, n_iter=n_iter, lr=lr, n_init=n_init)
-    # the value along the final direction goes through the driver (one slice per item)
-    return problem.evaluate(line_projection, best, projections=best)
+    # the value along the final direction goes through the driver (one slice per item);
+    # the range was checked before the ascent
+    return problem.replace(validate=False).evaluate(line_projection, best, projections=best)
 
 
 def _ascent(problem: Problem, *, n_iter: int, lr: float, n_init: int) -> Tensor:
@@ -373,11 +375,12 @@ def _ascent(problem: Problem, *, n_iter: int, lr: float, n_init: int) -> Tensor:
     """
     measures, p = problem.measures, problem.p
 
-    def plain(t: Tensor) -> Tensor:
-        return t.detach().clone() if t.is_inference() else t.detach()
-
     detached = Measures(
-        plain(measures.X_s), plain(measures.X_t), plain(measures.a), plain(measures.b), True
+        recordable(measures.X_s),
+        recordable(measures.X_t),
+        recordable(measures.a),
+        recordable(measures.b),
+        True,
     )
     init = resolve_projections(detached, None, n_init, False, problem.rng)
     with torch.no_grad():

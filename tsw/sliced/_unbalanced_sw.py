@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from tsw.core._driver import Problem, Result, driver_options
+from tsw.core._safe import recordable
 from tsw.core._validation import check_mass, check_positive_int
 from tsw.core.wasserstein_1d import quantile_cost
 from tsw.sliced._sw import line_projection, resolve_projections
@@ -206,11 +207,6 @@ def _check_reg_m(reg_m: object) -> tuple[float, float]:
     return reals[0], reals[1]
 
 
-def _plain(t: Tensor) -> Tensor:
-    """Detach ``t``, copying an inference tensor so that autograd can record it."""
-    return t.detach().clone() if t.is_inference() else t.detach()
-
-
 def _kl(p: Tensor, q: Tensor) -> Tensor:
     """Generalised KL divergence of non-negative vectors on the last axis (0 log 0 = 0)."""
     pos = p > 0
@@ -344,9 +340,9 @@ def unbalanced_sw(
         # must not touch the caller's graph (plain copies under torch.inference_mode)
         with torch.inference_mode(False), torch.enable_grad():
             pa, pb, _ = ot.unbalanced.uot_1d(
-                *(_plain(t) for t in (us[i].T, vs[i].T)),
+                *(recordable(t) for t in (us[i].T, vs[i].T)),
                 rho,
-                *(_plain(t) for t in (wa[i], wb[i])),
+                *(recordable(t) for t in (wa[i], wb[i])),
                 p,
                 numItermax=n_iter,
             )
