@@ -6,7 +6,7 @@
   That is checked on the directions themselves against closed-form moments of the
   uniform law (E[theta theta^T] = I / d; two independent uniform directions have
   E[<theta_1, theta_2>^2] = 1 / d, an orthonormal pair 0), and on the values: their mean
-  over seeds agrees with a 200000-tree i.i.d. estimate, whose sampler is checked against
+  over seeds agrees with a 10000-tree i.i.d. estimate, whose sampler is checked against
   ``ot.emd2`` in tests/test_exactness.py. The stratification is checked exactly (rows of
   one frame are orthonormal), and the variance must drop.
 * ``center="median"`` against scipy's minimiser of the Fermat-Weber objective.
@@ -277,6 +277,7 @@ def test_median_centre_is_robust_and_used():
     torch.testing.assert_close(log["trees"].roots, median.expand(5, 3))
     v = tsw.db_tsw(X, Y, seed=0)
     assert torch.equal(v, tsw.db_tsw(X, Y, center=None, seed=0))  # "mean" is the default
+    assert torch.equal(v, tsw.db_tsw(X, Y, center="mean", seed=0))
     with pytest.raises(ValueError, match='center must be "mean", "median"'):
         tsw.db_tsw(X, Y, center="medoid")
 

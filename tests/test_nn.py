@@ -194,6 +194,11 @@ def test_option_assignment_is_checked():
     assert loss.p == 1
     loss.p = 2
     assert loss.p == 2
+    # choices are checked on assignment too (they were checked only at construction)
+    with pytest.raises(ValueError, match=re.escape("tree must be one of 'chain', 'concurrent'")):
+        tsw.nn.TSWSLLoss().tree = "bogus"
+    with pytest.raises(ValueError, match=re.escape("split must be one of 'image', 'line'")):
+        tsw.nn.CircularTSWLoss(radius=0.1).split = "bogus"
 
 
 @pytest.mark.parametrize("cast", ["to64", "half", "double_data"])
