@@ -15,8 +15,9 @@ import torch
 from torch import Tensor
 
 from tsw.core._driver import Problem, Result, driver_options
-from tsw.core._validation import check_measures, check_measures_on_sphere, check_nonnegative_float
+from tsw.core._validation import check_measures_on_sphere, check_nonnegative_float
 from tsw.core.trees import SphericalTrees
+from tsw.euclidean.mappings import map_measures
 from tsw.sphere._stsw import resolve_spherical_trees, spherical_projection
 
 if TYPE_CHECKING:
@@ -163,15 +164,9 @@ def spatial_stsw(
     measures = check_measures_on_sphere(
         problem.measures, renormalize=renormalize, validate=validate
     )
-    # the map sees the points as the caller passed them; its output is checked as data
-    sq = (lambda t: t) if measures.batched else (lambda t: t[0])
-    mapped = check_measures(
-        h(sq(measures.X_s)),
-        h(sq(measures.X_t)),
-        sq(measures.a),
-        sq(measures.b),
-        validate=validate,
-    )
+    # the map sees the points as the caller passed them (the shared map step checks
+    # its output); the weights are kept, already validated
+    mapped = map_measures(measures, h, validate)
     problem = problem.replace(
         measures=check_measures_on_sphere(mapped, renormalize=False, validate=validate)
     )
