@@ -309,6 +309,45 @@ def test_explicit_and_expanded_paths_agree(radius, split, monkeypatch):
     assert_close(g2, g1.numpy(), tol=1e-8)
 
 
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_low_dimension_distances_are_residual_norms(d):
+    """Up to d = 3 the distances come from cross-product coordinates; here each is the
+    norm of the residual ``z - x - u theta`` formed explicitly (and its gradient that
+    of the explicit norm), for points on and off the lines."""
+    g = torch.Generator().manual_seed(d)
+    X = torch.randn(5, d, generator=g, dtype=F64)
+    Y = torch.randn(4, d, generator=g, dtype=F64) + 0.5
+    roots = torch.randn(3, d, generator=g, dtype=F64)
+    dirs = torch.nn.functional.normalize(torch.randn(3, 2, d, generator=g, dtype=F64), dim=-1)
+    Y[0] = roots[1] + 0.7 * dirs[1, 0]  # a target atom on a line
+    trees = ConcurrentLines(roots, dirs)
+    Xs = X.clone().requires_grad_()
+    off = engine.offsets(tsw.core._validation.check_measures(Xs, Y, None, None), trees)
+    u = torch.rand(1, 3, 2, 9, generator=g, dtype=F64)
+    got = (engine.line_distance(off), engine.point_distance(off, u), engine.radial_distance(off))
+    Z = torch.cat([Xs, Y])  # (n, d): the residuals from scratch
+    rel = Z[None, None] - roots[:, None, None]  # (T, 1, n, d)
+    s = (rel * dirs[:, :, None]).sum(-1)  # (T, k, n)
+    want = (
+        torch.linalg.vector_norm(rel - s[..., None] * dirs[:, :, None], dim=-1),
+        torch.linalg.vector_norm(rel - u[0, ..., None] * dirs[:, :, None], dim=-1),
+        torch.linalg.vector_norm(rel, dim=-1),
+    )
+    for a, b in zip(got, want, strict=True):
+        assert_close(a[0].expand_as(b), b.detach().numpy(), tol=1e-12)
+    assert float(got[0][0, 1, 0, 5].detach()) <= 1e-15  # the atom on line 0 of tree 1
+    w = torch.rand(3, 2, 9, generator=g, dtype=F64)
+    w[1, 0, 5] = 0  # the norm's gradient on the line is 0/0 in the explicit form
+    for a, b in zip(got, want, strict=True):
+        (gb,) = torch.autograd.grad((b * w[:, : b.shape[1]]).sum(), Xs, retain_graph=True)
+        if not a.requires_grad:  # on a line (d = 1) every point lies on every line
+            assert d == 1
+            assert float(gb.abs().max()) == 0
+            continue
+        (ga,) = torch.autograd.grad((a[0] * w[:, : a.shape[2]]).sum(), Xs, retain_graph=True)
+        assert_close(ga, gb.numpy(), tol=1e-12)
+
+
 @pytest.mark.parametrize("explicit", [True, False])
 @pytest.mark.parametrize("split", SPLITS)
 def test_finite_gradients_at_ray_origins(explicit, split, monkeypatch):

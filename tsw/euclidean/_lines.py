@@ -17,9 +17,10 @@ from tsw.core._slices import with_batch_axis
 from tsw.core._validation import Measures
 from tsw.core.trees import ConcurrentLines, TreeSystem
 
-#: Up to this dimension the point-to-line residual is formed explicitly
-#: (O(T k n d) memory, exact in floating point); above it the identity
-#: ``|z|^2 - <z, theta>^2`` is used on centred data (O(T k n) memory).
+#: Up to this dimension the point-to-line distance is the norm of the cross product
+#: ``theta x (z - x)``, whose ``d - 1`` (d = 2) or 3 (d = 3) coordinates come from the
+#: same matmul as the line coordinates (O(T k n d) memory, no cancellation); above it
+#: the identity ``|z|^2 - <z, theta>^2`` is used on centred data (O(T k n) memory).
 EXPLICIT_RESIDUAL_MAX_DIM = 3
 
 
@@ -32,15 +33,18 @@ class Offsets(NamedTuple):
         ``s = <z - x_tau, theta_l>``, the linear coordinate on each line.
     dirs : Tensor of shape (B|1, T, k, d)
         The line directions.
-    rel : Tensor of shape (B, T, n, d) or None
-        ``z - x_tau`` formed explicitly (``d <= EXPLICIT_RESIDUAL_MAX_DIM``).
+    perp : Tensor of shape (B, T, k, r, n) or None
+        ``d <= EXPLICIT_RESIDUAL_MAX_DIM``: the coordinates of ``theta_l x (z - x_tau)``
+        (:func:`cross_rows`; ``r = 1`` in the plane, 3 in space, 0 on a line). For a
+        unit ``theta_l`` their norm is the distance to line l, and
+        ``|(z - x_tau) - u theta_l|^2 = (s - u)^2 + |perp|^2`` without cancellation.
     sq : Tensor of shape (B, T, 1, n) or None
         ``|z - x_tau|^2`` from centred data (above that dimension).
     """
 
     coords: Tensor
     dirs: Tensor
-    rel: Tensor | None
+    perp: Tensor | None
     sq: Tensor | None
 
 
@@ -162,8 +166,13 @@ def offsets(measures: Measures, trees: ConcurrentLines) -> Offsets:
     d = dirs.shape[-1]
     supports = (measures.X_s, measures.X_t)
     if d <= EXPLICIT_RESIDUAL_MAX_DIM:
-        coords, Zc, c0, _ = _line_coordinates(supports, dirs, roots.unsqueeze(-2))
-        return Offsets(coords, dirs, Zc.unsqueeze(1) - (roots - c0).unsqueeze(-2), None)
+        # the cross-product rows share the lines' matmul: (B|1, T, k (1 + r), d)
+        normals = cross_rows(dirs)  # (B|1, T, k, r, d)
+        k, r = dirs.shape[-2], normals.shape[-2]
+        rows = torch.cat([dirs, normals.flatten(-3, -2)], dim=-2)
+        both, _, _, _ = _line_coordinates(supports, rows, roots.unsqueeze(-2))
+        perp = both[:, :, k:].unflatten(2, (k, r))  # (B, T, k, r, n)
+        return Offsets(both[:, :, :k], dirs, perp, None)
     coords, Zc, c0, zr = _line_coordinates(supports, dirs, roots.unsqueeze(-2), roots)
     Rc = roots - c0  # (B|1, T, d)
     # |z - x_tau|^2 = |z - c0|^2 - 2 <z - c0, x_tau - c0> + |x_tau - c0|^2, shape (B, T, n)
@@ -171,10 +180,49 @@ def offsets(measures: Measures, trees: ConcurrentLines) -> Offsets:
     return Offsets(coords, dirs, None, sq.unsqueeze(2))
 
 
+def cross_rows(dirs: Tensor) -> Tensor:
+    r"""Rows ``R`` with ``R z = theta x z`` for directions in dimension ``d <= 3``.
+
+    ``dirs`` (..., d) gives (..., r, d): in the plane the one row ``(-theta_2, theta_1)``
+    (the normal), in space the three rows of the cross-product matrix
+    :math:`[\theta]_\times`, on a line none. For a unit ``theta``,
+    ``|R z| = |z - <z, theta> theta|``, the distance of ``z`` to the line spanned by
+    ``theta``: a norm of linear coordinates, exact where the identity
+    ``|z|^2 - <z, theta>^2`` cancels, and smooth in ``theta``.
+    """
+    d = dirs.shape[-1]
+    if d == 1:
+        return dirs.new_zeros(*dirs.shape[:-1], 0, 1)
+    if d == 2:
+        return torch.stack([-dirs[..., 1], dirs[..., 0]], dim=-1).unsqueeze(-2)
+    if d == 3:
+        t1, t2, t3 = dirs.unbind(-1)
+        zero = torch.zeros_like(t1)
+        return torch.stack(
+            [
+                torch.stack([zero, -t3, t2], dim=-1),
+                torch.stack([t3, zero, -t1], dim=-1),
+                torch.stack([-t2, t1, zero], dim=-1),
+            ],
+            dim=-2,
+        )
+    raise ValueError(f"cross_rows takes directions of dimension 1, 2 or 3; got d = {d}")
+
+
+def _perp_sq(perp: Tensor) -> Tensor | None:
+    """``|theta x (z - x)|^2`` of shape (B, T, k, n), or None on a line (``r = 0``)."""
+    if perp.shape[-2] == 0:
+        return None
+    return perp[..., 0, :].square() if perp.shape[-2] == 1 else perp.square().sum(-2)
+
+
 def line_distance(off: Offsets) -> Tensor:
     """Distance of every point to every line, shape (B, T, k, n)."""
-    if off.rel is not None:
-        return point_distance(off, off.coords)
+    if off.perp is not None:
+        if off.perp.shape[-2] == 1:  # the plane: |<z - x, normal>|, subgradient 0 on it
+            return off.perp[..., 0, :].abs()
+        q = _perp_sq(off.perp)
+        return torch.zeros_like(off.coords) if q is None else SafeSqrt.apply(q)
     return LineDistance.apply(off.sq, off.coords)
 
 
@@ -186,14 +234,13 @@ def point_distance(off: Offsets, u: Tensor | float) -> Tensor:
     ``sqrt(|z - x|^2 - 2 u s + u^2)``, resolved to about ``sqrt(eps) |z - x|`` near 0,
     with a zero subgradient at 0.
     """
-    if off.rel is not None:
-        u = torch.as_tensor(u, dtype=off.rel.dtype, device=off.rel.device)
-        u = u.unsqueeze(-1) if u.ndim else u
-        resid = off.rel.unsqueeze(2) - u * off.dirs.unsqueeze(-2)  # (B, T, k, n, d)
-        return torch.linalg.vector_norm(resid, dim=-1)
+    if off.perp is not None:  # (s - u)^2 + |theta x (z - x)|^2, no cancellation
+        along = off.coords - u
+        q, perp_sq = along.square(), _perp_sq(off.perp)
+        return SafeSqrt.apply(q if perp_sq is None else q.add_(perp_sq))
     sq = off.sq
-    if sq is None:  # not reached: an Offsets holds rel or sq
-        raise RuntimeError("Offsets holds neither rel nor sq")
+    if sq is None:  # not reached: an Offsets holds perp or sq
+        raise RuntimeError("Offsets holds neither perp nor sq")
     if isinstance(u, Tensor):
         q = torch.addcmul(sq, off.coords, u, value=-2).addcmul_(u, u)
     else:
@@ -203,8 +250,9 @@ def point_distance(off: Offsets, u: Tensor | float) -> Tensor:
 
 def radial_distance(off: Offsets) -> Tensor:
     """``|z - x_tau|``, the same on every line of a tree: shape (B, T, 1, n)."""
-    if off.rel is not None:
-        return torch.linalg.vector_norm(off.rel, dim=-1).unsqueeze(2)
+    if off.perp is not None:  # from line 0: s_0^2 + |theta_0 x (z - x)|^2
+        q, perp_sq = off.coords[:, :, :1].square(), _perp_sq(off.perp[:, :, :1])
+        return SafeSqrt.apply(q if perp_sq is None else q + perp_sq)
     return SafeSqrt.apply(off.sq)
 
 
