@@ -24,6 +24,7 @@ from torch.overrides import TorchFunctionMode
 import tsw
 import tsw.euclidean._lines as engine
 from tsw import ConcurrentLines
+from tsw.core._sort import sort_last
 
 F64 = torch.float64
 
@@ -275,20 +276,35 @@ class _SortRecorder(TorchFunctionMode):
 
 
 @pytest.mark.parametrize("d", [2, 6])
-def test_radius_zero_sorts_once_per_tree(d):
-    """r = 0: the only sort is of the (B, T, 1, n) radial coordinates; r > 0 sorts (B, T, k, n)."""
+def test_radius_zero_sorts_once_per_tree(d, monkeypatch):
+    """r = 0: the only sort is of the (B, T, 1, n) radial coordinates; r > 0 sorts (B, T, k, n).
+
+    Sorts are counted where the closed form takes them (``sort_last``, NumPy's on the
+    CPU) and at ``torch.sort``, which ``sort_last`` calls elsewhere.
+    """
+    import tsw.core.tree_wasserstein as closed_form
+
     X, Y = torch.randn(9, d, dtype=F64), torch.randn(7, d, dtype=F64)
     for radius, k_sorted in ((0.0, 1), (0.5, 4)):
+        shapes = []
+
+        def recorded(x, shapes=shapes):
+            shapes.append(tuple(x.shape))
+            return sort_last(x)
+
+        monkeypatch.setattr(closed_form, "sort_last", recorded)
         rec = _SortRecorder()
         with rec:
             value = tsw.circular_tsw(X, Y, radius=radius, n_trees=5, n_lines=4, seed=0)
-        assert rec.shapes == [(1, 5, k_sorted, 16)], rec.shapes
+        assert shapes == [(1, 5, k_sorted, 16)], shapes
+        assert rec.shapes == [], rec.shapes  # no other sort on the CPU
         assert torch.isfinite(value)
         Xg = X.clone().requires_grad_()
-        rec = _SortRecorder()
+        shapes.clear()
         with rec:
             tsw.circular_tsw(Xg, Y, radius=radius, n_trees=5, n_lines=4, seed=0).backward()
-        assert rec.shapes == [(1, 5, k_sorted, 16)], rec.shapes  # the backward does not re-sort
+        assert shapes == [(1, 5, k_sorted, 16)], shapes  # the backward does not re-sort
+        assert rec.shapes == [], rec.shapes
 
 
 @pytest.mark.parametrize("radius", [0.0, 0.7])

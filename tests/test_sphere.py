@@ -248,14 +248,21 @@ def test_value_depends_only_on_directions():
 
 def test_one_sort_per_tree(monkeypatch):
     """The rays of a tree share their coordinate: one sort of a (B, T, 1, n) tensor."""
+    import tsw.core.tree_wasserstein as closed_form
+
     shapes = []
-    original = torch.sort
+    original, sort = closed_form.sort_last, torch.sort
 
     def spy(x, *args, **kwargs):
         shapes.append(tuple(x.shape))
         return original(x, *args, **kwargs)
 
-    monkeypatch.setattr(torch, "sort", spy)
+    def other(x, *args, **kwargs):  # any sort outside the closed form's
+        shapes.append(("torch.sort", *x.shape))
+        return sort(x, *args, **kwargs)
+
+    monkeypatch.setattr(closed_form, "sort_last", spy)
+    monkeypatch.setattr(torch, "sort", other)
     X = torch.nn.functional.normalize(torch.randn(7, 3, dtype=F64), dim=-1)
     tsw.stsw(X, X.flip(0)[:5], n_trees=4, n_lines=6, seed=0)
     assert shapes == [(1, 4, 1, 12)]

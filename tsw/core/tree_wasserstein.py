@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from tsw.core._safe import broadcast_shape, safe_root
+from tsw.core._sort import sort_last
 from tsw.core._validation import (
     check_bool,
     check_finite,
@@ -126,7 +127,7 @@ class _LineCost(torch.autograd.Function):
     def forward(ctx, coords: Tensor, masses: Tensor, p: float, rays: bool) -> Tensor:
         # ``coords`` has the number of dimensions of ``masses`` and, on some axes, size 1:
         # the lines along such an axis share their coordinates, sorted once.
-        c, idx = torch.sort(coords, dim=-1)
+        c, idx = sort_last(coords)
         shared = c.shape != masses.shape
         idx_m = idx.expand(masses.shape) if shared else idx
         prefix = torch.gather(masses, -1, idx_m).cumsum_(-1)  # P_j: mass at coords <= c_j

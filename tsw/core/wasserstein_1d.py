@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from tsw.core._safe import broadcast_shape
+from tsw.core._sort import sort_last
 from tsw.core._validation import (
     check_bool,
     check_finite,
@@ -144,11 +145,11 @@ def quantile_cost(
         u_weights = torch.full_like(u_values, 1.0 / n)
     if v_weights is None:
         v_weights = torch.full_like(v_values, 1.0 / m)
-    u_sorted, u_idx = torch.sort(u_values, dim=-1)
-    v_sorted, v_idx = torch.sort(v_values, dim=-1)
+    u_sorted, u_idx = sort_last(u_values)
+    v_sorted, v_idx = sort_last(v_values)
     u_cum = torch.cumsum(torch.gather(u_weights.expand_as(u_values), -1, u_idx), dim=-1)
     v_cum = torch.cumsum(torch.gather(v_weights.expand_as(v_values), -1, v_idx), dim=-1)
-    qs, _ = torch.sort(torch.cat([u_cum, v_cum], dim=-1), dim=-1)
+    qs, _ = sort_last(torch.cat([u_cum, v_cum], dim=-1))
     iu = torch.searchsorted(u_cum.detach().contiguous(), qs.detach().contiguous()).clamp_(max=n - 1)
     iv = torch.searchsorted(v_cum.detach().contiguous(), qs.detach().contiguous()).clamp_(max=m - 1)
     diff = (torch.gather(u_sorted, -1, iu) - torch.gather(v_sorted, -1, iv)).abs()

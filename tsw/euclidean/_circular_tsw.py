@@ -17,6 +17,7 @@ from torch import Tensor
 from tsw.core._driver import STAR, Problem, Projection, Result, driver_options, signed_masses
 from tsw.core._safe import broadcast_shape
 from tsw.core._slices import resolve_trees
+from tsw.core._sort import sort_last
 from tsw.core._validation import (
     OPTION_CHECKS,
     Measures,
@@ -273,7 +274,7 @@ def _published_cost(projection: Projection, p: float, r0: bool) -> Tensor:
     if r0:
         masses = masses[..., :1, :]
     shape = broadcast_shape(masses.shape, t.shape)
-    c, idx = torch.sort(t.expand(shape), dim=-1)
+    c, idx = sort_last(t.expand(shape))
     prefix = torch.gather(masses.expand(shape), -1, idx).cumsum(-1)
     edge = torch.diff(c, dim=-1, prepend=torch.zeros_like(c[..., :1]))
     return (prefix.abs().pow(p) * edge).sum((-1, -2))

@@ -26,6 +26,7 @@ from torch import Tensor
 
 from tsw.core._driver import Problem, Result, driver_options, from_numpy
 from tsw.core._random import resolve_sampler
+from tsw.core._sort import sort_last
 from tsw.core._validation import (
     check_dtype_device,
     check_measures_on_sphere,
@@ -319,7 +320,7 @@ def ssw_unif(
     proj = resolve_circles(problem, projections, n_projections)
     X, w = problem.measures.X_s, problem.measures.a
     mass = w.sum(-1)  # (B,)
-    x, order = torch.sort(_circle_coordinates(X, proj), dim=-1)  # (B, L, N)
+    x, order = sort_last(_circle_coordinates(X, proj))  # (B, L, N)
     wl = w.unsqueeze(-2).expand(x.shape)
     ws = torch.gather(wl, -1, order) / mass.view(-1, 1, 1)
     before = ws.cumsum(-1) - ws  # c_i: weight of the points before i

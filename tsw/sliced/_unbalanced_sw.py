@@ -27,6 +27,7 @@ from torch import Tensor
 
 from tsw.core._driver import Problem, Result, driver_options
 from tsw.core._safe import recordable
+from tsw.core._sort import sort_last
 from tsw.core._validation import check_mass, check_positive_int
 from tsw.core.wasserstein_1d import quantile_cost
 from tsw.sliced._sw import line_projection, resolve_projections
@@ -186,7 +187,7 @@ def partial_sw(
             idx_s[i, j], idx_t[i, j] = ix[:k], iy[:k]
     sel_s = torch.gather(us, -1, torch.from_numpy(idx_s).to(us.device))
     sel_t = torch.gather(vs, -1, torch.from_numpy(idx_t).to(vs.device))
-    diff = (torch.sort(sel_s, dim=-1).values - torch.sort(sel_t, dim=-1).values).abs()
+    diff = (sort_last(sel_s)[0] - sort_last(sel_t)[0]).abs()
     cost = (diff if p == 1.0 else diff.pow(p)).sum(-1) / k  # (B, L)
     return problem.finish(cost, proj, projections=proj)
 

@@ -44,6 +44,7 @@ from torch import Tensor
 from tsw.core._random import Sampler
 from tsw.core._safe import LineDistance
 from tsw.core._slices import with_batch_axis
+from tsw.core._sort import sort_last
 from tsw.core.trees import SphericalTrees
 
 __all__ = ["spherical_project", "uniform_projection"]
@@ -215,7 +216,7 @@ def _tangent_nodes(trees: SphericalTrees, n_quad: int, sampler: Sampler) -> tupl
     if D == 3:
         _, theta = _frames(trees.to(dt))  # (..., T, k)
         brk = torch.cat([theta, torch.remainder(theta, 2 * math.pi) - math.pi], dim=-1)
-        brk = torch.sort(torch.remainder(brk, 2 * math.pi), dim=-1).values  # (..., T, 2k)
+        brk = sort_last(torch.remainder(brk, 2 * math.pi))[0]  # (..., T, 2k)
         nxt = torch.cat([brk[..., 1:], brk[..., :1] + 2 * math.pi], dim=-1)
         xg, wg = (torch.as_tensor(a, dtype=dt) for a in np.polynomial.legendre.leggauss(8))
         length = (nxt - brk).unsqueeze(-1)  # (..., T, 2k, 1)
