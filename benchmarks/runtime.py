@@ -125,25 +125,43 @@ def peak_memory(args) -> dict[str, float]:
 def time_one(args, n: int, d: int, lines: int) -> dict[str, float | str]:
     dtype = getattr(torch, args.dtype)
     X, Y, trees, chains, proj = make_problem(n, d, lines, args.lines, dtype, args.device)
-    times = interleaved(methods(X, Y, trees, chains, proj), rounds=args.rounds)
+    fns = methods(X, Y, trees, chains, proj)
+    if args.methods:
+        fns = {name: fns[name] for name in _selected(args.methods, fns)}
+    times = interleaved(fns, rounds=args.rounds)
     row: dict[str, float | str] = {"N=M": n, "d": d, "trees": lines, "lines/tree": args.lines}
     for name, ts in times.items():
         row[f"{name} [s]"] = median(ts)
     # side-by-side ratios of the nonlinear projections (same trees / equal total lines)
     for num, den in (
+        ("db_tsw", "lower limit (torch.sort)"),
         ("circular r=0", "tsw.sw p=1"),
         ("circular r=0", "tsw.sw p=2"),
         ("circular r=0", "db_tsw"),
         ("circular r=0.01", "db_tsw"),
         ("spatial pow", "db_tsw"),
     ):
-        row[f"{num} / {den}"] = ratio(times, num, den)
+        if num in times and den in times:
+            row[f"{num} / {den}"] = ratio(times, num, den)
     for name in times:
         if name != "lower limit":
             row[f"{name} / lower"] = ratio(times, name, "lower limit")
             if "POT sw p=2" in times and name != "POT sw p=2":
                 row[f"{name} / POT"] = ratio(times, name, "POT sw p=2")
     return row
+
+
+#: the methods of ``--sweep grid`` unless ``--methods`` names others
+GRID_METHODS = "lower limit,lower limit (torch.sort),db_tsw,POT sw p=2"
+
+
+def _selected(text: str, fns: dict) -> list[str]:
+    """The comma-separated method names of ``--methods``, checked against ``fns``."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [t for t in names if t not in fns]
+    if unknown:
+        raise SystemExit(f"--methods: unknown {unknown}; choose from {list(fns)}")
+    return names if "lower limit" in names else ["lower limit", *names]
 
 
 def _chunk_value(text: str) -> int | str | None:
@@ -212,6 +230,37 @@ def chunk_sweep(args, grid: list[str]) -> list[dict]:
     return rows
 
 
+def grid_sweep(args) -> list[dict]:
+    """Every cell of ``--grid-n`` x ``--grid-d``, each timed side by side in one process.
+
+    Big cells may run fewer rounds: with ``--max-rounds-s S`` a cell whose warm-up round
+    took ``t`` seconds runs ``max(3, min(rounds, S / t))`` rounds (stated in its row).
+    """
+    rows = []
+    rounds = args.rounds
+    for n in [int(v) for v in args.grid_n.split(",")]:
+        for d in [int(v) for v in args.grid_d.split(",")]:
+            if args.max_rounds_s:
+                dtype = getattr(torch, args.dtype)
+                X, Y, trees, chains, proj = make_problem(
+                    n, d, args.trees, args.lines, dtype, args.device
+                )
+                fns = methods(X, Y, trees, chains, proj)
+                probe = interleaved(
+                    {m: fns[m] for m in _selected(args.methods, fns)}, rounds=1, warmup=0
+                )
+                one = sum(t[0] for t in probe.values())
+                del X, Y, trees, chains, proj, fns
+                args.rounds = max(3, min(rounds, int(args.max_rounds_s / one)))
+            row = time_one(args, n, d, args.trees)
+            row["rounds"] = args.rounds
+            rows.append(row)
+            ratios = {k: round(v, 3) for k, v in row.items() if " / " in k}
+            print(f"done N={n} d={d} rounds={args.rounds}: {ratios}", file=sys.stderr, flush=True)
+    args.rounds = rounds
+    return rows
+
+
 def print_rows(rows: list[dict]) -> None:
     keys = list(rows[0].keys())
     for r in rows:
@@ -252,8 +301,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument(
         "--sweep",
-        choices=["n", "d", "lines", "chunk"],
-        help="sweep one parameter (chunk: db_tsw's chunk_size, with --memory its peak RSS)",
+        choices=["n", "d", "lines", "chunk", "grid"],
+        help="sweep one parameter (chunk: db_tsw's chunk_size, with --memory its peak RSS;"
+        " grid: every (N, d) of --grid-n x --grid-d)",
+    )
+    ap.add_argument("--grid-n", default="500,2000,10000,50000", help="N values of --sweep grid")
+    ap.add_argument("--grid-d", default="2,64,784,3072", help="d values of --sweep grid")
+    ap.add_argument(
+        "--methods",
+        default=None,
+        help="comma-separated methods to time (default: all; --sweep grid: " + GRID_METHODS + ")",
+    )
+    ap.add_argument(
+        "--max-rounds-s",
+        type=float,
+        default=None,
+        help="--sweep grid: fewer rounds (at least 3) where one round would take longer",
     )
     ap.add_argument("--grid", default=None, help="comma-separated sweep values (override)")
     ap.add_argument("--memory", action="store_true", help="peak RSS per method (CPU)")
@@ -275,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.sweep == "chunk":
         grid = (args.grid or "none,auto,250,100,25").split(",")
         rows = chunk_sweep(args, grid)
+    elif args.sweep == "grid":
+        args.methods = args.methods or GRID_METHODS
+        rows = grid_sweep(args)
     else:
         grid = {
             "n": [250, 500, 1000, 2000, 5000, 10000] + ([] if args.quick else [20000]),

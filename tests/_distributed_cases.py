@@ -157,6 +157,35 @@ def errors(rank: int, world: int) -> dict[str, str]:
     return out
 
 
+def collectives(rank: int, world: int) -> dict[str, int]:
+    """How many collectives one sharded db_tsw call (with weights) makes, and its backward."""
+    X, Y, a, b = (shard_of(v, v.dim() == 2, rank, world) for v in euclid())
+    dist = torch.distributed
+    counts = {"forward": 0, "backward": 0}
+    phase = ["forward"]
+    names = ("all_gather", "all_reduce", "broadcast", "all_gather_object", "broadcast_object_list")
+    originals = {n: getattr(dist, n) for n in names}
+
+    def counted(fn):
+        def call(*args, **kwargs):
+            counts[phase[0]] += 1
+            return fn(*args, **kwargs)
+
+        return call
+
+    for n, fn in originals.items():
+        setattr(dist, n, counted(fn))
+    try:
+        Xs = X.clone().requires_grad_()
+        value = tsw.db_tsw(Xs, Y, a, b, **TREES, process_group=dist.group.WORLD, gather=True)
+        phase[0] = "backward"
+        value.backward()
+    finally:
+        for n, fn in originals.items():
+            setattr(dist, n, fn)
+    return counts
+
+
 def worker(rank: int, world: int, port: int, folder: str) -> None:
     """Entry point of one rank: run every case, save the results to ``folder``."""
     os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -172,6 +201,7 @@ def worker(rank: int, world: int, port: int, folder: str) -> None:
                 results[(name, gather)] = run_case(name, rank, world, gather)
             results[("mapping", gather)] = run_mapping(rank, world, gather)
         results["errors"] = errors(rank, world)
+        results["collectives"] = collectives(rank, world)
         torch.save(results, os.path.join(folder, f"rank{rank}.pt"))
         torch.distributed.destroy_process_group()
     except Exception:

@@ -125,6 +125,15 @@ def test_clear_errors_on_every_rank(ranks, key, message):
         assert message in res["errors"][key], res["errors"][key]
 
 
+def test_few_collectives(ranks):
+    """A sharded call with weights: one all-gather of the shards' headers, one per shard
+    (4), one of the trees' fingerprints and one of the per-tree costs; one all-reduce
+    backward (23 forward before the headers and fingerprints were batched)."""
+    _world, results = ranks
+    for res in results:
+        assert res["collectives"] == {"forward": 7, "backward": 1}, res["collectives"]
+
+
 def test_ddp_example_matches_one_process():
     # torchrun, 2 gloo processes: the first step's loss and DDP-averaged gradients equal one
     # process's on the union of the shards (the example's --check), then two more steps

@@ -151,28 +151,38 @@ def all_tensors(obj: Any) -> Iterator[Tensor]:
 
 
 def fingerprint(obj: Any, device: torch.device) -> Tensor:
-    """Shapes, sums and sums of squares (float64) of every tensor: equal for equal inputs."""
-    parts = []
+    """Summarise every tensor of ``obj`` in fixed width (float64): equal for equal inputs.
+
+    For each tensor, its size, whether it requires grad, its sum and sum of squares,
+    summed over the tensors once plainly and once weighted by position (so that swapped
+    tensors differ); with the number of tensors, 9 numbers whatever ``obj`` holds, so
+    that the ranks can compare them in one all-gather without first agreeing on a width.
+    """
+    rows = []
     for t in all_tensors(obj):
         x = t.detach().to(torch.float64)
-        meta = [float(x.numel()), float(t.requires_grad)]
-        parts.append(torch.tensor(meta, dtype=torch.float64, device=device))
-        parts.append(torch.stack([x.sum(), x.square().sum()]).to(device))
-    if not parts:
-        return torch.zeros(0, dtype=torch.float64, device=device)
-    return torch.cat(parts)
+        meta = torch.tensor([float(x.numel()), float(t.requires_grad)], dtype=torch.float64)
+        rows.append(torch.cat([meta.to(x.device), torch.stack([x.sum(), x.square().sum()])]))
+    if not rows:
+        return torch.zeros(9, dtype=torch.float64, device=device)
+    stats = torch.stack(rows).to(device)  # (tensors, 4)
+    weight = torch.arange(1, len(rows) + 1, dtype=torch.float64, device=device)
+    count = torch.tensor([float(len(rows))], dtype=torch.float64, device=device)
+    return torch.cat([count, stats.sum(0), weight @ stats])
 
 
 def check_agree(group: Group, device: torch.device, **named: Any) -> None:
-    """Raise the same ``ValueError`` on every rank unless ``named`` agree across ranks."""
-    for name, obj in named.items():
-        fp = fingerprint(obj, device)
-        widths = group.all_gather(torch.tensor([fp.numel()], dtype=torch.int64, device=device))
-        same = len({int(w.item()) for w in widths}) == 1
-        if same:
-            same = all(torch.equal(g, fp) for g in group.all_gather(fp))
+    """Raise the same ``ValueError`` on every rank unless ``named`` agree across ranks.
+
+    One all-gather of the fingerprints of every named object.
+    """
+    names = list(named)
+    fps = torch.stack([fingerprint(named[n], device) for n in names])  # (names, 9)
+    gathered = group.all_gather(fps)
+    for i, name in enumerate(names):
         # every rank computes the same verdict from the same gathered data
-        if not same:
+        # (NaN data with validate=False gives NaN sums: equal NaNs agree)
+        if not all(torch.allclose(g[i], fps[i], rtol=0, atol=0, equal_nan=True) for g in gathered):
             raise ValueError(
                 f"process_group: the ranks disagree on {_what(name, group)}; every rank "
                 "must pass the same arguments (and the same seed)"
@@ -236,11 +246,6 @@ class _GatherOwnGrad(torch.autograd.Function):
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-def _counts(group: Group, n: int, device: torch.device) -> list[int]:
-    sizes = group.all_gather(torch.tensor([n], dtype=torch.int64, device=device))
-    return [int(s.item()) for s in sizes]
-
-
 def gather_slices(local: Tensor, group: Group, n_slices: int) -> Tensor:
     """(B, T_r) per-slice costs of every rank's share, concatenated to (B, T) on each rank.
 
@@ -256,44 +261,65 @@ def gather_slices(local: Tensor, group: Group, n_slices: int) -> Tensor:
     return _gather_along(group, local, dim, counts)
 
 
-def gather_points(
-    given: object, group: Group, dim: int, name: str, device: torch.device | None = None
-) -> Tensor | None:
-    """Return the union of every rank's shard of ``given`` along ``dim`` (sizes may differ).
+#: dimensions other than the point axis that a shard's header describes
+_HEADER_DIMS = 6
 
-    ``given`` is a validated shard (a tensor) or None (``device``: where the flags of a
-    None travel, the points' device). Backward keeps this rank's own rows:
-    the gradient of the union reaching here is already summed over the ranks (by
-    :func:`sum_gradients` where it is projected).
-    """
-    x = None if given is None else check_tensor(given, name)
-    # the flags travel on the data's device (NCCL needs CUDA tensors), also for a None
-    device = x.device if x is not None else (device or torch.device("cpu"))
-    present = torch.tensor([x is not None], dtype=torch.int64, device=device)
-    flags = [int(f.item()) for f in group.all_gather(present)]
-    if len(set(flags)) != 1:
-        raise ValueError(
-            f"process_group with gather=True: {name} must be given on every rank or on none; "
-            f"given on ranks {[r for r, f in enumerate(flags) if f]}"
-        )
+
+def _header(x: Tensor | None, dim: int) -> list[int]:
+    """``[given, dtype, ndim, rows, *other dims]`` of a shard, fixed width, -1 padded."""
     if x is None:
-        return None
-    dim = dim % x.dim()
+        return [0] * (4 + _HEADER_DIMS)
+    axis = dim % x.dim()
+    other = [s for i, s in enumerate(x.shape) if i != axis]
     kind = _DTYPES.index(x.dtype) if x.dtype in _DTYPES else -1
-    other = torch.tensor(
-        [kind, x.dim(), *(s for i, s in enumerate(x.shape) if i != dim)],
+    return [1, kind, x.dim(), x.shape[axis], *(other + [-1] * _HEADER_DIMS)[:_HEADER_DIMS]]
+
+
+def gather_points(
+    items: list[tuple[object, int, str]], group: Group, device: torch.device | None = None
+) -> list[Tensor | None]:
+    """Return the unions of every rank's shards along their point axes (sizes may differ).
+
+    ``items`` lists ``(shard, dim, name)``: validated shards (tensors) or None, ``dim``
+    the point axis. One all-gather of fixed-width headers checks, for all of them at
+    once, that every rank gives the same ones, with the same dtype and the same sizes
+    off the point axis, and tells the row counts; then one all-gather per shard moves
+    the data (5 collectives for two measures and their weights, 20 before). The headers
+    travel on ``device`` or the first shard's (NCCL needs CUDA tensors). Backward keeps
+    this rank's own rows: the gradient of the union reaching here is already summed over
+    the ranks (by :func:`sum_gradients` where it is projected).
+    """
+    xs = [None if x is None else check_tensor(x, name) for x, _, name in items]
+    given = [x for x in xs if x is not None]
+    device = given[0].device if given else (device or torch.device("cpu"))
+    header = torch.tensor(
+        [_header(x, dim) for x, (_, dim, _) in zip(xs, items, strict=True)],
         dtype=torch.int64,
         device=device,
     )
-    widths = [int(w.item()) for w in group.all_gather(torch.tensor([other.numel()], device=device))]
-    shapes = group.all_gather(other) if len(set(widths)) == 1 else None
-    if shapes is None or not all(torch.equal(s, shapes[0]) for s in shapes):
-        raise ValueError(
-            f"process_group with gather=True: the shards of {name} must agree in dtype and in "
-            f"every dimension but the point axis; this rank's {name} has shape "
-            f"{tuple(x.shape)} and dtype {x.dtype}"
-        )
-    counts = _counts(group, x.shape[dim], x.device)
-    if torch.is_grad_enabled() and x.requires_grad:
-        return _GatherOwnGrad.apply(x, group, dim, counts)
-    return _gather_along(group, x, dim, counts)
+    headers = torch.stack(group.all_gather(header)).tolist()  # (ranks, items, width)
+    out: list[Tensor | None] = []
+    for i, (x, (_, dim, name)) in enumerate(zip(xs, items, strict=True)):
+        rows = [h[i] for h in headers]
+        if len({r[0] for r in rows}) != 1:
+            raise ValueError(
+                f"process_group with gather=True: {name} must be given on every rank or on "
+                f"none; given on ranks {[r for r, h in enumerate(rows) if h[0]]}"
+            )
+        if x is None:
+            out.append(None)
+            continue
+        shapes = {(r[1], r[2], *r[4:]) for r in rows}
+        if len(shapes) != 1 or max(r[2] for r in rows) > _HEADER_DIMS + 1:
+            raise ValueError(
+                f"process_group with gather=True: the shards of {name} must agree in dtype and "
+                f"in every dimension but the point axis (at most {_HEADER_DIMS + 1} "
+                f"dimensions); this rank's {name} has shape {tuple(x.shape)} and dtype {x.dtype}"
+            )
+        counts = [r[3] for r in rows]
+        axis = dim % x.dim()
+        if torch.is_grad_enabled() and x.requires_grad:
+            out.append(_GatherOwnGrad.apply(x, group, axis, counts))
+        else:
+            out.append(_gather_along(group, x, axis, counts))
+    return out

@@ -527,9 +527,9 @@ class Problem:
         group = check_group(process_group, gather)
         if group is not None and group.gather:
             check_measures(Xs, Xt, wa, wb, balanced=False, validate=validate)  # the shards
-            Xs, Xt = (gather_points(x, group, -2, n) for x, n in ((Xs, "X_s"), (Xt, "X_t")))
-            device = Xs.device if isinstance(Xs, Tensor) else None
-            wa, wb = (gather_points(w, group, -1, n, device) for w, n in ((wa, "a"), (wb, "b")))
+            Xs, Xt, wa, wb = gather_points(
+                [(Xs, -2, "X_s"), (Xt, -2, "X_t"), (wa, -1, "a"), (wb, -1, "b")], group
+            )
         measures = check_measures(Xs, Xt, wa, wb, balanced=balanced, validate=validate)
         return cls._build(
             measures, p, seed, generator, validate, power, log, numpy, chunk_size, group
@@ -558,8 +558,7 @@ class Problem:
         group = check_group(process_group, gather)
         if group is not None and group.gather:
             check_measure(Xs, wa, validate=validate)  # the shard
-            Xs = gather_points(Xs, group, -2, "X_s")
-            wa = gather_points(wa, group, -1, "a", Xs.device if Xs is not None else None)
+            Xs, wa = gather_points([(Xs, -2, "X_s"), (wa, -1, "a")], group)
         X, w, batched = check_measure(Xs, wa, validate=validate)
         measures = Measures(X, X[..., :0, :], w, w[..., :0], batched)
         return cls._build(

@@ -182,7 +182,9 @@ def circular_tsw(
     Cost: one (n_i, d) x (d, Tk + T) product per measure (directions and roots)
     and O(Tkn) work for the coordinates and the split, then one sort of (T, k, n)
     coordinates, or of (T, n) when ``radius = 0``; memory O(Tkn) (for ``d <= 3`` the
-    residuals are formed explicitly, O(Tknd), for exact float32 distances). Above ``d = 3``
+    distances come from the ``d - 1`` or 3 coordinates of the cross products
+    :math:`\theta_l \times (y - x)`, taken in the same product, for exact float32
+    distances). Above ``d = 3``
     the coordinates and split distances come from :math:`|y - x|^2`, :math:`\langle y - x,
     \theta\rangle` and ``r``: a value near 0 is resolved to about
     :math:`\sqrt{\epsilon}\,|y - x|`. The value is invariant under a joint rigid motion of

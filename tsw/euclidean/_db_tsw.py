@@ -156,8 +156,10 @@ def db_tsw(
     roots are translated to its own centre, so a batched call equals a loop of
     unbatched calls with the same seed. Cost: one (n_i, d) x (d, Tk + T) product per
     measure (the line directions and the roots), one sort of (T, k, n) coordinates
-    and O(Tkn) work; memory O(Tkn + nd + Tkd) (for ``d <= 3`` the residuals to the
-    lines are formed explicitly, O(Tknd), for exact float32 distances near the lines).
+    and O(Tkn) work; memory O(Tkn + nd + Tkd) (for ``d <= 3`` the distances to the lines
+    are the norms of the ``d - 1`` or 3 coordinates of the cross products
+    ``theta_l x (y - x)``, taken in the same product: exact float32 distances near the
+    lines, with no cancellation).
     Above ``d = 3`` the distance of a point lying within about ``sqrt(eps) |y - x|`` of a
     line is resolved only to that accuracy (``eps`` the machine epsilon), which moves the
     value by at most ``delta`` times that much times the point's mass: measured float32
