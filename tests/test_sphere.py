@@ -526,3 +526,50 @@ def test_peak_memory_does_not_scale_with_tknd():
     """
     growth_mib = peak_growth(_stsw_step, 1024)
     assert growth_mib < 150, f"peak RSS grew by {growth_mib:.0f} MiB"
+
+
+def test_written_out_split_on_s2_equals_autograd():
+    """On S^2 the split is one written-out function (_WrappedAngleSplit); its masses and
+    gradients (points, weights, trees) equal autograd's through spherical_project's beta
+    and distance_split, batched and shared trees, and it passes gradcheck."""
+    from tsw.core.splits import distance_split
+    from tsw.sphere import _geometry as geo
+
+    g = torch.Generator().manual_seed(4)
+    for B, batched_trees in ((1, False), (3, False), (3, True)):
+        Z = torch.nn.functional.normalize(torch.randn(B, 9, 3, generator=g, dtype=F64), dim=-1)
+        w = torch.randn(B, 9, generator=g, dtype=F64)
+        trees = tsw.sample_spherical_trees(3, n_trees=4, n_lines=5, seed=B, dtype=F64)
+        if batched_trees:  # one tree system per item
+            draws = [
+                tsw.sample_spherical_trees(3, n_trees=4, n_lines=5, seed=s, dtype=F64)
+                for s in range(B)
+            ]
+            trees = tsw.SphericalTrees(
+                torch.stack([t.roots for t in draws]), torch.stack([t.directions for t in draws])
+            )
+        roots = trees.roots.clone().requires_grad_()
+        dirs = trees.directions.clone().requires_grad_()
+        Zg, wg = Z.clone().requires_grad_(), w.clone().requires_grad_()
+
+        def both(Zg=Zg, wg=wg, roots=roots, dirs=dirs):
+            t_rees = tsw.SphericalTrees(roots, dirs, validate=False)
+            t1, m1 = geo.spherical_split(Zg, wg, t_rees, 1.7)
+            t2, beta = geo.spherical_project(Zg, t_rees, angles=True)
+            return t1, m1, t2, distance_split(beta, 1.7) * wg[:, None, None, :]
+
+        t1, m1, t2, m2 = both()
+        torch.testing.assert_close(t1, t2, rtol=0, atol=0)
+        torch.testing.assert_close(m1, m2, rtol=1e-14, atol=1e-15)
+        weight = torch.randn(m1.shape, generator=g, dtype=F64)
+        inputs = (Zg, wg, roots, dirs)
+        g1 = torch.autograd.grad((m1 * weight).sum(), inputs)
+        g2 = torch.autograd.grad((m2 * weight).sum(), inputs)
+        for a, b in zip(g1, g2, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+    polar = (torch.rand(2, 3, 6, generator=g, dtype=F64) * 2 - 1) * 3.0
+    theta = (torch.rand(1, 3, 4, generator=g, dtype=F64) * 2 - 1) * 3.0
+    scale = torch.rand(2, 3, 6, generator=g, dtype=F64) + 0.1
+    w = torch.randn(2, 6, generator=g, dtype=F64)
+    args = [x.clone().requires_grad_() for x in (polar, theta, scale, w)]
+    assert torch.autograd.gradcheck(lambda *xs: geo._WrappedAngleSplit.apply(*xs, 0.8), args)

@@ -16,9 +16,8 @@ from tsw.core._validation import (
     check_nonnegative_float,
     check_positive_int,
 )
-from tsw.core.splits import distance_split
 from tsw.core.trees import SphericalTrees, sample_spherical_trees
-from tsw.sphere._geometry import spherical_project, uniform_projection
+from tsw.sphere._geometry import spherical_project, spherical_split, uniform_projection
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -72,12 +71,12 @@ def spherical_projection(
         :func:`stsw_unif`).
     """
     Z, w = atoms(measures), signed_masses(measures)
-    t, beta = spherical_project(Z, trees, angles=delta != 0)
     k = trees.n_lines
-    if beta is None:
+    if delta == 0:
+        t, _ = spherical_project(Z, trees, angles=False)
         masses = (w / k).unsqueeze(-2).unsqueeze(-2)  # (B, 1, 1, n)
     else:
-        masses = distance_split(beta, delta) * w.unsqueeze(-2).unsqueeze(-2)
+        t, masses = spherical_split(Z, w, trees, delta)
     masses = masses.expand(*t.shape[:-1], k, t.shape[-1])
     if extra is not None:
         coords, extra_masses = extra
