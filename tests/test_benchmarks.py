@@ -27,6 +27,25 @@ def test_runtime_sweep_plot(tmp_path):
     assert (tmp_path / "runtime_lines.csv").read_text().count("\n") == 4  # header + 3 rows
 
 
+def test_runtime_grid(tmp_path):
+    args = ["--rounds", "1", "--trees", "5", "--sweep", "grid", "--grid-n", "20,30"]
+    args += ["--grid-d", "2,5", "--max-rounds-s", "100", "--out", str(tmp_path)]
+    assert runtime.main(args) == 0
+    rows = list(csv.DictReader((tmp_path / "runtime_grid.csv").open()))
+    assert [(r["N=M"], r["d"]) for r in rows] == [
+        ("20", "2"),
+        ("20", "5"),
+        ("30", "2"),
+        ("30", "5"),
+    ]
+    for r in rows:  # the grid's methods only, each against both limits
+        assert float(r["db_tsw / lower"]) > 0
+        assert float(r["db_tsw / lower limit (torch.sort)"]) > 0
+        assert "tsw_sl chain [s]" not in r
+    with pytest.raises(SystemExit, match="unknown"):
+        runtime.main(["--quick", "--methods", "db_tsw,nope", "--out", str(tmp_path)])
+
+
 def test_gradient_flow_tiny(tmp_path, capsys):
     args = ["--iters", "10", "--seeds", "1", "--n", "20", "--lines", "8", "--out", str(tmp_path)]
     assert gradient_flow.main(args) == 0
