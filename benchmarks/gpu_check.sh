@@ -31,13 +31,14 @@ timeout 200 python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider --device 
 timeout 150 python3 -m pytest tests -q -p no:cacheprovider --device cuda -k cuda \
   --ignore=tests/test_notebooks.py --ignore=tests/test_benchmarks.py \
   --ignore=tests/test_distributed.py 2>&1 | tee "$OUT/test_device.txt" || status=1
-# 2. the runtime grid on CUDA: the reference cell, then N and d sweeps (ratios in one run)
+# 2. the runtime on CUDA: the reference cell, an N sweep to 1e5, and the grid
+#    d in {2, 64, 784, 3072} x N in {500, 2000, 1e4, 5e4} (ratios side by side in one run)
 timeout 60 python3 -m benchmarks.runtime --device cuda --rounds 7 --out "$OUT/runtime" \
   2>&1 | tee "$OUT/runtime_ref.txt" || status=1
 timeout 90 python3 -m benchmarks.runtime --device cuda --sweep n --grid 2000,10000,50000,100000 \
   --rounds 5 --out "$OUT/runtime_n" 2>&1 | tee "$OUT/runtime_n.txt" || status=1
-timeout 60 python3 -m benchmarks.runtime --device cuda --sweep d --n 10000 --grid 2,64,784,3072 \
-  --rounds 5 --out "$OUT/runtime_d" 2>&1 | tee "$OUT/runtime_d.txt" || status=1
+timeout 120 python3 -m benchmarks.runtime --device cuda --sweep grid --rounds 5 \
+  --max-rounds-s 20 --out "$OUT/runtime_grid" 2>&1 | tee "$OUT/runtime_grid.txt" || status=1
 # 3. the largest N at d = 128, 1000 x 4 (doubling until out of memory or 60 s of runs)
 timeout 150 python3 -m benchmarks.largest --device cuda --start 100000 --budget-s 60 \
   2>&1 | tee "$OUT/largest.txt" || status=1
