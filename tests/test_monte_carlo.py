@@ -22,7 +22,6 @@ import torch
 from scipy.optimize import minimize
 
 import tsw
-from tsw.core._random import resolve_sampler
 from tsw.core._slices import geometric_median
 from tsw.core._validation import check_measures
 
@@ -203,13 +202,17 @@ def test_sampling_is_seeded(sampling):
 
 
 def test_iid_sampling_is_the_previous_draw():
-    """sampling="iid" reproduces the samplers' draws from before the option existed."""
-    s = resolve_sampler(5, None, dtype=F64, device="cpu")
-    offsets = s.normal(7, 4)
-    dirs = s.sphere(7, 3, 4)
-    trees = tsw.sample_concurrent_lines(4, n_trees=7, n_lines=3, seed=5, dtype=F64)
-    assert torch.equal(trees.directions, dirs)
-    assert torch.equal(trees.roots, 0.1 * offsets)
+    """sampling="iid" is the documented draw, written here from torch alone: from one
+    CPU generator seeded with the seed, float64, the (T, d) root offsets (times root_std
+    = 0.1) and then (T, k, d) Gaussians normalised into directions."""
+    g = torch.Generator().manual_seed(5)
+    offsets = torch.randn(7, 4, generator=g, dtype=F64)
+    dirs = torch.randn(7, 3, 4, generator=g, dtype=F64)
+    dirs = dirs / torch.linalg.vector_norm(dirs, dim=-1, keepdim=True)
+    for sampling in ({}, {"sampling": "iid"}):
+        trees = tsw.sample_concurrent_lines(4, n_trees=7, n_lines=3, seed=5, dtype=F64, **sampling)
+        assert torch.equal(trees.directions, dirs)
+        assert torch.equal(trees.roots, 0.1 * offsets)
 
 
 def test_spherical_sampling_gives_unit_tangent_rays():
@@ -233,12 +236,19 @@ def test_bad_sampling_raises():
 
 
 def test_losses_take_sampling_and_center():
+    """The modules pass sampling and center on: each equals its function with them."""
     X, Y = data()
-    X.requires_grad_(True)
-    loss = tsw.nn.DbTSWLoss(n_trees=10, sampling="orthogonal", center="median", seed=0)
-    loss(X, Y).backward()
-    assert bool(torch.isfinite(X.grad).all())
-    assert "sampling" in tsw.nn.SWLoss(n_projections=5, sampling="qmc").options
+    Xg = X.clone().requires_grad_(True)
+    kw = {"n_trees": 10, "sampling": "orthogonal", "center": "median"}
+    loss = tsw.nn.DbTSWLoss(**kw, seed=0)
+    value = loss(Xg, Y)
+    value.backward()
+    assert bool(torch.isfinite(Xg.grad).all())
+    assert torch.equal(value.detach(), tsw.db_tsw(X, Y, **kw, seed=0))
+    assert not torch.equal(value.detach(), tsw.db_tsw(X, Y, n_trees=10, seed=0))
+    sw = tsw.nn.SWLoss(n_projections=5, sampling="qmc", seed=1)
+    assert "sampling" in sw.options
+    assert torch.equal(sw(X, Y), tsw.sw(X, Y, n_projections=5, sampling="qmc", seed=1))
 
 
 # --------------------------------------------------------------------------- roots

@@ -1879,9 +1879,14 @@ def test_magnitudes_out_of_the_float32_range_raise(name, scale, way):
 
 
 def test_magnitudes_inside_the_range_pass():
+    """Data at 1e-15 and 1e15 in float32 (inside its range): no error, and SW scales
+    with the data (it is 1-homogeneous), to float32 accuracy."""
     X, Y = data(8, 6, 3)
+    base = float(tsw.sw(X, Y, seed=0))
     for scale in (1e-15, 1e15):
-        tsw.sw((scale * X).float(), (scale * Y).float(), seed=0)
+        value = tsw.sw((scale * X).float(), (scale * Y).float(), seed=0)
+        assert value.dtype == torch.float32
+        assert abs(float(value) / scale - base) <= 1e-5 * base
 
 
 @pytest.mark.parametrize("name", ["db_tsw", "tsw_sl"])
