@@ -785,6 +785,14 @@ def _sampler(name, dim, count, dtype, device, seed):
     t = value if isinstance(value, torch.Tensor) else value.directions
     assert t.dtype in (F32, F64)
     assert bool(torch.isfinite(t).all())
+    tol = 1e-5 if t.dtype == F32 else 1e-12
+    if name == "sample_projections":  # (d, L): unit columns
+        assert float((torch.linalg.vector_norm(t, dim=0) - 1).abs().max()) <= tol
+    elif name in ("sample_sphere_projections", "sample_rotations"):  # orthonormal columns
+        eye = torch.eye(t.shape[-1], dtype=t.dtype)
+        assert float((t.transpose(-1, -2) @ t - eye).abs().max()) <= tol
+    else:  # trees: unit directions
+        assert float((torch.linalg.vector_norm(t, dim=-1) - 1).abs().max()) <= tol
 
 
 test_samplers, test_samplers_slow = both_profiles(
