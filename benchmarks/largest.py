@@ -4,7 +4,9 @@
 1000 x 4 lines, float32, ``chunk_size="auto"``, until the allocator raises out of memory
 or ``--max-n`` or ``--budget-s`` is reached, and reports for each N the time of one
 forward + backward and the peak memory (``torch.cuda.max_memory_allocated`` on CUDA;
-on the CPU the peak resident growth of a fresh process, see benchmarks/_memory.py).
+on the CPU the peak resident set of the process, data included, from ``VmHWM`` reset
+before each N, see benchmarks/_memory.py; run it with ``MALLOC_MMAP_THRESHOLD_=65536``
+so that freed blocks leave the resident set). ``--n N`` runs one size only.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 import torch
 
 import tsw
+from benchmarks._memory import peak, reset_peak
 
 
 def one(n: int, d: int, trees: int, lines: int, device: str) -> tuple[float, float]:
@@ -29,14 +32,16 @@ def one(n: int, d: int, trees: int, lines: int, device: str) -> tuple[float, flo
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+    else:
+        reset_peak()
     t0 = time.perf_counter()
     tsw.db_tsw(X, Y, trees=T, validate=False).backward()
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated() / 2**30
+        top = torch.cuda.max_memory_allocated() / 2**30
     else:
-        peak = float("nan")
-    return time.perf_counter() - t0, peak
+        top = peak() / 1024
+    return time.perf_counter() - t0, top
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,12 +51,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trees", type=int, default=1000)
     ap.add_argument("--lines", type=int, default=4)
     ap.add_argument("--start", type=int, default=100_000)
+    ap.add_argument("--n", type=int, default=None, help="run this N only")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     ap.add_argument("--max-n", type=int, default=10_000_000)
     ap.add_argument("--budget-s", type=float, default=120.0, help="stop after this much time")
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.n is not None:
+        args.start = args.max_n = args.n
     print(
         f"device {args.device}  d {args.d}  {args.trees} x {args.lines}  float32  "
-        f"chunk_size auto  torch {torch.__version__}",
+        f"chunk_size auto  threads {torch.get_num_threads()}  torch {torch.__version__}",
         flush=True,
     )
     n, spent, largest = args.start, 0.0, None
