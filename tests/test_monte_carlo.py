@@ -251,6 +251,36 @@ def test_losses_take_sampling_and_center():
     assert torch.equal(sw(X, Y), tsw.sw(X, Y, n_projections=5, sampling="qmc", seed=1))
 
 
+def test_max_sw_sampling_spreads_its_starting_directions():
+    """n_iter=0 keeps the best of the n_init directions tsw.sample_projections(sampling=) draws."""
+    X, Y = data(d=3, n=9, m=8)
+    default = tsw.max_sw(X, Y, n_iter=2, n_init=7, seed=5)
+    assert torch.equal(tsw.max_sw(X, Y, n_iter=2, n_init=7, sampling="iid", seed=5), default)
+    values = {}
+    for sampling in ("iid", "orthogonal", "qmc"):
+        P = tsw.sample_projections(3, 7, sampling=sampling, seed=5, dtype=F64)
+        per_direction = torch.stack([tsw.sw(X, Y, projections=P[:, [j]]) for j in range(7)])
+        value, log = tsw.max_sw(X, Y, n_iter=0, n_init=7, sampling=sampling, seed=5, log=True)
+        assert torch.equal(log["projections"][0], P[:, [int(per_direction.argmax())]])  # (B, d, 1)
+        torch.testing.assert_close(value, per_direction.max(), rtol=1e-14, atol=0)
+        values[sampling] = value
+        assert bool(torch.isfinite(tsw.max_sw(X, Y, n_iter=2, n_init=7, sampling=sampling, seed=5)))
+    assert not torch.equal(values["orthogonal"], values["iid"])
+    assert not torch.equal(values["qmc"], values["iid"])
+    frames = tsw.sample_projections(3, 6, sampling="orthogonal", seed=5, dtype=F64)
+    for block in (frames[:, :3], frames[:, 3:]):
+        torch.testing.assert_close(block.T @ block, torch.eye(3, dtype=F64), rtol=0, atol=1e-12)
+    for bad in ("sobol", None):
+        with pytest.raises(ValueError, match="sampling must be one of"):
+            tsw.max_sw(X, Y, n_iter=0, n_init=2, sampling=bad)
+        with pytest.raises(ValueError, match="sampling must be one of"):
+            tsw.nn.MaxSWLoss(sampling=bad)
+    loss = tsw.nn.MaxSWLoss(n_iter=2, n_init=7, sampling="orthogonal", seed=5)
+    assert loss.options["sampling"] == "orthogonal"
+    expected = tsw.max_sw(X, Y, n_iter=2, n_init=7, sampling="orthogonal", seed=5)
+    assert torch.equal(loss(X, Y), expected)
+
+
 # --------------------------------------------------------------------------- roots
 
 

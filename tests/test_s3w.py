@@ -471,3 +471,91 @@ def test_s3w_unif_small_for_uniform_data_and_decreasing_in_n_samples():
     assert u[1] < u[0]
     assert u[1] < 0.02
     assert tsw.s3w_unif(C, seed=0).item() > 10 * u[1]
+
+
+# --------------------------------------------------------------------------- sampling=
+
+
+def _orthonormal_blocks(P, d):
+    """Assert the columns of P (d, L) come in blocks of d orthonormal ones (the last cut)."""
+    for start in range(0, P.shape[-1], d):
+        block = P[:, start : start + d]
+        eye = torch.eye(block.shape[-1], dtype=P.dtype)
+        torch.testing.assert_close(block.T @ block, eye, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("R", [0, 2])
+def test_s3w_sampling_draws_rotations_then_sample_projections(R):
+    """The directions of R^d are tsw.sample_projections(d, L, sampling=) after the rotations."""
+    X, Y = sphere_points(9, 3, seed=100), sphere_points(8, 3, seed=101, shift=0.5)
+    kw = {"n_rotations": R, "n_projections": 5}
+    default = tsw.s3w(X, Y, **kw, seed=7)
+    assert torch.equal(tsw.s3w(X, Y, **kw, sampling="iid", seed=7), default)
+    values = {}
+    for sampling in ("iid", "orthogonal", "qmc"):
+        g = torch.Generator().manual_seed(7)
+        Q = tsw.sample_rotations(3, R, generator=g, dtype=F64) if R else None
+        P = tsw.sample_projections(2, 5, sampling=sampling, generator=g, dtype=F64)
+        if not R:  # no rotations drawn: the seed's directions are sample_projections(seed=)
+            assert torch.equal(
+                P, tsw.sample_projections(2, 5, sampling=sampling, seed=7, dtype=F64)
+            )
+        value, log = tsw.s3w(X, Y, **kw, sampling=sampling, seed=7, log=True)
+        assert torch.equal(log["projections"], P)
+        assert torch.equal(value, tsw.s3w(X, Y, rotations=Q, projections=P))
+        assert bool(torch.isfinite(value))
+        values[sampling] = value
+    assert not torch.equal(values["orthogonal"], values["iid"])
+    assert not torch.equal(values["qmc"], values["iid"])
+    _, log = tsw.s3w(X, Y, **kw, sampling="orthogonal", seed=7, log=True)
+    _orthonormal_blocks(log["projections"], 2)  # 5 = 2 + 2 + 1 directions of R^2
+
+
+def test_s3w_unif_sampling_draws_uniform_rotations_then_sample_projections():
+    X = sphere_points(12, 3, seed=102, shift=0.5)
+    kw = {"n_samples": 40, "n_rotations": 2, "n_projections": 5}
+    assert torch.equal(tsw.s3w_unif(X, **kw, sampling="iid", seed=2), tsw.s3w_unif(X, **kw, seed=2))
+    b = torch.full((40,), 1 / 40, dtype=F64)
+    values = {}
+    for sampling in ("iid", "orthogonal", "qmc"):
+        g = torch.Generator().manual_seed(2)
+        U = torch.nn.functional.normalize(torch.randn(40, 3, generator=g, dtype=F64), dim=-1)
+        Q = tsw.sample_rotations(3, 2, generator=g, dtype=F64)
+        P = tsw.sample_projections(2, 5, sampling=sampling, generator=g, dtype=F64)
+        value, log = tsw.s3w_unif(X, **kw, sampling=sampling, seed=2, log=True)
+        assert torch.equal(log["projections"], P)
+        expected = tsw.s3w(X, U, None, b, rotations=Q, projections=P)
+        torch.testing.assert_close(value, expected, rtol=1e-14, atol=0)
+        values[sampling] = value
+    assert not torch.equal(values["orthogonal"], values["iid"])
+    assert not torch.equal(values["qmc"], values["iid"])
+
+
+def test_s3w_bad_sampling_raises():
+    X = sphere_points(6, 3, seed=103)
+    for bad in ("sobol", None):
+        with pytest.raises(ValueError, match="sampling must be one of"):
+            tsw.s3w(X, X, n_projections=3, sampling=bad)
+        with pytest.raises(ValueError, match="sampling must be one of"):
+            tsw.s3w_unif(X, n_samples=5, n_projections=3, sampling=bad)
+        with pytest.raises(ValueError, match="sampling must be one of"):
+            tsw.nn.S3WLoss(sampling=bad)
+        with pytest.raises(ValueError, match="sampling must be one of"):
+            tsw.nn.ARIS3WLoss(dim=3, pool_size=4, sampling=bad)
+
+
+def test_s3w_losses_take_sampling():
+    """S3WLoss, S3WUnifLoss and ARIS3WLoss equal their function with the same sampling."""
+    X, Y = sphere_points(9, 3, seed=104), sphere_points(8, 3, seed=105, shift=0.5)
+    for sampling in ("orthogonal", "qmc"):
+        kw = {"n_projections": 5, "sampling": sampling}
+        loss = tsw.nn.S3WLoss(n_rotations=2, seed=4, **kw)
+        assert loss.options["sampling"] == sampling
+        assert torch.equal(loss(X, Y), tsw.s3w(X, Y, n_rotations=2, seed=4, **kw))
+        unif = tsw.nn.S3WUnifLoss(n_samples=30, seed=4, **kw)
+        assert torch.equal(unif(X), tsw.s3w_unif(X, n_samples=30, seed=4, **kw))
+        ari = tsw.nn.ARIS3WLoss(dim=3, pool_size=6, n_rotations=2, seed=3, **kw)
+        _, expected = _ari_recipe(X, Y, seed=3, dim=3, pool_size=6, n_rotations=2, calls=2, **kw)
+        assert [torch.equal(ari(X, Y), e) for e in expected] == [True, True]
+        iid = _ari_recipe(X, Y, seed=3, dim=3, pool_size=6, n_rotations=2, calls=1, n_projections=5)
+        assert not torch.equal(expected[0], iid[1][0])

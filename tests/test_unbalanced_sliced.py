@@ -232,3 +232,55 @@ def test_unbalanced_sw_empty_plan_gradients():
     value.backward()
     torch.testing.assert_close(value.detach(), torch.tensor(1.0, dtype=F64))
     assert math.isfinite(float(mass.grad))
+
+
+# --------------------------------------------------------------------------- sampling=
+
+UNEQUAL_MASS = {
+    "partial_sw": lambda X, Y, **kw: tsw.partial_sw(X, Y, n_transported=4, **kw),
+    "unbalanced_sw": lambda X, Y, **kw: tsw.unbalanced_sw(X, Y, mass_t=1.3, reg_m=0.5, **kw),
+}
+
+
+def _orthonormal_blocks(P, d):
+    """Assert the columns of P (d, L) come in blocks of d orthonormal ones (the last cut)."""
+    for start in range(0, P.shape[-1], d):
+        block = P[:, start : start + d]
+        eye = torch.eye(block.shape[-1], dtype=P.dtype)
+        torch.testing.assert_close(block.T @ block, eye, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(UNEQUAL_MASS))
+def test_unequal_mass_sampling_draws_sample_projections(name):
+    """seed + sampling draws tsw.sample_projections(d, L, seed=, sampling=), as tsw.sw."""
+    fn = UNEQUAL_MASS[name]
+    X, Y = cloud(31)
+    default = fn(X, Y, n_projections=7, seed=3)
+    assert torch.equal(fn(X, Y, n_projections=7, sampling="iid", seed=3), default)
+    values = {}
+    for sampling in ("iid", "orthogonal", "qmc"):
+        P = tsw.sample_projections(3, 7, sampling=sampling, seed=3, dtype=F64)
+        value, log = fn(X, Y, n_projections=7, sampling=sampling, seed=3, log=True)
+        assert torch.equal(log["projections"], P)
+        assert torch.equal(value, fn(X, Y, projections=P))
+        assert bool(torch.isfinite(value))
+        values[sampling] = value
+    assert not torch.equal(values["orthogonal"], values["iid"])
+    assert not torch.equal(values["qmc"], values["iid"])
+    # orthogonal=True is sampling="orthogonal": blocks of orthonormal directions (3 + 3 + 1)
+    _, log = fn(X, Y, n_projections=7, orthogonal=True, seed=3, log=True)
+    assert torch.equal(
+        log["projections"], tsw.sample_projections(3, 7, orthogonal=True, seed=3, dtype=F64)
+    )
+    _orthonormal_blocks(log["projections"], 3)
+
+
+@pytest.mark.parametrize("name", sorted(UNEQUAL_MASS))
+def test_unequal_mass_bad_sampling_raises(name):
+    fn = UNEQUAL_MASS[name]
+    X, Y = cloud(32)
+    for bad in ("sobol", None, 1):
+        with pytest.raises(ValueError, match="sampling must be one of"):
+            fn(X, Y, n_projections=3, sampling=bad, seed=0)
+    with pytest.raises(ValueError, match=r'orthogonal=True.*sampling="qmc"'):
+        fn(X, Y, n_projections=3, orthogonal=True, sampling="qmc", seed=0)

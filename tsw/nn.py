@@ -613,7 +613,7 @@ class ARIS3WLoss(_S3WPoolBase):  # type: ignore[valid-type,misc]  # a class buil
     n_rotations : int, default 1
         Rotations per call, ``<= pool_size`` (the official default; the papers use 30
         for gradient flows, 5 for SSL and the SWAE, 50 for density estimation).
-    n_projections, p, compat, validate, renormalize, power
+    n_projections, p, compat, sampling, validate, renormalize, power
         As in :func:`tsw.s3w`.
     reduction, seed, resample
         As for every loss module.

@@ -249,6 +249,7 @@ def _s3w(
     rotations: Tensor | None,
     projections: Tensor | None,
     compat: bool,
+    sampling: str,
 ) -> Result:
     """Evaluate a validated problem on the sphere (draws rotations, then directions)."""
     measures = problem.measures
@@ -259,7 +260,7 @@ def _s3w(
     # projections live in the mapped dimension d: checked against a d-dimensional view
     view = measures._replace(X_s=X_s[..., :-1], X_t=measures.X_t[..., :-1])
     proj = resolve_projections(
-        view, projections, n_projections, False, problem.rng, validate=problem.validate
+        view, projections, n_projections, False, problem.rng, sampling, validate=problem.validate
     )
     project = partial(s3w_projection, compat=compat)
     return problem.evaluate(project, (rot, proj), projections=proj)
@@ -301,6 +302,7 @@ def s3w(
     rotations: Tensor | None = None,
     projections: Tensor | None = None,
     compat: bool = False,
+    sampling: str = "iid",
     seed: int | None = None,
     generator: torch.Generator | None = None,
     validate: bool = True,
@@ -370,10 +372,13 @@ def s3w(
     compat : bool, default False
         Use the official code's map (see :func:`s3w_map`) to compare with published
         numbers.
+    sampling : {"iid", "orthogonal", "qmc"}, default "iid"
+        How the directions of :math:`\mathbb R^d` are spread, as in :func:`tsw.sw`
+        (unbiased in every mode); the rotations stay i.i.d. Haar.
     seed, generator
         Randomness (``seed`` is device independent; the global RNG is never used). The
         rotations are drawn first (as :func:`sample_rotations`), then the directions (as
-        :func:`tsw.sample_projections`), from one generator.
+        :func:`tsw.sample_projections` with ``sampling``), from one generator.
     validate : bool, default True
         Run the value checks (finite inputs, weights, points on the sphere, orthogonal
         rotations).
@@ -431,6 +436,7 @@ def s3w(
         rotations=rotations,
         projections=projections,
         compat=compat,
+        sampling=sampling,
     )
 
 
@@ -446,6 +452,7 @@ def s3w_unif(
     rotations: Tensor | None = None,
     projections: Tensor | None = None,
     compat: bool = False,
+    sampling: str = "iid",
     seed: int | None = None,
     generator: torch.Generator | None = None,
     validate: bool = True,
@@ -474,9 +481,9 @@ def s3w_unif(
         Non-negative weights; uniform by default.
     n_samples : int, default 1000
         Size of the uniform sample.
-    n_projections, p, n_rotations, rotations, projections, compat, seed, generator
+    n_projections, p, n_rotations, rotations, projections, compat, sampling
         As in :func:`s3w`.
-    validate, renormalize
+    seed, generator, validate, renormalize
         As in :func:`s3w`.
 
     Returns
@@ -523,4 +530,5 @@ def s3w_unif(
         rotations=rotations,
         projections=projections,
         compat=compat,
+        sampling=sampling,
     )

@@ -295,6 +295,7 @@ def max_sw(
     n_iter: int = 100,
     lr: float = 0.05,
     n_init: int = 16,
+    sampling: str = "iid",
     seed: int | None = None,
     generator: torch.Generator | None = None,
     validate: bool = True,
@@ -331,6 +332,9 @@ def max_sw(
         Initial step angle in radians.
     n_init : int, default 16
         Random starting directions.
+    sampling : {"iid", "orthogonal", "qmc"}, default "iid"
+        How the ``n_init`` starting directions are spread, as in :func:`tsw.sw`
+        (``"orthogonal"``: blocks of orthonormal frames, which cover the sphere evenly).
     seed, generator, validate
         As in :func:`sw`.
 
@@ -359,15 +363,16 @@ def max_sw(
     check_nonnegative_int(n_iter, "n_iter")
     check_positive_int(n_init, "n_init")
     lr = check_nonnegative_float(lr, "lr")
+    sampling = check_sampling(sampling)
     problem.check_range()
     with torch.inference_mode(False):  # the ascent differentiates, in any mode
-        best = _ascent(problem, n_iter=n_iter, lr=lr, n_init=n_init)
+        best = _ascent(problem, n_iter=n_iter, lr=lr, n_init=n_init, sampling=sampling)
     # the value along the final direction goes through the driver (one slice per item);
     # the range was checked before the ascent
     return problem.replace(validate=False).evaluate(line_projection, best, projections=best)
 
 
-def _ascent(problem: Problem, *, n_iter: int, lr: float, n_init: int) -> Tensor:
+def _ascent(problem: Problem, *, n_iter: int, lr: float, n_init: int, sampling: str) -> Tensor:
     """Max-SW's direction, (B, d, 1): best of ``n_init`` random ones, then the ascent.
 
     Runs on detached copies (clones of inference tensors under ``torch.inference_mode``,
@@ -382,7 +387,7 @@ def _ascent(problem: Problem, *, n_iter: int, lr: float, n_init: int) -> Tensor:
         recordable(measures.b),
         True,
     )
-    init = resolve_projections(detached, None, n_init, False, problem.rng)
+    init = resolve_projections(detached, None, n_init, False, problem.rng, sampling)
     with torch.no_grad():
         costs = _direction_costs(detached, init, p)  # (B, n_init)
         theta = init.T[costs.argmax(-1)]  # (B, d)

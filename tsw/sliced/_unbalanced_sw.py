@@ -40,12 +40,19 @@ def _line_coordinates(
     projections: Tensor | None,
     n_projections: int,
     orthogonal: bool,
+    sampling: str,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Projected supports (B, L, N) and (B, L, M) on explicit or drawn directions."""
     problem.check_range()
     measures = problem.measures
     proj = resolve_projections(
-        measures, projections, n_projections, orthogonal, problem.rng, validate=problem.validate
+        measures,
+        projections,
+        n_projections,
+        orthogonal,
+        problem.rng,
+        sampling,
+        validate=problem.validate,
     )
     coords = line_projection(measures, proj).coords
     N = measures.X_s.shape[-2]
@@ -64,6 +71,7 @@ def partial_sw(
     p: float = 2,
     projections: Tensor | None = None,
     orthogonal: bool = False,
+    sampling: str = "iid",
     seed: int | None = None,
     generator: torch.Generator | None = None,
     validate: bool = True,
@@ -109,6 +117,8 @@ def partial_sw(
         Explicit unit directions as columns (POT's layout).
     orthogonal : bool, default False
         Blocks of orthonormal directions, as in :func:`tsw.sw`.
+    sampling : {"iid", "orthogonal", "qmc"}, default "iid"
+        How the directions are spread, as in :func:`tsw.sw` (unbiased in every mode).
     seed, generator
         Randomness of the projections, as in :func:`tsw.sw`.
     validate : bool, default True
@@ -173,7 +183,7 @@ def partial_sw(
     k = min(N, M) if n_transported is None else check_positive_int(n_transported, "n_transported")
     if k > min(N, M):
         raise ValueError(f"n_transported must be <= min(N, M) = {min(N, M)}; got n_transported={k}")
-    us, vs, proj = _line_coordinates(problem, projections, n_projections, orthogonal)
+    us, vs, proj = _line_coordinates(problem, projections, n_projections, orthogonal, sampling)
     u_np = us.detach().cpu().to(torch.float64).numpy()
     v_np = vs.detach().cpu().to(torch.float64).numpy()
     B, L = us.shape[0], us.shape[1]
@@ -229,6 +239,7 @@ def unbalanced_sw(
     p: float = 2,
     projections: Tensor | None = None,
     orthogonal: bool = False,
+    sampling: str = "iid",
     n_iter: int = 10,
     seed: int | None = None,
     generator: torch.Generator | None = None,
@@ -273,7 +284,7 @@ def unbalanced_sw(
     reg_m : float or pair of floats, default 1.0
         Marginal penalties :math:`\rho_1, \rho_2 > 0`; ``inf`` makes a marginal hard
         (both ``inf``: sliced :math:`W_p^p` of equal masses).
-    n_projections, p, projections, orthogonal, seed, generator, validate
+    n_projections, p, projections, orthogonal, sampling, seed, generator, validate
         As in :func:`tsw.sw`.
     n_iter : int, default 10
         Frank-Wolfe iterations of POT's solver (POT's default). Each slice's value is
@@ -334,7 +345,7 @@ def unbalanced_sw(
     a_hat = measures.a / measures.a.sum(-1, keepdim=True) if given_a else measures.a
     b_hat = measures.b / measures.b.sum(-1, keepdim=True) if given_b else measures.b
     wa, wb = a_hat * m_s, b_hat * m_t  # (B, N), (B, M)
-    us, vs, proj = _line_coordinates(problem, projections, n_projections, orthogonal)
+    us, vs, proj = _line_coordinates(problem, projections, n_projections, orthogonal, sampling)
     pi_s, pi_t = [], []
     for i in range(us.shape[0]):
         # POT solves on detached inputs; its solver differentiates internally, which
