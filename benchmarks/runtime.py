@@ -261,6 +261,48 @@ def grid_sweep(args) -> list[dict]:
     return rows
 
 
+def batch_vs_loop(args) -> list[dict]:
+    """A batch of ``--batch`` problems of ``--n`` points against a Python loop over them.
+
+    db_tsw on shared trees and tsw.sw on shared projections (``--trees`` x ``--lines``
+    lines), forward + backward of the sum of the values, interleaved round by round.
+    """
+    dtype = getattr(torch, args.dtype)
+    g = torch.Generator().manual_seed(0)
+    B, n, d = args.batch, args.n, args.d
+    X = torch.randn(B, n, d, generator=g, dtype=torch.float64).to(dtype=dtype, device=args.device)
+    Y = (torch.randn(B, n, d, generator=g, dtype=torch.float64) + 0.5).to(X)
+    trees = tsw.sample_concurrent_lines(
+        d, n_trees=args.trees, n_lines=args.lines, seed=0, dtype=dtype, device=args.device
+    )
+    proj = tsw.sample_projections(
+        d, args.trees * args.lines, seed=0, dtype=dtype, device=args.device
+    )
+    calls = {
+        "db_tsw": lambda Xs, Ys: tsw.db_tsw(Xs, Ys, trees=trees, validate=False),
+        "tsw.sw": lambda Xs, Ys: tsw.sw(Xs, Ys, projections=proj, validate=False),
+    }
+    work = {}
+    for name, f in calls.items():
+
+        def batched(f=f):
+            Xs = X.detach().requires_grad_(True)
+            f(Xs, Y).sum().backward()
+
+        def loop(f=f):
+            Xs = X.detach().requires_grad_(True)
+            sum(f(Xs[i], Y[i]) for i in range(B)).backward()
+
+        work[f"{name} batched"], work[f"{name} loop"] = batched, loop
+    times = interleaved(work, rounds=args.rounds)
+    row: dict[str, float | str] = {"B": B, "N=M": n, "d": d, "lines": args.trees * args.lines}
+    for name in calls:
+        row[f"{name} batched [s]"] = median(times[f"{name} batched"])
+        row[f"{name} loop [s]"] = median(times[f"{name} loop"])
+        row[f"{name} batched / loop"] = ratio(times, f"{name} batched", f"{name} loop")
+    return [row]
+
+
 def print_rows(rows: list[dict]) -> None:
     keys = list(rows[0].keys())
     for r in rows:
@@ -301,10 +343,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument(
         "--sweep",
-        choices=["n", "d", "lines", "chunk", "grid"],
+        choices=["n", "d", "lines", "chunk", "grid", "batch"],
         help="sweep one parameter (chunk: db_tsw's chunk_size, with --memory its peak RSS;"
-        " grid: every (N, d) of --grid-n x --grid-d)",
+        " grid: every (N, d) of --grid-n x --grid-d; batch: --batch problems of --n points"
+        " batched against a loop)",
     )
+    ap.add_argument("--batch", type=int, default=16, help="problems of --sweep batch")
     ap.add_argument("--grid-n", default="500,2000,10000,50000", help="N values of --sweep grid")
     ap.add_argument("--grid-d", default="2,64,784,3072", help="d values of --sweep grid")
     ap.add_argument(
@@ -341,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.sweep == "grid":
         args.methods = args.methods or GRID_METHODS
         rows = grid_sweep(args)
+    elif args.sweep == "batch":
+        rows = batch_vs_loop(args)
     else:
         grid = {
             "n": [250, 500, 1000, 2000, 5000, 10000] + ([] if args.quick else [20000]),

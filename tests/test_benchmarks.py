@@ -46,6 +46,14 @@ def test_runtime_grid(tmp_path):
         runtime.main(["--quick", "--methods", "db_tsw,nope", "--out", str(tmp_path)])
 
 
+def test_runtime_batch_vs_loop(tmp_path):
+    args = ["--rounds", "1", "--trees", "3", "--n", "10", "--d", "3", "--batch", "2"]
+    assert runtime.main([*args, "--sweep", "batch", "--out", str(tmp_path)]) == 0
+    row = json.loads((tmp_path / "runtime_batch.json").read_text())["rows"][0]
+    assert row["db_tsw batched / loop"] > 0
+    assert row["tsw.sw batched / loop"] > 0
+
+
 def test_gradient_flow_tiny(tmp_path, capsys):
     args = ["--iters", "10", "--seeds", "1", "--n", "20", "--lines", "8", "--out", str(tmp_path)]
     assert gradient_flow.main(args) == 0
