@@ -630,9 +630,18 @@ def test_non_unit_directions():
     dirs = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]]], dtype=F64)
     with pytest.raises(
         ValueError,
-        match=lit("directions must have unit-norm rows (last dimension); got a row of norm 2"),
+        match=lit(
+            "directions must have unit-norm rows (last dimension) (norm 1 up to 1.0e-06 in "
+            "torch.float64); got one of norm 2"
+        ),
     ):
         ConcurrentLines(torch.zeros(1, 3, dtype=F64), dirs)
+    # one tolerance for every direction check: a float32-normalised direction passes in
+    # float64, as explicit projections do, and an error of 1e-5 does not
+    f32 = torch.nn.functional.normalize(torch.tensor([[[0.3, 0.7, 0.1]]]), dim=-1).double()
+    ConcurrentLines(torch.zeros(1, 3, dtype=F64), f32)
+    with pytest.raises(ValueError, match=lit("directions must have unit-norm rows")):
+        ConcurrentLines(torch.zeros(1, 3, dtype=F64), f32 * (1 + 1e-5))
     with pytest.raises(ValueError, match=lit("directions must have unit-norm rows")):
         ChainLines(torch.zeros(1, 2, 3, dtype=F64), dirs)
     zero = torch.zeros(1, 1, 3, dtype=F64)

@@ -33,6 +33,7 @@ from tsw.core._validation import (
     check_nonnegative_float,
     check_positive_int,
     check_tensor,
+    check_unit,
 )
 
 __all__ = [
@@ -174,15 +175,9 @@ def _unit_tol(dtype: torch.dtype) -> float:
 
 
 def _check_directions(directions: Tensor, name: str, validate: bool) -> None:
+    """Check unit rows to the tolerance of every other direction check (:func:`check_unit`)."""
     if validate:
-        check_finite(directions, name)
-        norms = torch.linalg.vector_norm(directions, dim=-1)
-        err = (norms - 1).abs().max()
-        if bool(err > _unit_tol(directions.dtype)):
-            raise ValueError(
-                f"{name} must have unit-norm rows (last dimension); got a row of norm "
-                f"{norms.reshape(-1)[(norms - 1).abs().argmax()].item():.6g}"
-            )
+        check_unit(directions, name, what="rows (last dimension)")
 
 
 def _check_pair(first: Tensor, fname: str, directions: Tensor, validate: object) -> None:
@@ -610,7 +605,8 @@ class SphericalTrees(_TreeCounts):
     directions : Tensor of shape (T, k, d+1) or (B, T, k, d+1)
         Unit tangent directions of the rays, orthogonal to their tree's root.
     validate : bool, default True
-        Check finiteness, unit norms and orthogonality (to ``1e3 * eps``).
+        Check finiteness, unit norms (to ``sphere_tol``: 1e-6 in float64, 1.2e-4 in
+        float32, as every direction check) and orthogonality (to ``1e3 * eps``).
 
     Raises
     ------
