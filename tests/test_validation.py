@@ -1962,7 +1962,7 @@ def test_wasserstein_1d_checks():
         tsw.wasserstein_1d(torch.tensor([0.0, math.inf]), v)
     with pytest.raises(ValueError, match=lit("u_weights must be non-negative")):
         tsw.wasserstein_1d(u, v, torch.tensor([1.5, -0.5]))
-    with pytest.raises(ValueError, match=lit("u_weights and v_weights must have equal totals")):
+    with pytest.raises(ValueError, match=lit("u_weights and v_weights must have equal total mass")):
         tsw.wasserstein_1d(u, v, torch.tensor([0.5, 0.6]))
     assert math.isfinite(float(tsw.wasserstein_1d(u, v, torch.tensor([0.5, 0.6]), validate=False)))
 

@@ -24,10 +24,12 @@ __all__ = [
     "check_choice",
     "check_chunk_size",
     "check_dtype_device",
+    "check_equal_totals",
     "check_mass",
     "check_measure",
     "check_measures",
     "check_measures_on_sphere",
+    "check_nonnegative",
     "check_nonnegative_int",
     "check_on_sphere",
     "check_options",
@@ -122,6 +124,41 @@ def check_unit(x: Tensor, name: str, *, dim: int = -1, what: str = "rows") -> No
         raise ValueError(
             f"{name} must have unit-norm {what} (norm 1 up to {tol:.1e} in {x.dtype}); got "
             f"one of norm {norms.reshape(-1)[err.argmax()].item():.6g}"
+        )
+
+
+def check_nonnegative(t: Tensor, name: str) -> None:
+    """Raise ``ValueError`` unless ``t`` is finite and non-negative (a value check)."""
+    check_finite(t, name)
+    if bool((t < 0).any()):
+        raise ValueError(f"{name} must be non-negative; got a minimum of {float(t.min()):.6g}")
+
+
+def check_equal_totals(
+    totals: tuple[Tensor | float, Tensor | float],
+    names: tuple[str, str],
+    dtype: torch.dtype,
+    *,
+    why: str = "",
+    batched: bool = False,
+) -> None:
+    """Raise ``ValueError`` unless two total masses agree to :func:`mass_rtol` (relative).
+
+    ``totals`` are numbers or broadcastable tensors (one total per batch item); the
+    message names ``names`` (e.g. ``("a.sum()", "b.sum()")``), ``why`` the requirement,
+    and with ``batched`` the first item where they differ most.
+    """
+    sa, sb = (torch.as_tensor(t, dtype=dtype) for t in totals)
+    sa, sb = torch.broadcast_tensors(sa, sb)
+    gap = (sa - sb).abs()
+    if bool((gap > mass_rtol(dtype) * torch.maximum(sa.abs(), sb.abs())).any()):
+        worst = int(gap.reshape(-1).argmax())
+        x, y = sa.reshape(-1)[worst].item(), sb.reshape(-1)[worst].item()
+        first, second = (n.removesuffix(".sum()") for n in names)
+        raise ValueError(
+            f"{first} and {second} must have equal total mass{why}; got "
+            f"{names[0]}={x:.10g} and {names[1]}={y:.10g}"
+            + (f" at batch index {worst}" if batched else "")
         )
 
 
@@ -221,11 +258,7 @@ def check_mass(value: object, name: str, X: Tensor, batched: bool, validate: boo
                 f"{name}.shape={tuple(value.shape)}"
             )
         if validate:
-            check_finite(value, name)
-            if bool((value < 0).any()):
-                raise ValueError(
-                    f"{name} must be non-negative; got a minimum of {float(value.min()):.6g}"
-                )
+            check_nonnegative(value, name)
         return value
     return torch.tensor(check_mass_number(value, name), dtype=X.dtype, device=X.device)
 
@@ -372,9 +405,7 @@ def _check_weights(
             f"{X_name}.shape={tuple(X.shape)}; got {name}.shape={tuple(w.shape)}"
         )
     if validate:
-        check_finite(w, name)
-        if bool((w < 0).any()):
-            raise ValueError(f"{name} must be non-negative; got a minimum of {w.min():.3g}")
+        check_nonnegative(w, name)
         if bool((w.sum(-1) <= 0).any()):
             raise ValueError(f"{name} must have a positive total mass; got a total of 0")
     return w
@@ -468,16 +499,13 @@ def check_measures(
     a = _check_weights(a, "a", X_s, "X_s", batched, validate)
     b = _check_weights(b, "b", X_t, "X_t", batched, validate)
     if balanced and validate:
-        sa, sb = a.sum(-1), b.sum(-1)
-        tol = mass_rtol(a.dtype) * torch.maximum(sa.abs(), sb.abs())
-        if bool(((sa - sb).abs() > tol).any()):
-            worst = int((sa - sb).abs().argmax())
-            raise ValueError(
-                "a and b must have equal total mass for a balanced distance; got "
-                f"a.sum()={sa.reshape(-1)[worst].item():.10g} and "
-                f"b.sum()={sb.reshape(-1)[worst].item():.10g}"
-                + (f" at batch index {worst}" if batched else "")
-            )
+        check_equal_totals(
+            (a.sum(-1), b.sum(-1)),
+            ("a.sum()", "b.sum()"),
+            a.dtype,
+            why=" for a balanced distance",
+            batched=batched,
+        )
     if not batched:
         X_s, X_t, a, b = X_s[None], X_t[None], a[None], b[None]
     return Measures(X_s, X_t, a, b, batched)

@@ -30,11 +30,12 @@ from tsw.core._safe import broadcast_shape, safe_root
 from tsw.core._sort import sort_last
 from tsw.core._validation import (
     check_bool,
+    check_equal_totals,
     check_finite,
+    check_nonnegative,
     check_p,
     check_same_device_dtype,
     check_tensor,
-    mass_rtol,
 )
 
 __all__ = ["line_cost", "line_system_cost", "tree_wasserstein"]
@@ -556,15 +557,10 @@ def tree_wasserstein(
         )
     if validate:
         for t, name in ((mass_s, "mass_s"), (mass_t, "mass_t"), (edge_lengths, "edge_lengths")):
-            check_finite(t, name)
-            if bool((t < 0).any()):
-                raise ValueError(f"{name} must be non-negative; got a minimum of {t.min():.3g}")
-        sa, sb = mass_s.sum(-1), mass_t.sum(-1)
-        if bool(((sa - sb).abs() > mass_rtol(sa.dtype) * torch.maximum(sa, sb)).any()):
-            raise ValueError(
-                "mass_s and mass_t must have equal total mass; got totals "
-                f"{sa.reshape(-1)[0].item():.10g} and {sb.reshape(-1)[0].item():.10g}"
-            )
+            check_nonnegative(t, name)
+        check_equal_totals(
+            (mass_s.sum(-1), mass_t.sum(-1)), ("mass_s.sum()", "mass_t.sum()"), mass_s.dtype
+        )
     pre, tout, root = _euler_tour(par)
     dev = mass_s.device
     pre_t = torch.as_tensor(pre, device=dev)

@@ -9,11 +9,12 @@ from tsw.core._safe import broadcast_shape
 from tsw.core._sort import sort_last
 from tsw.core._validation import (
     check_bool,
+    check_equal_totals,
     check_finite,
+    check_nonnegative,
     check_p,
     check_same_device_dtype,
     check_tensor,
-    mass_rtol,
 )
 
 __all__ = ["wasserstein_1d"]
@@ -108,27 +109,19 @@ def wasserstein_1d(
     if check_bool(validate, "validate"):
         for t, name in ((u_values, "u_values"), (v_values, "v_values")):
             check_finite(t, name)
-        totals: list[Tensor | None] = []
+        totals: list[Tensor | float] = []
         for weights, wname in ((u_weights, "u_weights"), (v_weights, "v_weights")):
-            if weights is None:
-                totals.append(None)
+            if weights is None:  # uniform weights sum to one
+                totals.append(1.0)
                 continue
-            check_finite(weights, wname)
-            if bool((weights < 0).any()):
-                raise ValueError(
-                    f"{wname} must be non-negative; got a minimum of {weights.min():.3g}"
-                )
+            check_nonnegative(weights, wname)
             totals.append(weights.sum(-1))
-        su = 1.0 if totals[0] is None else totals[0]
-        sv = 1.0 if totals[1] is None else totals[1]
-        diff = torch.as_tensor(su - sv).abs()
-        scale = torch.maximum(torch.as_tensor(su).abs(), torch.as_tensor(sv).abs())
-        if bool((diff > mass_rtol(u_values.dtype) * scale).any()):
-            raise ValueError(
-                "u_weights and v_weights must have equal totals (1 for the default uniform "
-                f"weights); got totals {torch.as_tensor(su).reshape(-1)[0].item():.10g} and "
-                f"{torch.as_tensor(sv).reshape(-1)[0].item():.10g}"
-            )
+        check_equal_totals(
+            (totals[0], totals[1]),
+            ("u_weights.sum()", "v_weights.sum()"),
+            u_values.dtype,
+            why=" (1 for the default uniform weights)",
+        )
     return quantile_cost(u_values, v_values, u_weights, v_weights, p)
 
 
