@@ -257,7 +257,7 @@ def check_spread(trees: TreeSystem | SphericalTrees, measures: Measures) -> None
     d = src.shape[-1]
     src = src.detach().reshape(src.shape[0] if trees.batch_size else 1, -1, d)
     far = torch.linalg.vector_norm(src - c[:, None].to(src.dtype), dim=-1).amax()
-    sigma, reach = float(spread), float(far)
+    sigma, reach = torch.stack([spread, far.to(spread.dtype)]).tolist()  # one synchronisation
     eps = torch.finfo(X.dtype).eps
     if sigma > 0 and eps * reach > SPREAD_RTOL * sigma:
         warnings.warn(
