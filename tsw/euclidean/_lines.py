@@ -80,20 +80,38 @@ class _RowProducts(torch.autograd.Function):
         return grad_rows, grad_Y
 
 
+class _SquaredNorm(torch.autograd.Function):
+    """``|y|^2`` along the last axis: a reduction forward, ``2 y g`` (one pass) backward."""
+
+    @staticmethod
+    def forward(ctx, Y: Tensor) -> Tensor:
+        ctx.save_for_backward(Y)
+        return torch.linalg.vector_norm(Y, dim=-1).square_()
+
+    @staticmethod
+    def backward(ctx, g: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        (Y,) = ctx.saved_tensors
+        return Y * (2 * g).unsqueeze(-1)
+
+
 def _centred_products(
     supports: tuple[Tensor, ...], rows: Tensor, c0: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """``<z - c0, row>`` for every row and every point of every support.
+    """``<z - c0, row>`` for every row and every point of every support, and ``|z - c0|^2``.
 
     ``supports`` are (B, n_i, d) point sets, ``rows`` (B|1, R, d), ``c0`` (B|1, 1, d).
-    Returns the products (B, R, n) with ``n = sum n_i`` and the centred points (B, n, d).
-    One product per support: a support that needs no gradient (a fixed target) costs no
-    backward matmul, and identical points of the two measures get bit-identical
-    coordinates.
+    Returns the products (B, R, n) with ``n = sum n_i`` and the squared norms (B, n) of
+    the centred points. One product per support: a support that needs no gradient (a
+    fixed target) costs no backward matmul, and identical points of the two measures get
+    bit-identical coordinates. No (B, n, d) tensor is concatenated and the squares are a
+    reduction (:class:`_SquaredNorm`), not a product: when blocks are small against N (the
+    memory budget at N = 2e6 cuts 2-tree blocks), each block's O(n d) passes are what
+    it costs.
     """
     centred = [Y - c0 for Y in supports]
     prods = [_RowProducts.apply(rows, Y) for Y in centred]
-    return torch.cat(prods, dim=-1), torch.cat(centred, dim=-2)
+    sq = [_SquaredNorm.apply(Y) for Y in centred]
+    return torch.cat(prods, dim=-1), torch.cat(sq, dim=-1)
 
 
 @overload
@@ -122,8 +140,8 @@ def _line_coordinates(
     Returns
     -------
     coords : Tensor of shape (B, T, k, n)
-    Zc : Tensor of shape (B, n, d)
-        The centred points.
+    sq : Tensor of shape (B, n)
+        ``|z - c0|^2``, the squared norms of the centred points.
     c0 : Tensor of shape (B|1, 1, d)
         The (detached) centre.
     zr : Tensor of shape (B, T, n) or None
@@ -135,15 +153,15 @@ def _line_coordinates(
     zr = None
     if roots is not None and roots.shape[0] == rows.shape[0]:
         # one matmul for the directions and the roots: (B|1, Tk + T, d)
-        prods, Zc = _centred_products(supports, torch.cat([rows, roots - c0], dim=-2), c0)
+        prods, sq = _centred_products(supports, torch.cat([rows, roots - c0], dim=-2), c0)
         zr = prods[:, T * k :]
     else:  # e.g. shared directions, roots translated to each item's centre
-        prods, Zc = _centred_products(supports, rows, c0)
+        prods, sq = _centred_products(supports, rows, c0)
         if roots is not None:
             zr = _centred_products(supports, roots - c0, c0)[0]
     B, n = prods.shape[0], prods.shape[-1]
     offset = (dirs * (sources - c0.unsqueeze(-2))).sum(-1).unsqueeze(-1)
-    return prods[:, : T * k].view(B, T, k, n) - offset, Zc, c0, zr
+    return prods[:, : T * k].view(B, T, k, n) - offset, sq, c0, zr
 
 
 def offsets(measures: Measures, trees: ConcurrentLines) -> Offsets:
@@ -173,10 +191,10 @@ def offsets(measures: Measures, trees: ConcurrentLines) -> Offsets:
         both, _, _, _ = _line_coordinates(supports, rows, roots.unsqueeze(-2))
         perp = both[:, :, k:].unflatten(2, (k, r))  # (B, T, k, r, n)
         return Offsets(both[:, :, :k], dirs, perp, None)
-    coords, Zc, c0, zr = _line_coordinates(supports, dirs, roots.unsqueeze(-2), roots)
+    coords, zsq, c0, zr = _line_coordinates(supports, dirs, roots.unsqueeze(-2), roots)
     Rc = roots - c0  # (B|1, T, d)
     # |z - x_tau|^2 = |z - c0|^2 - 2 <z - c0, x_tau - c0> + |x_tau - c0|^2, shape (B, T, n)
-    sq = (Zc * Zc).sum(-1).unsqueeze(1) - 2 * zr + (Rc * Rc).sum(-1).unsqueeze(-1)
+    sq = zsq.unsqueeze(1) - 2 * zr + (Rc * Rc).sum(-1).unsqueeze(-1)
     return Offsets(coords, dirs, None, sq.unsqueeze(2))
 
 
