@@ -160,12 +160,12 @@ def fingerprint(obj: Any, device: torch.device) -> Tensor:
     """
     rows = []
     for t in all_tensors(obj):
-        x = t.detach().to(torch.float64)
-        meta = torch.tensor([float(x.numel()), float(t.requires_grad)], dtype=torch.float64)
-        rows.append(torch.cat([meta.to(x.device), torch.stack([x.sum(), x.square().sum()])]))
+        x = t.detach().to(device=device, dtype=torch.float64)
+        n, g = x.new_tensor(float(x.numel())), x.new_tensor(float(t.requires_grad))
+        rows.append(torch.stack([n, g, x.sum(), x.square().sum()]))
     if not rows:
         return torch.zeros(9, dtype=torch.float64, device=device)
-    stats = torch.stack(rows).to(device)  # (tensors, 4)
+    stats = torch.stack(rows)  # (tensors, 4)
     weight = torch.arange(1, len(rows) + 1, dtype=torch.float64, device=device)
     count = torch.tensor([float(len(rows))], dtype=torch.float64, device=device)
     return torch.cat([count, stats.sum(0), weight @ stats])
