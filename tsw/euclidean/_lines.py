@@ -154,14 +154,17 @@ def _line_coordinates(
     if roots is not None and roots.shape[0] == rows.shape[0]:
         # one matmul for the directions and the roots: (B|1, Tk + T, d)
         prods, sq = _centred_products(supports, torch.cat([rows, roots - c0], dim=-2), c0)
-        zr = prods[:, T * k :]
+        # split, not two slices: its backward is one concatenation, where the slices'
+        # would fill a zero gradient of the whole product and add into it
+        line_rows, zr = prods.split([T * k, prods.shape[-2] - T * k], dim=-2)
     else:  # e.g. shared directions, roots translated to each item's centre
         prods, sq = _centred_products(supports, rows, c0)
+        line_rows = prods
         if roots is not None:
             zr = _centred_products(supports, roots - c0, c0)[0]
     B, n = prods.shape[0], prods.shape[-1]
     offset = (dirs * (sources - c0.unsqueeze(-2))).sum(-1).unsqueeze(-1)
-    return prods[:, : T * k].view(B, T, k, n) - offset, sq, c0, zr
+    return line_rows.view(B, T, k, n) - offset, sq, c0, zr
 
 
 def offsets(measures: Measures, trees: ConcurrentLines) -> Offsets:
@@ -189,8 +192,8 @@ def offsets(measures: Measures, trees: ConcurrentLines) -> Offsets:
         k, r = dirs.shape[-2], normals.shape[-2]
         rows = torch.cat([dirs, normals.flatten(-3, -2)], dim=-2)
         both, _, _, _ = _line_coordinates(supports, rows, roots.unsqueeze(-2))
-        perp = both[:, :, k:].unflatten(2, (k, r))  # (B, T, k, r, n)
-        return Offsets(both[:, :, :k], dirs, perp, None)
+        coords, perp = both.split([k, k * r], dim=2)  # one concatenation backward
+        return Offsets(coords, dirs, perp.unflatten(2, (k, r)), None)  # perp (B, T, k, r, n)
     coords, zsq, c0, zr = _line_coordinates(supports, dirs, roots.unsqueeze(-2), roots)
     Rc = roots - c0  # (B|1, T, d)
     # |z - x_tau|^2 = |z - c0|^2 - 2 <z - c0, x_tau - c0> + |x_tau - c0|^2, shape (B, T, n)
@@ -238,7 +241,7 @@ def line_distance(off: Offsets) -> Tensor:
     """Distance of every point to every line, shape (B, T, k, n)."""
     if off.perp is not None:
         if off.perp.shape[-2] == 1:  # the plane: |<z - x, normal>|, subgradient 0 on it
-            return off.perp[..., 0, :].abs()
+            return off.perp.squeeze(-2).abs()  # a view: no zero-filled backward
         q = _perp_sq(off.perp)
         return torch.zeros_like(off.coords) if q is None else SafeSqrt.apply(q)
     return LineDistance.apply(off.sq, off.coords)
