@@ -48,50 +48,52 @@ class Offsets(NamedTuple):
     sq: Tensor | None
 
 
-class _RowProducts(torch.autograd.Function):
-    """``rows @ Y^T`` of shape (B, R, m), with the gradient of ``Y`` formed contiguous.
+class _CentredProducts(torch.autograd.Function):
+    """``<y - c0, row>`` of shape (B, R, m) and ``|y - c0|^2`` of shape (B, m), fused.
 
-    ``rows`` (B|1, R, d), ``Y`` (B, m, d). Autograd's own backward of this product gives
-    the gradient of ``Y`` as a transposed (d, m) matrix; summed with the other gradients
-    of the points (the squared norms of the distances), that strided accumulation cost
-    more than the matmul itself at d = 3072. Here it is ``g^T @ rows``, contiguous.
+    ``rows`` (B|1, R, d), ``Y`` (B, m, d), ``c0`` (B|1, 1, d) detached. The centred
+    points are formed once and kept for the backward pass, which writes the gradient
+    of ``Y`` in one (m, d) pass: ``2 (y - c0) g_sq`` with ``g^T @ rows`` added in place
+    by the matrix product (``addmm``). Autograd's own graph (a subtraction, the product
+    and a squared norm) wrote two (m, d) gradients and summed them, and its product's
+    gradient was a transposed (d, m) matrix, whose strided accumulation cost more than
+    the matmul itself at d = 3072. When blocks are small against N (the memory budget
+    at N = 2e6 cuts 2-tree blocks), these (m, d) passes are what a block costs.
     """
 
     @staticmethod
-    def forward(ctx, rows: Tensor, Y: Tensor) -> Tensor:
-        ctx.save_for_backward(rows, Y)
+    def forward(ctx, rows: Tensor, Y: Tensor, c0: Tensor) -> tuple[Tensor, Tensor]:
+        Yc = Y - c0
+        ctx.save_for_backward(rows, Yc)
         if rows.shape[0] == 1 and Y.shape[0] == 1:  # a plain 2-D mm
-            return torch.mm(rows[0], Y[0].T).unsqueeze(0)
-        return torch.matmul(rows, Y.transpose(-1, -2))
+            prods = torch.mm(rows[0], Yc[0].T).unsqueeze(0)
+        else:
+            prods = torch.matmul(rows, Yc.transpose(-1, -2))
+        return prods, torch.linalg.vector_norm(Yc, dim=-1).square_()
 
     @staticmethod
-    def backward(ctx, g: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        rows, Y = ctx.saved_tensors
+    def backward(ctx, g: Tensor | None, g_sq: Tensor | None):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        rows, Yc = ctx.saved_tensors
         grad_rows = grad_Y = None
         if ctx.needs_input_grad[1]:
-            if rows.shape[0] == 1 and Y.shape[0] == 1:
-                grad_Y = torch.mm(g[0].T, rows[0]).unsqueeze(0)
-            else:
+            if g_sq is not None:
+                grad_Y = Yc * (2 * g_sq).unsqueeze(-1)
+            if g is None:
+                pass
+            elif rows.shape[0] == 1 and Yc.shape[0] == 1:  # 2-D: added in place by addmm
+                if grad_Y is None:
+                    grad_Y = torch.mm(g[0].T, rows[0]).unsqueeze(0)
+                else:
+                    grad_Y[0].addmm_(g[0].T, rows[0])
+            elif grad_Y is None:
                 grad_Y = torch.matmul(g.transpose(-1, -2), rows)
-        if ctx.needs_input_grad[0]:
-            grad_rows = torch.matmul(g, Y)
+            else:
+                grad_Y.baddbmm_(g.transpose(-1, -2), rows.expand(Yc.shape[0], -1, -1))
+        if ctx.needs_input_grad[0] and g is not None:
+            grad_rows = torch.matmul(g, Yc)
             if rows.shape[0] == 1:
                 grad_rows = grad_rows.sum(0, keepdim=True)
-        return grad_rows, grad_Y
-
-
-class _SquaredNorm(torch.autograd.Function):
-    """``|y|^2`` along the last axis: a reduction forward, ``2 y g`` (one pass) backward."""
-
-    @staticmethod
-    def forward(ctx, Y: Tensor) -> Tensor:
-        ctx.save_for_backward(Y)
-        return torch.linalg.vector_norm(Y, dim=-1).square_()
-
-    @staticmethod
-    def backward(ctx, g: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        (Y,) = ctx.saved_tensors
-        return Y * (2 * g).unsqueeze(-1)
+        return grad_rows, grad_Y, None
 
 
 def _centred_products(
@@ -101,16 +103,13 @@ def _centred_products(
 
     ``supports`` are (B, n_i, d) point sets, ``rows`` (B|1, R, d), ``c0`` (B|1, 1, d).
     Returns the products (B, R, n) with ``n = sum n_i`` and the squared norms (B, n) of
-    the centred points. One product per support: a support that needs no gradient (a
-    fixed target) costs no backward matmul, and identical points of the two measures get
-    bit-identical coordinates. No (B, n, d) tensor is concatenated and the squares are a
-    reduction (:class:`_SquaredNorm`), not a product: when blocks are small against N (the
-    memory budget at N = 2e6 cuts 2-tree blocks), each block's O(n d) passes are what
-    it costs.
+    the centred points (:class:`_CentredProducts`). One product per support: a support
+    that needs no gradient (a fixed target) costs no backward matmul, and identical
+    points of the two measures get bit-identical coordinates. No (B, n, d) tensor is
+    concatenated.
     """
-    centred = [Y - c0 for Y in supports]
-    prods = [_RowProducts.apply(rows, Y) for Y in centred]
-    sq = [_SquaredNorm.apply(Y) for Y in centred]
+    parts = [_CentredProducts.apply(rows, Y, c0) for Y in supports]
+    prods, sq = zip(*parts, strict=True)
     return torch.cat(prods, dim=-1), torch.cat(sq, dim=-1)
 
 
@@ -151,18 +150,19 @@ def _line_coordinates(
     T, k, d = dirs.shape[-3], dirs.shape[-2], dirs.shape[-1]
     rows = dirs.reshape(dirs.shape[0], T * k, d)
     zr = None
-    if roots is not None and roots.shape[0] == rows.shape[0]:
-        # one matmul for the directions and the roots: (B|1, Tk + T, d)
-        prods, sq = _centred_products(supports, torch.cat([rows, roots - c0], dim=-2), c0)
+    if roots is not None:
+        # one matmul for the directions and the roots: (B|1, Tk + T, d); shared
+        # directions with roots translated to each item's centre are expanded per item
+        # (small) so that the points are read once
+        Bm = max(rows.shape[0], roots.shape[0])
+        both = torch.cat([rows.expand(Bm, -1, -1), (roots - c0).expand(Bm, -1, -1)], dim=-2)
+        prods, sq = _centred_products(supports, both, c0)
         # split, not two slices: its backward is one concatenation, where the slices'
         # would fill a zero gradient of the whole product and add into it
-        line_rows, zr = prods.split([T * k, prods.shape[-2] - T * k], dim=-2)
-    else:  # e.g. shared directions, roots translated to each item's centre
-        prods, sq = _centred_products(supports, rows, c0)
-        line_rows = prods
-        if roots is not None:
-            zr = _centred_products(supports, roots - c0, c0)[0]
-    B, n = prods.shape[0], prods.shape[-1]
+        line_rows, zr = prods.split([T * k, T], dim=-2)
+    else:
+        line_rows, sq = _centred_products(supports, rows, c0)
+    B, n = line_rows.shape[0], line_rows.shape[-1]
     offset = (dirs * (sources - c0.unsqueeze(-2))).sum(-1).unsqueeze(-1)
     return line_rows.view(B, T, k, n) - offset, sq, c0, zr
 
