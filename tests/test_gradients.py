@@ -55,3 +55,36 @@ def test_db_tsw_gradcheck_above_the_explicit_residual_dimension(d, delta, p, ort
     # the gradient is not trivially zero in either the points or the weights
     grads = torch.autograd.grad(f(*leaves), leaves)
     assert all(float(g.abs().max()) > 1e-6 for g in grads)
+
+
+@pytest.mark.parametrize(("rows_batch", "points_batch"), [(1, 1), (1, 3), (3, 3), (3, 1)])
+def test_centred_products_backward_equals_autograd_of_the_formula(rows_batch, points_batch):
+    """The fused products and squared norms against autograd of ``(Y - c0)`` written out.
+
+    ``_CentredProducts`` writes the gradient of ``Y`` in place (``addmm``/``baddbmm``);
+    the reference is torch's own graph of a subtraction, a product and a squared norm,
+    with both outputs weighted by random upstream gradients, for every batch layout of
+    the rows and the points (shared rows, batched rows against one item's points).
+    """
+    from tsw.euclidean._lines import _CentredProducts
+
+    g = torch.Generator().manual_seed(rows_batch * 10 + points_batch)
+    rows = torch.randn(rows_batch, 5, 4, generator=g, dtype=F64, requires_grad=True)
+    Y = torch.randn(points_batch, 6, 4, generator=g, dtype=F64, requires_grad=True)
+    c0 = torch.randn(1, 1, 4, generator=g, dtype=F64)
+    B = max(rows_batch, points_batch)
+    w_prods = torch.randn(B, 5, 6, generator=g, dtype=F64)
+    w_sq = torch.randn(points_batch, 6, generator=g, dtype=F64)
+
+    prods, sq = _CentredProducts.apply(rows, Y, c0)
+    got = torch.autograd.grad((prods * w_prods).sum() + (sq * w_sq).sum(), (rows, Y))
+    Yc = Y - c0
+    ref_prods, ref_sq = rows @ Yc.transpose(-1, -2), (Yc * Yc).sum(-1)
+    torch.testing.assert_close(prods, ref_prods, rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(sq, ref_sq, rtol=1e-13, atol=1e-13)
+    want = torch.autograd.grad((ref_prods * w_prods).sum() + (ref_sq * w_sq).sum(), (rows, Y))
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    # each output alone (the other's gradient is then zero or absent)
+    assert torch.autograd.gradcheck(lambda r, y: _CentredProducts.apply(r, y, c0)[0], (rows, Y))
+    assert torch.autograd.gradcheck(lambda r, y: _CentredProducts.apply(r, y, c0)[1], (rows, Y))

@@ -85,8 +85,11 @@ class _CentredProducts(torch.autograd.Function):
                     grad_Y = torch.mm(g[0].T, rows[0]).unsqueeze(0)
                 else:
                     grad_Y[0].addmm_(g[0].T, rows[0])
-            elif grad_Y is None:
-                grad_Y = torch.matmul(g.transpose(-1, -2), rows)
+            elif grad_Y is None or g.shape[0] != Yc.shape[0]:
+                prod = torch.matmul(g.transpose(-1, -2), rows)
+                if prod.shape[0] != Yc.shape[0]:  # batched rows against one item's points
+                    prod = prod.sum(0, keepdim=True)
+                grad_Y = prod if grad_Y is None else prod.add_(grad_Y)
             else:
                 grad_Y.baddbmm_(g.transpose(-1, -2), rows.expand(Yc.shape[0], -1, -1))
         if ctx.needs_input_grad[0] and g is not None:
