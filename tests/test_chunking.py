@@ -238,3 +238,39 @@ def test_auto_blocks_on_accelerators_follow_only_the_memory_budget():
     # 16 float32 elements per (line x atom): 4 items x 4 lines x 2e4 atoms x 64 B = 20.5 MB a
     # tree, so 104 trees fit in 2 GiB; on the CPU the cache target would cut 13-tree blocks
     assert plan == [(0, 4, 0, 104), (0, 4, 104, 208), (0, 4, 208, 250)]
+
+
+@pytest.mark.parametrize("d", [2, 8])
+@pytest.mark.parametrize("batched", [False, True])
+def test_front_end_centres_the_points_once_per_call(monkeypatch, d, batched):
+    """The Euclidean tree distances centre and square the points once, not per block.
+
+    With ``chunk_size=1`` and 5 trees, the squared norms are formed once per support
+    (by :func:`tsw.euclidean._lines.centre`), and every block's products read the
+    centred points as they are (``c0=None``: no (n, d) subtraction, no squares).
+    """
+    import tsw.euclidean._lines as lines
+
+    squares, products = [], []
+    norm_apply, prod_apply = lines._SquaredNorm.apply, lines._CentredProducts.apply
+
+    def count_norm(Y):
+        squares.append(tuple(Y.shape))
+        return norm_apply(Y)
+
+    def count_prod(rows, Y, c0):
+        products.append(c0 is None)
+        return prod_apply(rows, Y, c0)
+
+    monkeypatch.setattr(lines._SquaredNorm, "apply", count_norm)
+    monkeypatch.setattr(lines._CentredProducts, "apply", count_prod)
+    X, Y, a, b = _data(d=d)
+    if batched:
+        X, Y, a, b = (torch.stack([t, t.flip(0)]) for t in (X, Y, a, b))
+    Xs = X.clone().requires_grad_(True)
+    value = tsw.db_tsw(Xs, Y, a, b, n_trees=5, seed=0, chunk_size=1)
+    value.sum().backward()
+    assert len(squares) == 2  # X_s and X_t, once
+    assert len(products) == 5 * 2  # 5 blocks, 2 supports
+    assert all(products)  # every block reads the centred points as they are
+    assert bool(torch.isfinite(Xs.grad).all())

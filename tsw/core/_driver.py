@@ -108,6 +108,10 @@ class Projection(NamedTuple):
     n_source: int = 0
 
 
+#: A front end of :meth:`Problem.evaluate`: ``(measures, slices) -> (measures, slices)``,
+#: applied once per call before the blocks (see :func:`tsw.euclidean._lines.centre`).
+Front: TypeAlias = Callable[[Measures, Any], tuple[Measures, Any]]
+
 #: What a distance returns: a tensor, or for numpy inputs a numpy array (a numpy scalar
 #: when unbatched); with ``log=True``, the pair ``(value, log)``.
 Value: TypeAlias = Tensor | np.ndarray | np.generic
@@ -601,6 +605,7 @@ class Problem:
         *,
         projections: Tensor | None = None,
         narrow: Callable[[Any, int, int], Any] | None = None,
+        front: Front | None = None,
     ) -> Result:
         """Project, apply the closed form, and finish (see :meth:`finish`).
 
@@ -608,10 +613,13 @@ class Problem:
         :meth:`_blocks` and ``chunk_size`` in :data:`CHUNK_DOC`): no block's graph
         outlives it, so the peak working memory is that of one block.
         ``narrow(slices, start, stop)`` cuts a block (tree containers and (d, L)
-        directions by default).
+        directions by default). ``front(measures, slices)``, once per call before the
+        blocks (differentiated once), may return translated measures and slices that
+        every block reads, with what it computed once in ``measures.sq``
+        (:func:`tsw.euclidean._lines.centre`).
         """
         self.check_range()
-        per_slice = self._per_slice(project, slices, cost, narrow)
+        per_slice = self._per_slice(project, slices, cost, narrow, front)
         return self.finish(per_slice, slices, projections)
 
     def check_range(self) -> None:
@@ -629,6 +637,7 @@ class Problem:
         slices: Any,
         cost: Callable[[Projection, float], Tensor],
         narrow: Callable[[Any, int, int], Any] | None,
+        front: Front | None = None,
     ) -> Tensor:
         def run(measures: Measures, block: Any) -> Tensor:
             return cost(project(measures, block), self.p)
@@ -636,27 +645,34 @@ class Problem:
         counts = slice_counts(slices if narrow is None else slices[0])
         narrow = narrow_slices if narrow is None else narrow
         if self.group is not None:
-            return self._distributed(run, slices, counts, narrow)
+            return self._distributed(run, slices, counts, narrow, front)
         if counts is None:  # slices that are not cut into blocks (S3W's rotations)
             return run(self.measures, slices)
-        return self._blocks(run, self.measures, slices, counts, narrow)
+        return self._blocks(run, self.measures, slices, counts, narrow, front)
 
-    def _blocks(self, run, measures: Measures, slices, counts, narrow) -> Tensor:
+    def _blocks(
+        self, run, measures: Measures, slices, counts, narrow, front: Front | None = None
+    ) -> Tensor:
         """All ``counts[0]`` slices, in the blocks of :meth:`plan_blocks`.
 
+        ``front`` first maps the measures and the slices once (see :meth:`evaluate`);
+        its ``measures.sq`` travel with the supports as inputs of every block.
         Under grad mode the blocks go through :class:`_BlockCosts`, which forms each
         block's gradient during the forward pass (no block's graph outlives it, and no
         forward is recomputed), or, when a block depends on other tensors that require
         grad (a learnable split, a tensor mass), through activation checkpointing.
         """
-        inputs = tuple(measures[:4])
+        if front is not None:
+            measures, slices = front(measures, slices)
+        inputs = tuple(measures[:4]) + (measures.sq or ())
         blocks = self.plan_blocks(counts, inputs, slices)
         if len(blocks) == 1:
             return run(measures, slices)
 
         def block(tensors: tuple[Tensor, ...], i0: int, i1: int, t0: int, t1: int) -> Tensor:
-            X_s, X_t, a, b = tensors
-            return run(Measures(X_s, X_t, a, b, measures.batched), narrow(slices, t0, t1))
+            X_s, X_t, a, b, *sq = tensors
+            local = Measures(X_s, X_t, a, b, measures.batched, (sq[0], sq[1]) if sq else None)
+            return run(local, narrow(slices, t0, t1))
 
         needs = [torch.is_grad_enabled() and t.requires_grad for t in inputs]
         if not any(needs):
@@ -674,7 +690,7 @@ class Problem:
         ]
         return _assemble(parts, blocks)
 
-    def _distributed(self, run, slices, counts, narrow) -> Tensor:
+    def _distributed(self, run, slices, counts, narrow, front: Front | None = None) -> Tensor:
         """Evaluate this rank's share of the slices; gather every rank's costs."""
         group = self.group
         if group is None:  # not reached: called with a group only
@@ -700,10 +716,11 @@ class Problem:
                 "rank would get only its share of their gradient); detach them"
             )
         lo, hi = group.share(T)
-        X_s, X_t, a, b, batched = self.measures
+        X_s, X_t, a, b, batched, _ = self.measures
         X_s, X_t, a, b = (sum_gradients(t, group) for t in (X_s, X_t, a, b))
         shared = Measures(X_s, X_t, a, b, batched)
-        part = self._blocks(run, shared, narrow(slices, lo, hi), (hi - lo, counts[1]), narrow)
+        share = narrow(slices, lo, hi)
+        part = self._blocks(run, shared, share, (hi - lo, counts[1]), narrow, front)
         return gather_slices(part, group, T)
 
     def plan_blocks(
@@ -731,9 +748,10 @@ class Problem:
         memory_trees = max(1, MEMORY_BUDGET // max(B * per_tree, 1))
         if X.device.type != "cpu":
             return [(0, B, t, min(t + memory_trees, T)) for t in range(0, T, memory_trees)]
-        # each block also pays O(atoms x d) (centring, the gradient's product and sum):
-        # at least d / 3 lines a block keep that a small share (measured best at 40 lines
-        # for d = 128, N = 1e5, where 8-line blocks were 3.6x slower than 40-line ones)
+        # each block also pays O(atoms x d) (the product, its gradient and their sum; the
+        # centring too where no front end did it once): at least d / 3 lines a block keep
+        # that a small share (measured best at 40 lines for d = 128, N = 1e5, where
+        # 8-line blocks were 3.6x slower than 40-line ones, before the front end)
         min_trees = -(-X.shape[-1] // (3 * k))
         item = T * k * atoms  # elements of one item's slices
         if B * item <= 2 * CACHE_BLOCK_ELEMENTS and memory_trees >= T:

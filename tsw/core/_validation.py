@@ -56,6 +56,10 @@ class Measures(NamedTuple):
         Non-negative weights (uniform ``1/N`` and ``1/M`` when not given).
     batched : bool
         Whether the caller passed batched inputs; unbatched calls return 0-d tensors.
+    sq : (Tensor of shape (B, N), Tensor of shape (B, M)) or None
+        Set by a front end that translated the supports (and the slices with them),
+        such as :func:`tsw.euclidean._lines.centre`: the squared norms of the
+        translated points, computed once for all blocks; None otherwise.
     """
 
     X_s: Tensor
@@ -63,6 +67,7 @@ class Measures(NamedTuple):
     a: Tensor
     b: Tensor
     batched: bool
+    sq: tuple[Tensor, Tensor] | None = None
 
 
 def mass_rtol(dtype: torch.dtype) -> float:

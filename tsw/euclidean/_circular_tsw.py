@@ -27,7 +27,13 @@ from tsw.core._validation import (
 )
 from tsw.core.splits import distance_split, uniform_split
 from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
-from tsw.euclidean._lines import line_distance, offsets, point_distance, radial_distance
+from tsw.euclidean._lines import (
+    centre,
+    line_distance,
+    offsets,
+    point_distance,
+    radial_distance,
+)
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -244,8 +250,10 @@ def circular_tsw(
     )
     project = partial(circular_projection, radius=radius, delta=delta, split=split)
     if compat:
-        return problem.evaluate(project, trees, partial(_published_cost, r0=radius == 0))
-    return problem.evaluate(project, trees)
+        return problem.evaluate(
+            project, trees, partial(_published_cost, r0=radius == 0), front=centre
+        )
+    return problem.evaluate(project, trees, front=centre)
 
 
 def circular_projection(

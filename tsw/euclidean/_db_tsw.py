@@ -19,7 +19,7 @@ from tsw.core._validation import (
 )
 from tsw.core.splits import distance_split, uniform_split
 from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
-from tsw.euclidean._lines import project
+from tsw.euclidean._lines import centre, project
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -208,7 +208,7 @@ def db_tsw(
         sampling=sampling,
         directions=directions,
     )
-    return problem.evaluate(partial(db_projection, delta=delta), trees)
+    return problem.evaluate(partial(db_projection, delta=delta), trees, front=centre)
 
 
 def resolve_db_trees(

@@ -15,7 +15,7 @@ from torch import Tensor
 from tsw.core._safe import LineDistance, SafeSqrt
 from tsw.core._slices import with_batch_axis
 from tsw.core._validation import Measures
-from tsw.core.trees import ConcurrentLines, TreeSystem
+from tsw.core.trees import ChainLines, ConcurrentLines, TreeSystem
 
 #: Up to this dimension the point-to-line distance is the norm of the cross product
 #: ``theta x (z - x)``, whose ``d - 1`` (d = 2) or 3 (d = 3) coordinates come from the
@@ -62,14 +62,15 @@ class _CentredProducts(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, rows: Tensor, Y: Tensor, c0: Tensor) -> tuple[Tensor, Tensor]:
-        Yc = Y - c0
+    def forward(ctx, rows: Tensor, Y: Tensor, c0: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        # c0 None: the points are already centred (by :func:`centre`), squares not needed
+        Yc = Y if c0 is None else Y - c0
         ctx.save_for_backward(rows, Yc)
         if rows.shape[0] == 1 and Y.shape[0] == 1:  # a plain 2-D mm
             prods = torch.mm(rows[0], Yc[0].T).unsqueeze(0)
         else:
             prods = torch.matmul(rows, Yc.transpose(-1, -2))
-        return prods, torch.linalg.vector_norm(Yc, dim=-1).square_()
+        return prods, None if c0 is None else torch.linalg.vector_norm(Yc, dim=-1).square_()
 
     @staticmethod
     def backward(ctx, g: Tensor | None, g_sq: Tensor | None):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
@@ -99,12 +100,27 @@ class _CentredProducts(torch.autograd.Function):
         return grad_rows, grad_Y, None
 
 
+class _SquaredNorm(torch.autograd.Function):
+    """``|y|^2`` along the last axis: a reduction forward, ``2 y g`` (one pass) backward."""
+
+    @staticmethod
+    def forward(ctx, Y: Tensor) -> Tensor:
+        ctx.save_for_backward(Y)
+        return torch.linalg.vector_norm(Y, dim=-1).square_()
+
+    @staticmethod
+    def backward(ctx, g: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        (Y,) = ctx.saved_tensors
+        return Y * (2 * g).unsqueeze(-1)
+
+
 def _centred_products(
-    supports: tuple[Tensor, ...], rows: Tensor, c0: Tensor
-) -> tuple[Tensor, Tensor]:
+    supports: tuple[Tensor, ...], rows: Tensor, c0: Tensor | None
+) -> tuple[Tensor, Tensor | None]:
     """``<z - c0, row>`` for every row and every point of every support, and ``|z - c0|^2``.
 
-    ``supports`` are (B, n_i, d) point sets, ``rows`` (B|1, R, d), ``c0`` (B|1, 1, d).
+    ``supports`` are (B, n_i, d) point sets, ``rows`` (B|1, R, d), ``c0`` (B|1, 1, d),
+    or None for points already centred (then no squares are formed: None).
     Returns the products (B, R, n) with ``n = sum n_i`` and the squared norms (B, n) of
     the centred points (:class:`_CentredProducts`). One product per support: a support
     that needs no gradient (a fixed target) costs no backward matmul, and identical
@@ -112,44 +128,90 @@ def _centred_products(
     concatenated.
     """
     parts = [_CentredProducts.apply(rows, Y, c0) for Y in supports]
-    prods, sq = zip(*parts, strict=True)
-    return torch.cat(prods, dim=-1), torch.cat(sq, dim=-1)
+    prods = torch.cat([p for p, _ in parts], dim=-1)
+    if c0 is None:
+        return prods, None
+    return prods, torch.cat([q for _, q in parts], dim=-1)
+
+
+def centre(measures: Measures, trees: TreeSystem) -> tuple[Measures, TreeSystem]:
+    r"""Translate the points and the trees by the trees' mean root, once for all blocks.
+
+    The front end of the Euclidean tree distances (``Problem.evaluate(front=centre)``):
+    the value is unchanged (the coordinates on the lines and the distances to them are
+    translation-invariant), and the driver's blocks of trees then read centred points
+    and their squared norms ``|z - c|^2`` (``measures.sq``) instead of centring and
+    squaring the (n, d) points in every block: when the memory budget cuts blocks of
+    one or two trees (N = 4e6, d = 128), those passes were most of a block. The centre
+    ``c`` (detached, per item for batched trees) is the mean root of all the trees, so
+    that the expanded squares stay well conditioned for data far from the origin.
+    """
+    if measures.sq is not None:
+        return measures, trees
+    c = with_batch_axis(trees.roots, 2).detach().mean(dim=-2, keepdim=True)  # (B|1, 1, d)
+    X_s, X_t = measures.X_s - c, measures.X_t - c
+    sq = (_SquaredNorm.apply(X_s), _SquaredNorm.apply(X_t))
+    if isinstance(trees, ConcurrentLines):
+        shift = c if trees.roots.ndim == 3 else c[0]
+        moved: TreeSystem = ConcurrentLines(trees.roots - shift, trees.directions, validate=False)
+    else:
+        shift = c.unsqueeze(-2) if trees.sources.ndim == 4 else c
+        moved = ChainLines(trees.sources - shift, trees.directions, validate=False)
+    return measures._replace(X_s=X_s, X_t=X_t, sq=sq), moved
 
 
 @overload
 def _line_coordinates(
-    supports: tuple[Tensor, ...], dirs: Tensor, sources: Tensor, roots: Tensor
+    supports: tuple[Tensor, ...],
+    dirs: Tensor,
+    sources: Tensor,
+    roots: Tensor,
+    squares: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]: ...
 
 
 @overload
 def _line_coordinates(
-    supports: tuple[Tensor, ...], dirs: Tensor, sources: Tensor, roots: None = None
-) -> tuple[Tensor, Tensor, Tensor, None]: ...
+    supports: tuple[Tensor, ...],
+    dirs: Tensor,
+    sources: Tensor,
+    roots: None = None,
+    squares: tuple[Tensor, Tensor] | None = None,
+) -> tuple[Tensor, Tensor | None, Tensor, None]: ...
 
 
 def _line_coordinates(
-    supports: tuple[Tensor, ...], dirs: Tensor, sources: Tensor, roots: Tensor | None = None
-) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    supports: tuple[Tensor, ...],
+    dirs: Tensor,
+    sources: Tensor,
+    roots: Tensor | None = None,
+    squares: tuple[Tensor, Tensor] | None = None,
+) -> tuple[Tensor, Tensor | None, Tensor, Tensor | None]:
     """``<z - source_l, theta_l>`` for every line, on data centred on the mean root.
 
     ``supports`` (B, n_i, d) each, ``dirs`` (B|1, T, k, d), ``sources`` (B|1, T, k|1, d)
     with the root at index 0 of the line axis; ``roots`` (B|1, T, d), optional, adds
     ``<z - c0, x_tau - c0>`` to the same matmul. Centring on the mean root is
     translation-invariant and keeps expanded squares well conditioned when the data sit
-    far from the origin.
+    far from the origin. ``squares``: the points and the trees were already centred
+    (:func:`centre`, ``measures.sq``), these are the points' squared norms, and
+    ``c0 = 0``.
 
     Returns
     -------
     coords : Tensor of shape (B, T, k, n)
-    sq : Tensor of shape (B, n)
-        ``|z - c0|^2``, the squared norms of the centred points.
+    sq : Tensor of shape (B, n) or None
+        ``|z - c0|^2``, the squared norms of the centred points (None for pre-centred
+        points without ``roots``, where they are not needed).
     c0 : Tensor of shape (B|1, 1, d)
         The (detached) centre.
     zr : Tensor of shape (B, T, n) or None
         ``<z - c0, x_tau - c0>`` when ``roots`` is given.
     """
+    centred = squares is not None
     c0 = sources[..., 0, :].detach().mean(dim=-2, keepdim=True)  # (B|1, 1, d)
+    if centred:
+        c0 = torch.zeros_like(c0)
     T, k, d = dirs.shape[-3], dirs.shape[-2], dirs.shape[-1]
     rows = dirs.reshape(dirs.shape[0], T * k, d)
     zr = None
@@ -159,12 +221,14 @@ def _line_coordinates(
         # (small) so that the points are read once
         Bm = max(rows.shape[0], roots.shape[0])
         both = torch.cat([rows.expand(Bm, -1, -1), (roots - c0).expand(Bm, -1, -1)], dim=-2)
-        prods, sq = _centred_products(supports, both, c0)
+        prods, sq = _centred_products(supports, both, None if centred else c0)
         # split, not two slices: its backward is one concatenation, where the slices'
         # would fill a zero gradient of the whole product and add into it
         line_rows, zr = prods.split([T * k, T], dim=-2)
     else:
-        line_rows, sq = _centred_products(supports, rows, c0)
+        line_rows, sq = _centred_products(supports, rows, None if centred else c0)
+    if squares is not None and roots is not None:
+        sq = torch.cat(squares, dim=-1)
     B, n = line_rows.shape[0], line_rows.shape[-1]
     offset = (dirs * (sources - c0.unsqueeze(-2))).sum(-1).unsqueeze(-1)
     return line_rows.view(B, T, k, n) - offset, sq, c0, zr
@@ -194,10 +258,10 @@ def offsets(measures: Measures, trees: ConcurrentLines) -> Offsets:
         normals = cross_rows(dirs)  # (B|1, T, k, r, d)
         k, r = dirs.shape[-2], normals.shape[-2]
         rows = torch.cat([dirs, normals.flatten(-3, -2)], dim=-2)
-        both, _, _, _ = _line_coordinates(supports, rows, roots.unsqueeze(-2))
+        both, _, _, _ = _line_coordinates(supports, rows, roots.unsqueeze(-2), None, measures.sq)
         coords, perp = both.split([k, k * r], dim=2)  # one concatenation backward
         return Offsets(coords, dirs, perp.unflatten(2, (k, r)), None)  # perp (B, T, k, r, n)
-    coords, zsq, c0, zr = _line_coordinates(supports, dirs, roots.unsqueeze(-2), roots)
+    coords, zsq, c0, zr = _line_coordinates(supports, dirs, roots.unsqueeze(-2), roots, measures.sq)
     Rc = roots - c0  # (B|1, T, d)
     # |z - x_tau|^2 = |z - c0|^2 - 2 <z - c0, x_tau - c0> + |x_tau - c0|^2, shape (B, T, n)
     sq = zsq.unsqueeze(1) - 2 * zr + (Rc * Rc).sum(-1).unsqueeze(-1)
@@ -323,5 +387,7 @@ def project(
         sources = with_batch_axis(trees.roots, 2).unsqueeze(-2)  # (B|1, T, 1, d)
     else:
         sources = with_batch_axis(trees.sources, 3)  # (B|1, T, k, d)
-    coords, _, _, _ = _line_coordinates((measures.X_s, measures.X_t), dirs, sources)
+    coords, _, _, _ = _line_coordinates(
+        (measures.X_s, measures.X_t), dirs, sources, None, measures.sq
+    )
     return coords, None

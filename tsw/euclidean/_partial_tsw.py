@@ -19,6 +19,7 @@ from tsw.core._driver import Problem, Projection, Result, closed_form, driver_op
 from tsw.core._validation import Measures, check_mass, check_nonnegative_float
 from tsw.core.trees import ConcurrentLines
 from tsw.euclidean._db_tsw import db_projection, resolve_db_trees
+from tsw.euclidean._lines import centre
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -259,4 +260,4 @@ def partial_tsw(
         per_tree = closed_form(projection, p)
         return per_tree + price * (m_s - m_t).abs().pow(p) if price > 0 else per_tree
 
-    return problem.evaluate(project, trees, cost)
+    return problem.evaluate(project, trees, cost, front=centre)

@@ -14,7 +14,7 @@ from tsw.core._slices import resolve_trees, with_batch_axis
 from tsw.core._validation import OPTION_CHECKS, Measures, check_choice
 from tsw.core.splits import check_alpha, constant_split, uniform_split
 from tsw.core.trees import ChainLines, ConcurrentLines, sample_chain_lines, sample_concurrent_lines
-from tsw.euclidean._lines import project
+from tsw.euclidean._lines import centre, project
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -191,7 +191,7 @@ def tsw_sl(
     else:
         T, k = resolved.n_trees, resolved.n_lines
         split = constant_split(check_alpha(alpha, T, k, X, validate))
-    return problem.evaluate(partial(constant_split_projection, split=split), resolved)
+    return problem.evaluate(partial(constant_split_projection, split=split), resolved, front=centre)
 
 
 def constant_split_projection(
