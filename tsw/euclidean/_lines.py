@@ -59,6 +59,8 @@ class _CentredProducts(torch.autograd.Function):
     gradient was a transposed (d, m) matrix, whose strided accumulation cost more than
     the matmul itself at d = 3072. When blocks are small against N (the memory budget
     at N = 2e6 cuts 2-tree blocks), these (m, d) passes are what a block costs.
+    ``c0=None``: the points are already centred (:func:`centre`); they are read as they
+    are, and no squares are formed (the second output is None).
     """
 
     @staticmethod
@@ -209,9 +211,10 @@ def _line_coordinates(
         ``<z - c0, x_tau - c0>`` when ``roots`` is given.
     """
     centred = squares is not None
-    c0 = sources[..., 0, :].detach().mean(dim=-2, keepdim=True)  # (B|1, 1, d)
-    if centred:
-        c0 = torch.zeros_like(c0)
+    if centred:  # points and trees already translated by the centre
+        c0 = sources.new_zeros(sources.shape[0], 1, sources.shape[-1])
+    else:
+        c0 = sources[..., 0, :].detach().mean(dim=-2, keepdim=True)  # (B|1, 1, d)
     T, k, d = dirs.shape[-3], dirs.shape[-2], dirs.shape[-1]
     rows = dirs.reshape(dirs.shape[0], T * k, d)
     zr = None
