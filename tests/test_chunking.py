@@ -274,3 +274,21 @@ def test_front_end_centres_the_points_once_per_call(monkeypatch, d, batched):
     assert len(products) == 5 * 2  # 5 blocks, 2 supports
     assert all(products)  # every block reads the centred points as they are
     assert bool(torch.isfinite(Xs.grad).all())
+
+
+@pytest.mark.parametrize("d", [2, 5])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda X, Y: tsw.db_tsw(X, Y, n_trees=3, seed=0),
+        lambda X, Y: tsw.circular_tsw(X, Y, radius=0.1, n_trees=3, seed=0),
+        lambda X, Y: tsw.tsw_sl(X, Y, n_trees=3, seed=0),
+        lambda X, Y: tsw.partial_tsw(X, Y, mass_t=0.8, n_trees=3, seed=0),
+    ],
+    ids=["db_tsw", "circular_tsw", "tsw_sl", "partial_tsw"],
+)
+def test_empty_batch_through_the_front_end(call, d):
+    """A batch of zero items gives zero values (the centre's broadcast keeps B = 0)."""
+    X, Y = torch.zeros(0, 5, d, dtype=F64), torch.zeros(0, 6, d, dtype=F64)
+    value = call(X, Y)
+    assert value.shape == (0,)

@@ -222,7 +222,7 @@ def _line_coordinates(
         # one matmul for the directions and the roots: (B|1, Tk + T, d); shared
         # directions with roots translated to each item's centre are expanded per item
         # (small) so that the points are read once
-        Bm = max(rows.shape[0], roots.shape[0])
+        Bm = roots.shape[0] if rows.shape[0] == 1 else rows.shape[0]  # broadcast (B may be 0)
         both = torch.cat([rows.expand(Bm, -1, -1), (roots - c0).expand(Bm, -1, -1)], dim=-2)
         prods, sq = _centred_products(supports, both, None if centred else c0)
         # split, not two slices: its backward is one concatenation, where the slices'
