@@ -246,24 +246,24 @@ def test_front_end_centres_the_points_once_per_call(monkeypatch, d, batched):
     """The Euclidean tree distances centre and square the points once, not per block.
 
     With ``chunk_size=1`` and 5 trees, the squared norms are formed once per support
-    (by :func:`tsw.euclidean._lines.centre`), and every block's products read the
-    centred points as they are (``c0=None``: no (n, d) subtraction, no squares).
+    (by the driver's front end, :func:`tsw.euclidean._lines.centre`), not once per block,
+    and every block reads the points with one product per support.
     """
     import tsw.euclidean._lines as lines
 
     squares, products = [], []
-    norm_apply, prod_apply = lines._SquaredNorm.apply, lines._CentredProducts.apply
+    norm_apply, prod_apply = lines._SquaredNorm.apply, lines._Products.apply
 
     def count_norm(Y):
         squares.append(tuple(Y.shape))
         return norm_apply(Y)
 
-    def count_prod(rows, Y, c0):
-        products.append(c0 is None)
-        return prod_apply(rows, Y, c0)
+    def count_prod(rows, Y):
+        products.append(tuple(Y.shape))
+        return prod_apply(rows, Y)
 
     monkeypatch.setattr(lines._SquaredNorm, "apply", count_norm)
-    monkeypatch.setattr(lines._CentredProducts, "apply", count_prod)
+    monkeypatch.setattr(lines._Products, "apply", count_prod)
     X, Y, a, b = _data(d=d)
     if batched:
         X, Y, a, b = (torch.stack([t, t.flip(0)]) for t in (X, Y, a, b))
@@ -272,7 +272,6 @@ def test_front_end_centres_the_points_once_per_call(monkeypatch, d, batched):
     value.sum().backward()
     assert len(squares) == 2  # X_s and X_t, once
     assert len(products) == 5 * 2  # 5 blocks, 2 supports
-    assert all(products)  # every block reads the centred points as they are
     assert bool(torch.isfinite(Xs.grad).all())
 
 

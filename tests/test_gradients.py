@@ -58,33 +58,63 @@ def test_db_tsw_gradcheck_above_the_explicit_residual_dimension(d, delta, p, ort
 
 
 @pytest.mark.parametrize(("rows_batch", "points_batch"), [(1, 1), (1, 3), (3, 3), (3, 1)])
-def test_centred_products_backward_equals_autograd_of_the_formula(rows_batch, points_batch):
-    """The fused products and squared norms against autograd of ``(Y - c0)`` written out.
+def test_products_backward_equals_autograd_of_the_matmul(rows_batch, points_batch):
+    """``_Products`` (a written-out contiguous backward) against torch's own matmul graph.
 
-    ``_CentredProducts`` writes the gradient of ``Y`` in place (``addmm``/``baddbmm``);
-    the reference is torch's own graph of a subtraction, a product and a squared norm,
-    with both outputs weighted by random upstream gradients, for every batch layout of
-    the rows and the points (shared rows, batched rows against one item's points).
+    Every batch layout of the rows and the points: shared rows, batched rows against one
+    item's points (whose gradient is summed over the rows' batch), with random upstream
+    gradients; gradcheck on top.
     """
-    from tsw.euclidean._lines import _CentredProducts
+    from tsw.euclidean._lines import _Products
 
     g = torch.Generator().manual_seed(rows_batch * 10 + points_batch)
     rows = torch.randn(rows_batch, 5, 4, generator=g, dtype=F64, requires_grad=True)
     Y = torch.randn(points_batch, 6, 4, generator=g, dtype=F64, requires_grad=True)
-    c0 = torch.randn(1, 1, 4, generator=g, dtype=F64)
-    B = max(rows_batch, points_batch)
-    w_prods = torch.randn(B, 5, 6, generator=g, dtype=F64)
-    w_sq = torch.randn(points_batch, 6, generator=g, dtype=F64)
+    w = torch.randn(max(rows_batch, points_batch), 5, 6, generator=g, dtype=F64)
 
-    prods, sq = _CentredProducts.apply(rows, Y, c0)
-    got = torch.autograd.grad((prods * w_prods).sum() + (sq * w_sq).sum(), (rows, Y))
-    Yc = Y - c0
-    ref_prods, ref_sq = rows @ Yc.transpose(-1, -2), (Yc * Yc).sum(-1)
-    torch.testing.assert_close(prods, ref_prods, rtol=1e-13, atol=1e-13)
-    torch.testing.assert_close(sq, ref_sq, rtol=1e-13, atol=1e-13)
-    want = torch.autograd.grad((ref_prods * w_prods).sum() + (ref_sq * w_sq).sum(), (rows, Y))
+    prods = _Products.apply(rows, Y)
+    got = torch.autograd.grad((prods * w).sum(), (rows, Y))
+    ref = rows @ Y.transpose(-1, -2)
+    torch.testing.assert_close(prods, ref, rtol=1e-13, atol=1e-13)
+    want = torch.autograd.grad((ref * w).sum(), (rows, Y))
     for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
-    # each output alone (the other's gradient is then zero or absent)
-    assert torch.autograd.gradcheck(lambda r, y: _CentredProducts.apply(r, y, c0)[0], (rows, Y))
-    assert torch.autograd.gradcheck(lambda r, y: _CentredProducts.apply(r, y, c0)[1], (rows, Y))
+    assert torch.autograd.gradcheck(_Products.apply, (rows, Y))
+
+
+def test_centre_moves_points_and_trees_together():
+    """``centre`` translates points and trees by the mean root; coordinates do not move.
+
+    Independent reference: ``<z - x_tau, theta>`` and ``|z - c|^2`` written out on the
+    untranslated points, for concurrent and chained trees, shared and batched.
+    """
+    from tsw.core._validation import check_measures
+    from tsw.euclidean._lines import centre, project
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(2, 7, 5, generator=g, dtype=F64) + 40.0
+    Y = torch.randn(2, 6, 5, generator=g, dtype=F64) + 40.5
+    measures = check_measures(X, Y, None, None)
+    center = torch.full((5,), 40.0, dtype=F64)
+    shared = tsw.sample_concurrent_lines(5, n_trees=3, n_lines=2, center=center, seed=1, dtype=F64)
+    batched = tsw.ConcurrentLines(
+        torch.stack([shared.roots, shared.roots + 1.0]), shared.directions, validate=False
+    )
+    chains = tsw.sample_chain_lines(5, n_trees=3, n_lines=2, center=center, seed=2, dtype=F64)
+    Z = torch.cat([X, Y], dim=1)
+    for trees in (shared, batched, chains):
+        moved_measures, moved = centre(measures, trees)
+        roots = trees.roots if trees.roots.ndim == 3 else trees.roots[None]
+        c = roots.mean(dim=-2, keepdim=True)  # (B|1, 1, d)
+        torch.testing.assert_close(moved_measures.X_s, X - c, rtol=0, atol=1e-12)
+        assert moved_measures.sq is not None
+        sq = torch.cat(moved_measures.sq, dim=-1)
+        torch.testing.assert_close(sq, ((Z - c) ** 2).sum(-1), rtol=1e-12, atol=1e-10)
+        sources = trees.sources if trees.sources.ndim == 4 else trees.sources[None]
+        dirs = trees.directions if trees.directions.ndim == 4 else trees.directions[None]
+        expected = torch.einsum("bnd,btkd->btkn", Z, dirs) - (dirs * sources).sum(-1)[..., None]
+        coords, _ = project(measures, trees, distances=False)
+        torch.testing.assert_close(coords, expected, rtol=1e-12, atol=1e-10)
+        again, _ = project(moved_measures, moved, distances=False)  # already centred: as is
+        torch.testing.assert_close(again, expected, rtol=1e-12, atol=1e-10)

@@ -7,7 +7,7 @@ Given points and a tree system (:mod:`tsw.core.trees`), compute the line coordin
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple, overload
+from typing import Literal, NamedTuple, TypeVar, cast, overload
 
 import torch
 from torch import Tensor
@@ -22,6 +22,9 @@ from tsw.core.trees import ChainLines, ConcurrentLines, TreeSystem
 #: same matmul as the line coordinates (O(T k n d) memory, no cancellation); above it
 #: the identity ``|z|^2 - <z, theta>^2`` is used on centred data (O(T k n) memory).
 EXPLICIT_RESIDUAL_MAX_DIM = 3
+
+#: the Euclidean tree systems that :func:`centre` translates (it returns the same type)
+Trees = TypeVar("Trees", bound=TreeSystem)
 
 
 class Offsets(NamedTuple):
@@ -48,58 +51,39 @@ class Offsets(NamedTuple):
     sq: Tensor | None
 
 
-class _CentredProducts(torch.autograd.Function):
-    """``<y - c0, row>`` of shape (B, R, m) and ``|y - c0|^2`` of shape (B, m), fused.
+class _Products(torch.autograd.Function):
+    """``rows @ Y^T`` of shape (B, R, m), with the gradient of ``Y`` formed contiguous.
 
-    ``rows`` (B|1, R, d), ``Y`` (B, m, d), ``c0`` (B|1, 1, d) detached. The centred
-    points are formed once and kept for the backward pass, which writes the gradient
-    of ``Y`` in one (m, d) pass: ``2 (y - c0) g_sq`` with ``g^T @ rows`` added in place
-    by the matrix product (``addmm``). Autograd's own graph (a subtraction, the product
-    and a squared norm) wrote two (m, d) gradients and summed them, and its product's
-    gradient was a transposed (d, m) matrix, whose strided accumulation cost more than
-    the matmul itself at d = 3072. When blocks are small against N (the memory budget
-    at N = 2e6 cuts 2-tree blocks), these (m, d) passes are what a block costs.
-    ``c0=None``: the points are already centred (:func:`centre`); they are read as they
-    are, and no squares are formed (the second output is None).
+    ``rows`` (B|1, R, d), ``Y`` (B|1, m, d). Autograd's own backward of this product
+    gives the gradient of ``Y`` as a transposed (d, m) matrix, whose strided
+    accumulation with the points' other gradients cost more than the matmul itself at
+    d = 3072. Here it is ``g^T @ rows``, contiguous, summed over the rows' batch when
+    the points are one item's.
     """
 
     @staticmethod
-    def forward(ctx, rows: Tensor, Y: Tensor, c0: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        # c0 None: the points are already centred (by :func:`centre`), squares not needed
-        Yc = Y if c0 is None else Y - c0
-        ctx.save_for_backward(rows, Yc)
+    def forward(ctx, rows: Tensor, Y: Tensor) -> Tensor:
+        ctx.save_for_backward(rows, Y)
         if rows.shape[0] == 1 and Y.shape[0] == 1:  # a plain 2-D mm
-            prods = torch.mm(rows[0], Yc[0].T).unsqueeze(0)
-        else:
-            prods = torch.matmul(rows, Yc.transpose(-1, -2))
-        return prods, None if c0 is None else torch.linalg.vector_norm(Yc, dim=-1).square_()
+            return torch.mm(rows[0], Y[0].T).unsqueeze(0)
+        return torch.matmul(rows, Y.transpose(-1, -2))
 
     @staticmethod
-    def backward(ctx, g: Tensor | None, g_sq: Tensor | None):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        rows, Yc = ctx.saved_tensors
+    def backward(ctx, g: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        rows, Y = ctx.saved_tensors
         grad_rows = grad_Y = None
         if ctx.needs_input_grad[1]:
-            if g_sq is not None:
-                grad_Y = Yc * (2 * g_sq).unsqueeze(-1)
-            if g is None:
-                pass
-            elif rows.shape[0] == 1 and Yc.shape[0] == 1:  # 2-D: added in place by addmm
-                if grad_Y is None:
-                    grad_Y = torch.mm(g[0].T, rows[0]).unsqueeze(0)
-                else:
-                    grad_Y[0].addmm_(g[0].T, rows[0])
-            elif grad_Y is None or g.shape[0] != Yc.shape[0]:
-                prod = torch.matmul(g.transpose(-1, -2), rows)
-                if prod.shape[0] != Yc.shape[0]:  # batched rows against one item's points
-                    prod = prod.sum(0, keepdim=True)
-                grad_Y = prod if grad_Y is None else prod.add_(grad_Y)
+            if rows.shape[0] == 1 and Y.shape[0] == 1:
+                grad_Y = torch.mm(g[0].T, rows[0]).unsqueeze(0)
             else:
-                grad_Y.baddbmm_(g.transpose(-1, -2), rows.expand(Yc.shape[0], -1, -1))
-        if ctx.needs_input_grad[0] and g is not None:
-            grad_rows = torch.matmul(g, Yc)
-            if rows.shape[0] == 1:
+                grad_Y = torch.matmul(g.transpose(-1, -2), rows)
+                if Y.shape[0] == 1 and grad_Y.shape[0] != 1:  # batched rows, one item
+                    grad_Y = grad_Y.sum(0, keepdim=True)
+        if ctx.needs_input_grad[0]:
+            grad_rows = torch.matmul(g, Y)
+            if rows.shape[0] == 1 and grad_rows.shape[0] != 1:
                 grad_rows = grad_rows.sum(0, keepdim=True)
-        return grad_rows, grad_Y, None
+        return grad_rows, grad_Y
 
 
 class _SquaredNorm(torch.autograd.Function):
@@ -116,30 +100,13 @@ class _SquaredNorm(torch.autograd.Function):
         return Y * (2 * g).unsqueeze(-1)
 
 
-def _centred_products(
-    supports: tuple[Tensor, ...], rows: Tensor, c0: Tensor | None
-) -> tuple[Tensor, Tensor | None]:
-    """``<z - c0, row>`` for every row and every point of every support, and ``|z - c0|^2``.
+def centre(measures: Measures, trees: Trees) -> tuple[Measures, Trees]:
+    r"""Translate the points and the trees by the trees' mean root; square the points.
 
-    ``supports`` are (B, n_i, d) point sets, ``rows`` (B|1, R, d), ``c0`` (B|1, 1, d),
-    or None for points already centred (then no squares are formed: None).
-    Returns the products (B, R, n) with ``n = sum n_i`` and the squared norms (B, n) of
-    the centred points (:class:`_CentredProducts`). One product per support: a support
-    that needs no gradient (a fixed target) costs no backward matmul, and identical
-    points of the two measures get bit-identical coordinates. No (B, n, d) tensor is
-    concatenated.
-    """
-    parts = [_CentredProducts.apply(rows, Y, c0) for Y in supports]
-    prods = torch.cat([p for p, _ in parts], dim=-1)
-    if c0 is None:
-        return prods, None
-    return prods, torch.cat([q for _, q in parts], dim=-1)
-
-
-def centre(measures: Measures, trees: TreeSystem) -> tuple[Measures, TreeSystem]:
-    r"""Translate the points and the trees by the trees' mean root, once for all blocks.
-
-    The front end of the Euclidean tree distances (``Problem.evaluate(front=centre)``):
+    Every Euclidean projection reads centred points (:func:`offsets` and
+    :func:`project` call this, which does nothing to measures already centred). As
+    the front end of the Euclidean tree distances (``Problem.evaluate(front=centre)``)
+    it runs once per call:
     the value is unchanged (the coordinates on the lines and the distances to them are
     translation-invariant), and the driver's blocks of trees then read centred points
     and their squared norms ``|z - c|^2`` (``measures.sq``) instead of centring and
@@ -159,62 +126,34 @@ def centre(measures: Measures, trees: TreeSystem) -> tuple[Measures, TreeSystem]
     else:
         shift = c.unsqueeze(-2) if trees.sources.ndim == 4 else c
         moved = ChainLines(trees.sources - shift, trees.directions, validate=False)
-    return measures._replace(X_s=X_s, X_t=X_t, sq=sq), moved
+    return measures._replace(X_s=X_s, X_t=X_t, sq=sq), cast(Trees, moved)
 
 
-@overload
-def _line_coordinates(
-    supports: tuple[Tensor, ...],
-    dirs: Tensor,
-    sources: Tensor,
-    roots: Tensor,
-    squares: tuple[Tensor, Tensor] | None = None,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]: ...
+def _products(supports: tuple[Tensor, ...], rows: Tensor) -> Tensor:
+    """``<z, row>`` for every row and every point of every support, shape (B, R, n).
 
-
-@overload
-def _line_coordinates(
-    supports: tuple[Tensor, ...],
-    dirs: Tensor,
-    sources: Tensor,
-    roots: None = None,
-    squares: tuple[Tensor, Tensor] | None = None,
-) -> tuple[Tensor, Tensor | None, Tensor, None]: ...
+    ``supports`` are (B, n_i, d) point sets, ``rows`` (B|1, R, d); ``n = sum n_i``. One
+    product per support (:class:`_Products`): a support that needs no gradient (a fixed
+    target) costs no backward matmul, identical points of the two measures get
+    bit-identical coordinates, and no (B, n, d) tensor is concatenated.
+    """
+    return torch.cat([_Products.apply(rows, Y) for Y in supports], dim=-1)
 
 
 def _line_coordinates(
-    supports: tuple[Tensor, ...],
-    dirs: Tensor,
-    sources: Tensor,
-    roots: Tensor | None = None,
-    squares: tuple[Tensor, Tensor] | None = None,
-) -> tuple[Tensor, Tensor | None, Tensor, Tensor | None]:
-    """``<z - source_l, theta_l>`` for every line, on data centred on the mean root.
+    supports: tuple[Tensor, ...], dirs: Tensor, sources: Tensor, roots: Tensor | None = None
+) -> tuple[Tensor, Tensor | None]:
+    """``<z - source_l, theta_l>`` for every line, from points and trees centred by :func:`centre`.
 
-    ``supports`` (B, n_i, d) each, ``dirs`` (B|1, T, k, d), ``sources`` (B|1, T, k|1, d)
-    with the root at index 0 of the line axis; ``roots`` (B|1, T, d), optional, adds
-    ``<z - c0, x_tau - c0>`` to the same matmul. Centring on the mean root is
-    translation-invariant and keeps expanded squares well conditioned when the data sit
-    far from the origin. ``squares``: the points and the trees were already centred
-    (:func:`centre`, ``measures.sq``), these are the points' squared norms, and
-    ``c0 = 0``.
+    ``supports`` (B, n_i, d) each, ``dirs`` (B|1, T, k, d), ``sources`` (B|1, T, k|1, d);
+    ``roots`` (B|1, T, d), optional, adds ``<z, x_tau>`` to the same matmul.
 
     Returns
     -------
     coords : Tensor of shape (B, T, k, n)
-    sq : Tensor of shape (B, n) or None
-        ``|z - c0|^2``, the squared norms of the centred points (None for pre-centred
-        points without ``roots``, where they are not needed).
-    c0 : Tensor of shape (B|1, 1, d)
-        The (detached) centre.
     zr : Tensor of shape (B, T, n) or None
-        ``<z - c0, x_tau - c0>`` when ``roots`` is given.
+        ``<z, x_tau>`` when ``roots`` is given.
     """
-    centred = squares is not None
-    if centred:  # points and trees already translated by the centre
-        c0 = sources.new_zeros(sources.shape[0], 1, sources.shape[-1])
-    else:
-        c0 = sources[..., 0, :].detach().mean(dim=-2, keepdim=True)  # (B|1, 1, d)
     T, k, d = dirs.shape[-3], dirs.shape[-2], dirs.shape[-1]
     rows = dirs.reshape(dirs.shape[0], T * k, d)
     zr = None
@@ -223,18 +162,15 @@ def _line_coordinates(
         # directions with roots translated to each item's centre are expanded per item
         # (small) so that the points are read once
         Bm = roots.shape[0] if rows.shape[0] == 1 else rows.shape[0]  # broadcast (B may be 0)
-        both = torch.cat([rows.expand(Bm, -1, -1), (roots - c0).expand(Bm, -1, -1)], dim=-2)
-        prods, sq = _centred_products(supports, both, None if centred else c0)
+        both = torch.cat([rows.expand(Bm, -1, -1), roots.expand(Bm, -1, -1)], dim=-2)
         # split, not two slices: its backward is one concatenation, where the slices'
         # would fill a zero gradient of the whole product and add into it
-        line_rows, zr = prods.split([T * k, T], dim=-2)
+        line_rows, zr = _products(supports, both).split([T * k, T], dim=-2)
     else:
-        line_rows, sq = _centred_products(supports, rows, None if centred else c0)
-    if squares is not None and roots is not None:
-        sq = torch.cat(squares, dim=-1)
+        line_rows = _products(supports, rows)
     B, n = line_rows.shape[0], line_rows.shape[-1]
-    offset = (dirs * (sources - c0.unsqueeze(-2))).sum(-1).unsqueeze(-1)
-    return line_rows.view(B, T, k, n) - offset, sq, c0, zr
+    offset = (dirs * sources).sum(-1).unsqueeze(-1)
+    return line_rows.view(B, T, k, n) - offset, zr
 
 
 def offsets(measures: Measures, trees: ConcurrentLines) -> Offsets:
@@ -252,6 +188,7 @@ def offsets(measures: Measures, trees: ConcurrentLines) -> Offsets:
     Offsets
         No (T, k, n, d) tensor is formed above ``d = EXPLICIT_RESIDUAL_MAX_DIM``.
     """
+    measures, trees = centre(measures, trees)  # nothing to do after the driver's front end
     dirs = with_batch_axis(trees.directions, 3)  # (B|1, T, k, d)
     roots = with_batch_axis(trees.roots, 2)  # (B|1, T, d)
     d = dirs.shape[-1]
@@ -261,13 +198,15 @@ def offsets(measures: Measures, trees: ConcurrentLines) -> Offsets:
         normals = cross_rows(dirs)  # (B|1, T, k, r, d)
         k, r = dirs.shape[-2], normals.shape[-2]
         rows = torch.cat([dirs, normals.flatten(-3, -2)], dim=-2)
-        both, _, _, _ = _line_coordinates(supports, rows, roots.unsqueeze(-2), None, measures.sq)
+        both, _ = _line_coordinates(supports, rows, roots.unsqueeze(-2))
         coords, perp = both.split([k, k * r], dim=2)  # one concatenation backward
         return Offsets(coords, dirs, perp.unflatten(2, (k, r)), None)  # perp (B, T, k, r, n)
-    coords, zsq, c0, zr = _line_coordinates(supports, dirs, roots.unsqueeze(-2), roots, measures.sq)
-    Rc = roots - c0  # (B|1, T, d)
-    # |z - x_tau|^2 = |z - c0|^2 - 2 <z - c0, x_tau - c0> + |x_tau - c0|^2, shape (B, T, n)
-    sq = zsq.unsqueeze(1) - 2 * zr + (Rc * Rc).sum(-1).unsqueeze(-1)
+    coords, zr = _line_coordinates(supports, dirs, roots.unsqueeze(-2), roots)
+    if zr is None or measures.sq is None:  # not reached: roots given, points centred
+        raise RuntimeError("offsets needs centred points and their root products")
+    # |z - x_tau|^2 = |z|^2 - 2 <z, x_tau> + |x_tau|^2 on centred data, shape (B, T, n)
+    zsq = torch.cat(measures.sq, dim=-1)
+    sq = zsq.unsqueeze(1) - 2 * zr + (roots * roots).sum(-1).unsqueeze(-1)
     return Offsets(coords, dirs, None, sq.unsqueeze(2))
 
 
@@ -385,12 +324,11 @@ def project(
             raise TypeError("point-to-line distances are implemented for ConcurrentLines only")
         off = offsets(measures, trees)
         return off.coords, line_distance(off)
+    measures, trees = centre(measures, trees)  # nothing to do after the driver's front end
     dirs = with_batch_axis(trees.directions, 3)  # (B|1, T, k, d)
     if isinstance(trees, ConcurrentLines):
         sources = with_batch_axis(trees.roots, 2).unsqueeze(-2)  # (B|1, T, 1, d)
     else:
         sources = with_batch_axis(trees.sources, 3)  # (B|1, T, k, d)
-    coords, _, _, _ = _line_coordinates(
-        (measures.X_s, measures.X_t), dirs, sources, None, measures.sq
-    )
+    coords, _ = _line_coordinates((measures.X_s, measures.X_t), dirs, sources)
     return coords, None
