@@ -42,7 +42,7 @@ import torch
 
 import tsw
 from benchmarks._memory import peak_growth
-from benchmarks._timing import interleaved, median, ratio
+from benchmarks._timing import interleaved, malloc_setting, median, ratio
 from tsw.core._sort import sort_last
 
 try:  # POT is a dependency of tsw's tests and benchmarks
@@ -128,10 +128,14 @@ def time_one(args, n: int, d: int, lines: int) -> dict[str, float | str]:
     fns = methods(X, Y, trees, chains, proj)
     if args.methods:
         fns = {name: fns[name] for name in _selected(args.methods, fns)}
-    times = interleaved(fns, rounds=args.rounds)
+    faults: dict[str, list[int]] = {}
+    times = interleaved(fns, rounds=args.rounds, faults=faults)
     row: dict[str, float | str] = {"N=M": n, "d": d, "trees": lines, "lines/tree": args.lines}
+    row["malloc"] = malloc_setting()
     for name, ts in times.items():
         row[f"{name} [s]"] = median(ts)
+    for name, fs in faults.items():
+        row[f"{name} page faults"] = median(fs)
     # side-by-side ratios of the nonlinear projections (same trees / equal total lines)
     for num, den in (
         ("db_tsw", "lower limit (torch.sort)"),
@@ -294,11 +298,14 @@ def batch_vs_loop(args) -> list[dict]:
             sum(f(Xs[i], Y[i]) for i in range(B)).backward()
 
         work[f"{name} batched"], work[f"{name} loop"] = batched, loop
-    times = interleaved(work, rounds=args.rounds)
+    faults: dict[str, list[int]] = {}
+    times = interleaved(work, rounds=args.rounds, faults=faults)
     row: dict[str, float | str] = {"B": B, "N=M": n, "d": d, "lines": args.trees * args.lines}
+    row["malloc"] = malloc_setting()
     for name in calls:
-        row[f"{name} batched [s]"] = median(times[f"{name} batched"])
-        row[f"{name} loop [s]"] = median(times[f"{name} loop"])
+        for mode in ("batched", "loop"):
+            row[f"{name} {mode} [s]"] = median(times[f"{name} {mode}"])
+            row[f"{name} {mode} page faults"] = median(faults[f"{name} {mode}"])
         row[f"{name} batched / loop"] = ratio(times, f"{name} batched", f"{name} loop")
     return [row]
 

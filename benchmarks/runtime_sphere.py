@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 import tsw
-from benchmarks._timing import interleaved, median, ratio
+from benchmarks._timing import interleaved, malloc_setting, median, ratio
 from tsw.core._sort import sort_last
 
 try:
@@ -180,10 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     fns = methods(
         X, Y, trees, official=official, ssw_projections=args.ssw_projections, delta=args.delta
     )
-    times = interleaved(fns, rounds=args.rounds)
+    faults: dict[str, list[int]] = {}
+    times = interleaved(fns, rounds=args.rounds, faults=faults)
+    settings["malloc"] = malloc_setting()
     row: dict[str, float] = {}
     for name, ts in times.items():
         row[f"{name} [s]"] = median(ts)
+    for name, fs in faults.items():
+        row[f"{name} page faults"] = median(fs)
     for name in times:
         if name != "lower limit":
             row[f"{name} / lower limit"] = ratio(times, name, "lower limit")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 
 import pytest
 
@@ -42,6 +43,8 @@ def test_runtime_grid(tmp_path):
         assert float(r["db_tsw / lower"]) > 0
         assert float(r["db_tsw / lower limit (torch.sort)"]) > 0
         assert "tsw_sl chain [s]" not in r
+        assert float(r["db_tsw page faults"]) >= 0  # recorded next to each time
+        assert r["malloc"]  # "default" or the MALLOC_* variables set
     with pytest.raises(SystemExit, match="unknown"):
         runtime.main(["--quick", "--methods", "db_tsw,nope", "--out", str(tmp_path)])
 
@@ -52,6 +55,28 @@ def test_runtime_batch_vs_loop(tmp_path):
     row = json.loads((tmp_path / "runtime_batch.json").read_text())["rows"][0]
     assert row["db_tsw batched / loop"] > 0
     assert row["tsw.sw batched / loop"] > 0
+    assert row["db_tsw loop page faults"] >= 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="minor faults: Linux")
+def test_interleaved_counts_the_page_faults_of_each_call():
+    """A call that writes 64 MiB of fresh memory faults; an empty one does not.
+
+    64 MiB is above glibc's largest automatic mmap threshold (32 MiB), so every call
+    maps new pages; 16 faults is the count with 2 MiB transparent huge pages, 16384
+    with 4 KiB pages.
+    """
+    import torch
+
+    from benchmarks._timing import interleaved
+
+    faults: dict[str, list[int]] = {}
+    fns = {"touch": lambda: torch.ones(2**24), "idle": lambda: None}
+    times = interleaved(fns, rounds=3, faults=faults)
+    assert set(faults) == set(times) == {"touch", "idle"}
+    assert all(len(v) == 3 for v in faults.values())
+    assert min(faults["touch"]) >= 16
+    assert max(faults["idle"]) < min(faults["touch"])
 
 
 def test_gradient_flow_tiny(tmp_path, capsys):
