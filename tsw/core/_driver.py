@@ -171,7 +171,11 @@ WORK_ELEMENTS_PER_LINE_POINT = 16
 
 
 def _even(total: int, size: int) -> int:
-    """Return the even block size for as many blocks of ``total`` as ``size`` gives."""
+    """Return the block size that cuts ``total`` into as many blocks as ``size`` would.
+
+    ``ceil(total / size)`` blocks of equal size except the last: ``_even(250, 131)`` is
+    125 (125 + 125), where blocks of ``size`` would be 131 + 119.
+    """
     return -(-total // -(-total // size))
 
 
