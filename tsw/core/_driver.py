@@ -152,31 +152,15 @@ def to_numpy(t: Tensor) -> np.ndarray:
 
 #: working memory allowed for one block of slices when ``chunk_size="auto"``
 MEMORY_BUDGET = 2 * 2**30
-#: on the CPU, ``chunk_size="auto"`` also caps a block at this many bytes of one
-#: (line x atom) tensor (2**19 float32 elements, 2**18 float64), for two measured reasons
-#: (forward + backward of Db-TSW, float32, one thread):
-#:
-#: * cache: blocks of about 1e6 elements were 1.39x faster than one block at N = 2000,
-#:   d = 64, and 1.47x at N = 1e4, d = 128 (blocks of 1 tree were slower than none);
-#: * page faults: glibc returns freed memory at the top of its heap to the OS once more
-#:   than its trim threshold (at most 64 MiB) is free, and the next call faults it in
-#:   again. One block of 1e6 elements (N = 500, 250 x 4 lines, a working set of about
-#:   50 MB) made 6e3-1.2e4 minor faults a call and took 1.1-1.4x the time of two blocks
-#:   of half the size, which made none; with glibc told to keep its memory, the two
-#:   plans took the same time within 5% (``benchmarks/RESULTS.md``, "Page faults").
-CACHE_BLOCK_BYTES = 2**21
+#: on the CPU, ``chunk_size="auto"`` also caps a block at about this many (line x atom)
+#: elements, so that a block's passes run in cache: measured forward + backward of Db-TSW
+#: (float32, one thread, ratios to the unblocked call in one run): 1.39x faster at
+#: N = 2000, d = 64 (64-tree blocks, 1.0e6 elements) and 1.47x at N = 1e4, d = 128
+#: (25-tree blocks, 2.0e6 elements); blocks of 1 tree were slower than no blocks
+CACHE_BLOCK_ELEMENTS = 2**20
 #: working elements per (line x atom) of a block, forward and backward: measured about
 #: 54 bytes (13.5 float32 elements) for Db-TSW at d = 64; rounded up
 WORK_ELEMENTS_PER_LINE_POINT = 16
-
-
-def _even(total: int, size: int) -> int:
-    """Return the block size that cuts ``total`` into as many blocks as ``size`` would.
-
-    ``ceil(total / size)`` blocks of equal size except the last: ``_even(250, 131)`` is
-    125 (125 + 125), where blocks of ``size`` would be 131 + 119.
-    """
-    return -(-total // -(-total // size))
 
 
 def slice_counts(slices: Any) -> tuple[int, int] | None:
@@ -258,20 +242,19 @@ CHUNK_DOC = """\
 chunk_size : int, "auto" or None, default "auto"
     Trees (directions for SW) evaluated at once. ``None``: all at once. An int: blocks
     of that many. ``"auto"``: blocks whose working memory, estimated at 16 elements per
-    (line x atom), stays under 2 GiB (1000 lines x 1e5 atoms in float32, 6.4 GB, runs in
-    4 blocks), and on the CPU also blocks of (line x atom) tensors of at most 2 MiB
-    (2^19 float32 elements), at least ``d / 3`` lines, whose passes run in cache and
-    whose freed memory glibc reuses for the next block instead of returning it to the OS
-    (faster than one block: measured 1.2-1.45x at N = 2000 and 1e4, and 1.1-1.4x at N =
-    300-1000, where one block paid for 5e3-2e4 page faults a call); small batched
-    problems then run a few whole items at a time. Under grad mode each block's gradient
-    is formed during the forward pass and its graph freed, so the peak working memory is
-    that of one block and no forward is recomputed (a block that closes over other
-    tensors requiring grad, such as a learnable ``alpha``, is checkpointed instead, at
-    about one more forward pass). Values and gradients do not depend on it (up to
-    rounding). On Linux, glibc keeps the freed memory of earlier blocks in its heap
-    unless ``MALLOC_MMAP_THRESHOLD_`` is set (e.g. to 65536) or another allocator is
-    used, so the resident size can exceed the live memory."""
+    (line x atom), stays under 2 GiB (1000 lines x 1e5 atoms in float32, 6.4 GB, runs
+    in 4 blocks), and on the CPU also blocks of about 2^20 (line x atom) elements, at
+    least ``d / 3`` lines, whose passes run in cache (faster than one block: measured
+    1.2-1.45x at N = 2000 and 1e4, within noise at 1e5); small batched problems then
+    run a few whole items at a
+    time. Under grad mode each block's gradient is formed during the forward pass and
+    its graph freed, so the peak working memory is that of one block and no forward is
+    recomputed (a block that closes over other tensors requiring grad, such as a
+    learnable ``alpha``, is checkpointed instead, at about one more forward pass).
+    Values and gradients do not depend on it (up to rounding). On Linux, glibc keeps
+    the freed memory of earlier blocks in its heap unless ``MALLOC_MMAP_THRESHOLD_`` is
+    set (e.g. to 65536) or another allocator is used, so the resident size can exceed
+    the live memory."""
 
 #: the ``torch.distributed`` options of the tree distances and SW
 DISTRIBUTED_DOC = """\
@@ -746,12 +729,11 @@ class Problem:
         """Blocks ``(i0, i1, t0, t1)`` of batch items and slices, in row-major order.
 
         ``chunk_size=None``: one block. An int: blocks of that many slices, every item
-        at once. ``"auto"``: blocks under :data:`MEMORY_BUDGET`; on the CPU also with
-        (line x atom) tensors under :data:`CACHE_BLOCK_BYTES`, grouping whole batch
-        items when one item's slices fit (up to twice that size; so a batch of small
-        problems runs a few items at a time in cache) and cutting one item's slices
-        otherwise, into blocks of even sizes. Items are only grouped when the slices
-        are shared by the batch (not batched trees).
+        at once. ``"auto"``: blocks under :data:`MEMORY_BUDGET`; on the CPU also under
+        :data:`CACHE_BLOCK_ELEMENTS` (line x atom) elements, grouping whole batch items
+        when one item's slices fit (so a batch of small problems runs item by item in
+        cache) and cutting one item's slices otherwise. Items are only grouped when the
+        slices are shared by the batch (not batched trees).
         """
         T, k = counts
         B = inputs[0].shape[0]
@@ -771,24 +753,19 @@ class Problem:
         # that a small share (measured best at 40 lines for d = 128, N = 1e5, where
         # 8-line blocks were 3.6x slower than 40-line ones, before the front end)
         min_trees = -(-X.shape[-1] // (3 * k))
-        cache = CACHE_BLOCK_BYTES // X.element_size()  # elements of a block's tensor
         item = T * k * atoms  # elements of one item's slices
-        if B * item <= cache and memory_trees >= T:
+        if B * item <= 2 * CACHE_BLOCK_ELEMENTS and memory_trees >= T:
             return [(0, B, 0, T)]
         shared = not any(x.shape[0] != B for x in inputs) and _unbatched(slices)
         if not shared:
-            trees = max(min_trees, cache // max(B * k * atoms, 1))
-            trees = _even(T, max(1, min(memory_trees, trees)))
+            trees = max(min_trees, CACHE_BLOCK_ELEMENTS // max(B * k * atoms, 1))
+            trees = max(1, min(memory_trees, trees))
             return [(0, B, t, min(t + trees, T)) for t in range(0, T, trees)]
-        if item <= cache and per_tree * T <= MEMORY_BUDGET:
-            # whole items may fill twice that: a batch of 16 x 200 points (4e5 elements
-            # an item) in 2-item blocks made no page faults either, and took 0.91x the
-            # time of 1-item blocks
-            per = 2 * cache // item
-            per = _even(B, max(1, min(per, MEMORY_BUDGET // (per_tree * T))))
+        if item <= CACHE_BLOCK_ELEMENTS and per_tree * T <= MEMORY_BUDGET:
+            per = max(1, min(CACHE_BLOCK_ELEMENTS // item, MEMORY_BUDGET // (per_tree * T)))
             return [(i, min(i + per, B), 0, T) for i in range(0, B, per)]
-        trees = max(min_trees, cache // (k * atoms))
-        trees = _even(T, max(1, min(trees, MEMORY_BUDGET // per_tree)))
+        trees = max(min_trees, CACHE_BLOCK_ELEMENTS // (k * atoms))
+        trees = max(1, min(trees, MEMORY_BUDGET // per_tree))
         return [(i, i + 1, t, min(t + trees, T)) for i in range(B) for t in range(0, T, trees)]
 
     def finish(
