@@ -246,11 +246,11 @@ chunk_size : int, "auto" or None, default "auto"
     in 4 blocks), and on the CPU also blocks of about 2^20 (line x atom) elements, at
     least ``d / 3`` lines, whose passes run in cache (faster than one block: measured
     1.2-1.45x at N = 2000 and 1e4, within noise at 1e5); small batched problems then
-    run a few whole items at a
-    time. Under grad mode each block's gradient is formed during the forward pass and
-    its graph freed, so the peak working memory is that of one block and no forward is
-    recomputed (a block that closes over other tensors requiring grad, such as a
-    learnable ``alpha``, is checkpointed instead, at about one more forward pass).
+    run a few whole items at a time. Under grad mode each block's gradient is formed
+    during the forward pass and its graph freed, so the peak working memory is that of
+    one block and no forward is recomputed (a block that closes over other tensors
+    requiring grad, such as a learnable ``alpha``, is checkpointed instead, at about one
+    more forward pass).
     Values and gradients do not depend on it (up to rounding). On Linux, glibc keeps
     the freed memory of earlier blocks in its heap unless ``MALLOC_MMAP_THRESHOLD_`` is
     set (e.g. to 65536) or another allocator is used, so the resident size can exceed
