@@ -250,11 +250,11 @@ chunk_size : int, "auto" or None, default "auto"
     during the forward pass and its graph freed, so the peak working memory is that of
     one block and no forward is recomputed (a block that closes over other tensors
     requiring grad, such as a learnable ``alpha``, is checkpointed instead, at about one
-    more forward pass).
-    Values and gradients do not depend on it (up to rounding). On Linux, glibc keeps
-    the freed memory of earlier blocks in its heap unless ``MALLOC_MMAP_THRESHOLD_`` is
-    set (e.g. to 65536) or another allocator is used, so the resident size can exceed
-    the live memory."""
+    more forward pass). Values and gradients do not depend on it (up to rounding).
+    On Linux, glibc keeps much of the freed memory of earlier blocks in its heap unless
+    ``MALLOC_MMAP_THRESHOLD_`` is set low (e.g. to 65536) or another allocator is used,
+    so the resident size can exceed the live memory; what it gives back at the top of
+    its heap the next call faults in again (the README's "CPU training on Linux")."""
 
 #: the ``torch.distributed`` options of the tree distances and SW
 DISTRIBUTED_DOC = """\
