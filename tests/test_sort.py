@@ -84,3 +84,63 @@ def test_numpy_is_not_used_off_the_cpu_or_while_compiling(monkeypatch):
     _check(torch.randn(3, 8, dtype=torch.float16))  # a dtype NumPy does not sort here
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     _check(torch.randn(3, 8))
+
+
+# --- unsort_last: sorted-order values back in input order -------------------------
+
+
+def _unsort_reference(values: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """The same map by a gather with the inverse permutation (``argsort`` of the order)."""
+    order = order.expand(values.shape)
+    return torch.gather(values, -1, torch.argsort(order, dim=-1))
+
+
+@pytest.mark.parametrize("numpy_path", [False, True])
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_unsort_inverts_the_sort(monkeypatch, numpy_path, dt, threads):
+    """Both paths (scatter_ and NumPy's indexed assignment, in 1 or 3 threads) are the
+    inverse of the sort's gather, also with an order broadcast over lines and ``out=``."""
+    if numpy_path:
+        monkeypatch.setattr(_sort, "_UNSORT_MIN", 2)
+        monkeypatch.setattr(_sort, "_PARALLEL_MIN", 1)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(5, 1, 64, generator=g, dtype=torch.float64)
+    _, order = sort_last(x)  # (5, 1, 64), shared by 4 lines
+    values = torch.randn(5, 4, 64, generator=g, dtype=torch.float64).to(dt)
+    want = _unsort_reference(values, order)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = _sort.unsort_last(values, order)
+        out = torch.full_like(values, float("nan"))
+        into = _sort.unsort_last(values, order, out=out)
+        strided = _sort.unsort_last(values.transpose(0, 1).contiguous().transpose(0, 1), order)
+    finally:
+        torch.set_num_threads(saved)
+    assert into is out
+    for r in (got, into, strided):
+        assert r.dtype == dt and r.shape == values.shape
+        assert torch.equal(r, want)
+    # and it undoes the sort: the sorted values go back to x
+    xs, o = sort_last(x.squeeze(1))
+    assert torch.equal(_sort.unsort_last(xs, o), x.squeeze(1))
+
+
+def test_unsort_uses_numpy_on_long_cpu_rows_only(monkeypatch):
+    """NumPy handles rows of at least _UNSORT_MIN elements; shorter rows use scatter_."""
+    used = []
+    real = torch.Tensor.scatter_
+
+    def spy(self, *args, **kwargs):
+        used.append(self.shape)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "scatter_", spy)
+    monkeypatch.setattr(_sort, "_UNSORT_MIN", 100)
+    for n, via_scatter in ((99, True), (100, False)):
+        used.clear()
+        v = torch.randn(3, n)
+        o = torch.stack([torch.randperm(n) for _ in range(3)])
+        assert torch.equal(_sort.unsort_last(v, o), _unsort_reference(v, o))
+        assert bool(used) is via_scatter

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from tsw.core._safe import broadcast_shape, safe_root
-from tsw.core._sort import sort_last
+from tsw.core._sort import sort_last, unsort_last
 from tsw.core._validation import (
     check_bool,
     check_equal_totals,
@@ -155,10 +155,9 @@ class _LineCost(torch.autograd.Function):
         p = ctx.p
         g = grad.unsqueeze(-1)
         shared = c.shape != prefix.shape
-        idx_m = idx.expand(prefix.shape) if shared else idx
         grad_c = grad_m = None
         if ctx.rays:
-            return (*_ray_cost_backward(ctx, c, idx, idx_m, prefix, g), None, None)
+            return (*_ray_cost_backward(ctx, c, idx, prefix, g), None, None)
         if ctx.needs_input_grad[1]:
             dn, dp = _edge_lengths(c)
             # m_i enters P_j for j >= i and S_j for j <= i:
@@ -172,7 +171,7 @@ class _LineCost(torch.autograd.Function):
             del dp
             gs[..., 1:] -= ga[..., :-1]
             gs = gs.cumsum_(-1).add_(total)
-            grad_m = ga.scatter_(-1, idx_m, gs.mul_(g))  # idx is a permutation: all written
+            grad_m = unsort_last(gs.mul_(g), idx, out=ga)  # idx is a permutation: all written
             del gs
         if ctx.needs_input_grad[0]:
             # dC/dc_j = [c_j < 0] (|P_{j-1}|^p - |P_j|^p) + [c_j > 0] (|S_j|^p - |S_{j+1}|^p)
@@ -191,7 +190,7 @@ class _LineCost(torch.autograd.Function):
             gc += db.mul_(pos)
             del db, pos
             gc = _sum_to(gc.mul_(g), c.shape)
-            grad_c = torch.empty_like(gc).scatter_(-1, idx, gc)
+            grad_c = unsort_last(gc, idx)
         return grad_c, grad_m, None, None
 
 
@@ -201,7 +200,7 @@ def _sum_to(x: Tensor, shape: torch.Size) -> Tensor:
     return x.sum(dims, keepdim=True) if dims else x
 
 
-def _ray_cost_backward(ctx, c, idx, idx_m, prefix, g):
+def _ray_cost_backward(ctx, c, idx, prefix, g):
     """Backward of :class:`_LineCost` when every coordinate is >= 0 (rays).
 
     Only suffix masses enter: ``dC/dm_i = sum_{j <= i} dC/dS_j`` and
@@ -212,14 +211,14 @@ def _ray_cost_backward(ctx, c, idx, idx_m, prefix, g):
     suffix = _suffix(prefix, torch.empty_like(prefix))
     if ctx.needs_input_grad[1]:
         gs = _dabs_pow_(suffix.clone(), p).mul_(_ray_lengths(c)).cumsum_(-1).mul_(g)
-        grad_m = torch.empty_like(gs).scatter_(-1, idx_m, gs)
+        grad_m = unsort_last(gs, idx)
         del gs
     if ctx.needs_input_grad[0]:
         bb = _abs_pow_(suffix, p)
         gc = _backward_diff(bb)
         del bb, suffix
         gc = _sum_to(gc.mul_(g), c.shape)
-        grad_c = torch.empty_like(gc).scatter_(-1, idx, gc)
+        grad_c = unsort_last(gc, idx)
     return grad_c, grad_m
 
 
