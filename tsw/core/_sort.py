@@ -4,15 +4,18 @@ Sorting is most of the time of every sliced distance (60 to 80% of a Db-TSW forw
 backward at N = 2000, d = 64, float32, one thread). On the CPU, NumPy (>= 2) sorts with
 vectorised kernels (x86-simd-sort): ``np.argsort`` followed by a gather measured 0.17 to
 0.74x the time of ``torch.sort`` on (1000, 100) to (40, 2e5) float32 and float64 arrays
-on this project's AMD EPYC machine (AVX-512). So :func:`sort_last` takes NumPy's
+on this project's AMD EPYC machine (AVX-512), and 0.24 to 0.73x on (1000, 1000) to
+(16, 2e6) on an Intel Xeon (AVX-512; 0.53 and 0.73x on the longest rows, float32 and
+float64). So :func:`sort_last` takes NumPy's
 permutation on the CPU and torch's on other devices and under ``torch.compile``.
 
 The backward passes put sorted-order gradients back in the input order, a scatter by
-the permutation (:func:`unsort_last`). On rows of more than ``_UNSORT_MIN`` elements
-(N of about 1e5 and more) this is random writes over arrays larger than the cache, and
-NumPy's indexed assignment row by row measured 0.5-0.85x the time of ``Tensor.scatter_``
-on (16, 1e6) to (2, 8e6) float32 arrays (Intel Xeon, AVX-512, one thread); below that,
-``scatter_`` is as fast or faster. Both write every value to the same place, so the
+the permutation (:func:`unsort_last`). On long rows these are random writes over more
+than the cache holds: NumPy's indexed assignment row by row measured 0.48-0.85x the time
+of ``Tensor.scatter_`` on float32 rows of 1e5 to 8e6 elements (1.6e7 elements in all;
+0.48x at 1e6, 0.80x at 8e6; Intel Xeon, AVX-512, one thread), and 1.2x on rows of 4e3.
+So rows of at least ``_UNSORT_MIN`` = 2^17 elements (N = M of about 65536 and more) take
+NumPy's, shorter ones ``scatter_``. Both write every value to the same place, so the
 result does not depend on the choice.
 
 The choice depends only on the device, the dtype, the sizes and whether a graph is being
@@ -55,10 +58,14 @@ def _numpy_ok(x: Tensor) -> bool:
     )
 
 
-def _by_rows(part: Callable[[slice], None], n_rows: int, size: int) -> None:
-    """Run ``part`` on all rows: in one call, or on blocks of rows in threads."""
-    threads = min(torch.get_num_threads(), n_rows)
-    if threads <= 1 or size < _PARALLEL_MIN:
+def _threads(n_rows: int, size: int) -> int:
+    """How many threads share ``n_rows`` rows of ``size`` elements in all."""
+    return 1 if size < _PARALLEL_MIN else max(1, min(torch.get_num_threads(), n_rows))
+
+
+def _by_rows(part: Callable[[slice], None], n_rows: int, threads: int) -> None:
+    """Run ``part`` on all rows: in one call, or on blocks of rows in ``threads`` threads."""
+    if threads <= 1:
         part(slice(0, n_rows))
         return
     bounds = np.linspace(0, n_rows, threads + 1).astype(int)
@@ -73,12 +80,15 @@ def _numpy_argsort(x: Tensor) -> Tensor | None:
         rows = x.detach().reshape(-1, n).numpy()
     except (RuntimeError, TypeError):  # torch built without NumPy, or a tensor subclass
         return None
+    threads = _threads(rows.shape[0], rows.size)
+    if threads <= 1:  # no copy of the permutation
+        return torch.from_numpy(np.argsort(rows, axis=-1)).view(x.shape)
     order = np.empty(rows.shape, dtype=np.int64)
 
     def part(s: slice) -> None:
         order[s] = np.argsort(rows[s], axis=-1)
 
-    _by_rows(part, rows.shape[0], rows.size)
+    _by_rows(part, rows.shape[0], threads)
     return torch.from_numpy(order).view(x.shape)
 
 
@@ -125,6 +135,6 @@ def unsort_last(values: Tensor, order: Tensor, out: Tensor | None = None) -> Ten
                 for r in range(s.start, s.stop):
                     dst[r][idx[r]] = src[r]
 
-            _by_rows(part, src.shape[0], src.size)
+            _by_rows(part, src.shape[0], _threads(src.shape[0], src.size))
             return out
     return out.scatter_(-1, order, values)
