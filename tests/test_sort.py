@@ -120,7 +120,8 @@ def test_unsort_inverts_the_sort(monkeypatch, numpy_path, dt, threads):
         torch.set_num_threads(saved)
     assert into is out
     for r in (got, into, strided):
-        assert r.dtype == dt and r.shape == values.shape
+        assert r.dtype == dt
+        assert r.shape == values.shape
         assert torch.equal(r, want)
     # and it undoes the sort: the sorted values go back to x
     xs, o = sort_last(x.squeeze(1))
