@@ -100,10 +100,18 @@ def _unsort_reference(values: torch.Tensor, order: torch.Tensor) -> torch.Tensor
 @pytest.mark.parametrize("threads", [1, 3])
 def test_unsort_inverts_the_sort(monkeypatch, numpy_path, dt, threads):
     """Both paths (scatter_ and NumPy's indexed assignment, in 1 or 3 threads) are the
-    inverse of the sort's gather, also with an order broadcast over lines and ``out=``."""
+    inverse of the sort's gather, also with an order broadcast over lines and ``out=``.
+    float16 always takes scatter_ (NumPy does not handle it here)."""
     if numpy_path:
         monkeypatch.setattr(_sort, "_UNSORT_MIN", 2)
         monkeypatch.setattr(_sort, "_PARALLEL_MIN", 1)
+    scattered = []
+    real = torch.Tensor.scatter_
+
+    def spy(self, *args, **kwargs):
+        scattered.append(self.shape)
+        return real(self, *args, **kwargs)
+
     g = torch.Generator().manual_seed(3)
     x = torch.randn(5, 1, 64, generator=g, dtype=torch.float64)
     _, order = sort_last(x)  # (5, 1, 64), shared by 4 lines
@@ -111,6 +119,7 @@ def test_unsort_inverts_the_sort(monkeypatch, numpy_path, dt, threads):
     want = _unsort_reference(values, order)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
+    monkeypatch.setattr(torch.Tensor, "scatter_", spy)
     try:
         got = _sort.unsort_last(values, order)
         out = torch.full_like(values, float("nan"))
@@ -118,6 +127,9 @@ def test_unsort_inverts_the_sort(monkeypatch, numpy_path, dt, threads):
         strided = _sort.unsort_last(values.transpose(0, 1).contiguous().transpose(0, 1), order)
     finally:
         torch.set_num_threads(saved)
+        monkeypatch.setattr(torch.Tensor, "scatter_", real)
+    # the path the test means ran: three calls through scatter_, or none
+    assert len(scattered) == (0 if numpy_path and dt != torch.float16 else 3)
     assert into is out
     for r in (got, into, strided):
         assert r.dtype == dt

@@ -48,7 +48,10 @@ _UNSORT_MIN = 1 << 17
 
 
 def _numpy_ok(x: Tensor) -> bool:
-    """Whether NumPy may handle ``x`` here: a CPU float tensor, outside a traced graph."""
+    """Whether NumPy may handle ``x``: non-empty, float32/float64, on the CPU, untraced.
+
+    Rows of one element are left to torch (nothing to sort or to move).
+    """
     return (
         x.device.type == "cpu"
         and x.dtype in _NUMPY_DTYPES
@@ -118,8 +121,8 @@ def unsort_last(values: Tensor, order: Tensor, out: Tensor | None = None) -> Ten
     values)``, faster on long CPU rows (see the module notes). Not differentiable: for
     the written-out backward passes.
     """
-    if out is None:
-        out = torch.empty_like(values)
+    if out is None:  # contiguous even for strided values, so that NumPy can write it
+        out = torch.empty_like(values, memory_format=torch.contiguous_format)
     order = order.expand(values.shape)
     n = values.shape[-1]
     if n >= _UNSORT_MIN and _numpy_ok(values) and out.is_contiguous():
