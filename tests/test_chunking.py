@@ -7,6 +7,8 @@ import torch
 
 import tsw
 import tsw.core._driver as driver
+import tsw.core._gradients as gradients
+import tsw.euclidean._lines as lines
 
 F64 = torch.float64
 
@@ -291,3 +293,78 @@ def test_empty_batch_through_the_front_end(call, d):
     X, Y = torch.zeros(0, 5, d, dtype=F64), torch.zeros(0, 6, d, dtype=F64)
     value = call(X, Y)
     assert value.shape == (0,)
+
+
+@pytest.mark.parametrize("d", [2, 5])
+@pytest.mark.parametrize("kind", ["one", "batch_shared_trees", "batch_trees"])
+@pytest.mark.parametrize("method", ["db_tsw", "tsw_sl_chain"])
+def test_projection_gradients_go_into_the_accumulators(monkeypatch, d, kind, method):
+    # in blocks, the supports' projection gradient is added into the driver's sums
+    # (addmm_ / baddbmm_, nothing returned through autograd): the spy sees both supports
+    # of every block marked, and the gradients equal the one-block evaluation's, where
+    # nothing is marked
+    seen = []
+    original = lines.routed
+
+    def spy(t):
+        into = original(t)
+        seen.append(into is not None)
+        return into
+
+    monkeypatch.setattr(lines, "routed", spy)
+    g = torch.Generator().manual_seed(2)
+    shape = () if kind == "one" else (3,)
+    X = torch.randn(*shape, 12, d, generator=g, dtype=F64)
+    Y = torch.randn(*shape, 9, d, generator=g, dtype=F64) + 0.5
+    center = torch.zeros(3, d, dtype=F64) if kind == "batch_trees" else torch.zeros(d, dtype=F64)
+    if method == "db_tsw":
+        trees = tsw.sample_concurrent_lines(
+            d, n_trees=7, n_lines=3, center=center, seed=0, dtype=F64
+        )
+        call = tsw.db_tsw
+    else:
+        trees = tsw.sample_chain_lines(d, n_trees=7, n_lines=3, center=center, seed=0, dtype=F64)
+        call = tsw.tsw_sl
+    results = []
+    for chunk_size in (None, 2):
+        seen.clear()
+        leaves = [X.clone().requires_grad_(True), Y.clone().requires_grad_(True)]
+        value = call(*leaves, trees=trees, chunk_size=chunk_size).sum()
+        results.append((value, torch.autograd.grad(value, leaves)))
+        if chunk_size is None:
+            assert not any(seen)
+        else:
+            assert seen == [True] * (2 * 4)  # both supports of each of the 4 blocks
+    (v0, g0), (v1, g1) = results
+    torch.testing.assert_close(v1, v0, rtol=1e-12, atol=1e-14)
+    for x, y in zip(g1, g0, strict=True):
+        assert y.abs().max() > 0
+        torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-14)
+
+
+def test_second_backward_through_a_retained_graph():
+    # the first backward hands the accumulated sums over (scaled in place); a second one
+    # through the retained graph forms them again, bit-identical
+    X, Y, _, _ = _data()
+    X.requires_grad_(True)
+    value = tsw.db_tsw(X, Y, n_trees=7, seed=0, chunk_size=2) * 3.0
+    value.backward(retain_graph=True)
+    first = X.grad.clone()
+    value.backward()
+    assert torch.equal(X.grad, 2 * first)
+    expected = torch.autograd.grad(3.0 * tsw.db_tsw(X, Y, n_trees=7, seed=0, chunk_size=None), X)[0]
+    torch.testing.assert_close(first, expected, rtol=1e-12, atol=1e-14)
+
+
+def test_gradient_marks_stay_on_their_tensor():
+    # a mark belongs to the one tensor the driver made: views, translations and
+    # detached copies carry none, nor does a tensor that needs no gradient
+    leaf = torch.zeros(4, 3, requires_grad=True)
+    into = torch.zeros(4, 3)
+    gradients.route_into(leaf, into)
+    assert gradients.routed(leaf) is into
+    assert gradients.routed(leaf[1:]) is None
+    assert gradients.routed(leaf - 1) is None
+    assert gradients.routed(leaf.detach()) is None
+    with pytest.raises(ValueError, match=r"into must have the leaf's shape \(4, 3\); got \(3, 3\)"):
+        gradients.route_into(leaf, torch.zeros(3, 3))

@@ -46,6 +46,7 @@ from tsw.core._distributed import (
     shared_seed,
     sum_gradients,
 )
+from tsw.core._gradients import route_into
 from tsw.core._random import Sampler, resolve_sampler
 from tsw.core._safe import safe_root
 from tsw.core._validation import (
@@ -398,11 +399,15 @@ class _BlockCosts(torch.autograd.Function):
 
     For each block, the forward pass computes its costs ``c_t`` and, at once, the
     gradient of :math:`\sum_{t \in \text{block}} c_t` with respect to the measures
-    (accumulated over the blocks), then frees the block's graph. The usual upstream
+    (accumulated over the blocks), then frees the block's graph. The block's leaves are
+    marked (:func:`tsw.core._gradients.route_into`) so that the projections add their
+    gradient into the accumulators directly; autograd returns the rest. The usual upstream
     gradient is the same for every slice of a batch item (the value is a function of
     the mean over slices), so the backward pass only scales the accumulated gradient
-    item by item. An upstream gradient that differs across slices (a loss built from
-    ``log["per_tree"]``) recomputes each block's forward and backward instead.
+    item by item (in place: the accumulated sums are handed to autograd). An upstream
+    gradient that differs across slices (a loss built from ``log["per_tree"]``), or a
+    second backward pass through a retained graph, recomputes each block's forward and
+    backward instead.
 
     ``apply`` returns ``None`` when the first block reaches tensors that require grad
     other than the measures (closed over by the projection): the caller then falls
@@ -416,35 +421,45 @@ class _BlockCosts(torch.autograd.Function):
         )
 
     @staticmethod
-    def _accumulate(total, grads, needs, i0, i1, shapes):
-        grads = iter(grads)
-        for j, n in enumerate(needs):
-            if not n:
-                continue
-            g = next(grads)
-            if g is None:
-                continue
-            if total[j] is None:
-                total[j] = g.new_zeros(shapes[j])
-            total[j][i0:i1] += g
+    def _sums(block, blocks, inputs, needs, upstream=None):
+        """Every block's costs and the gradients of their sums, accumulated over the blocks.
 
-    @staticmethod
-    def forward(ctx: Any, block: Callable, blocks: list[tuple[int, int, int, int]], *inputs):
-        needs = ctx.needs_input_grad[2:]
-        shapes = [x.shape for x in inputs]
-        summed: list[Tensor | None] = [None] * len(inputs)
+        ``upstream`` (B, T) weighs the costs (all ones when None). Returns the detached
+        per-block costs and one accumulator per input (None where no gradient is
+        needed), or None when the first block reaches tensors that require grad other
+        than its leaves. The same blocks, in the same order, give bit-identical sums.
+        """
+        # the accumulators the projections add their gradients into (route_into)
+        route = not torch.compiler.is_compiling()
+        sums = [x.new_zeros(x.shape) if n else None for x, n in zip(inputs, needs, strict=True)]
         parts = []
         for b, (i0, i1, t0, t1) in enumerate(blocks):
             with torch.enable_grad():
                 local = _BlockCosts._leaves(inputs, needs, i0, i1)
+                if route:
+                    for x, total in zip(local, sums, strict=True):
+                        if total is not None:
+                            route_into(x, total[i0:i1])
                 part = block(local, i0, i1, t0, t1)
                 if b == 0 and _external_leaves(part, {id(x) for x in local}):
                     return None
                 wrt = [x for x, n in zip(local, needs, strict=True) if n]
-                grads = torch.autograd.grad(part, wrt, torch.ones_like(part), allow_unused=True)
-            _BlockCosts._accumulate(summed, grads, needs, i0, i1, shapes)
+                weights = torch.ones_like(part) if upstream is None else upstream[i0:i1, t0:t1]
+                grads = iter(torch.autograd.grad(part, wrt, weights, allow_unused=True))
+            for total in sums:
+                if total is not None and (g := next(grads)) is not None:
+                    total[i0:i1] += g
             parts.append(part.detach())
-        ctx.block, ctx.blocks, ctx.summed = block, blocks, summed
+        return parts, sums
+
+    @staticmethod
+    def forward(ctx: Any, block: Callable, blocks: list[tuple[int, int, int, int]], *inputs):
+        needs = ctx.needs_input_grad[2:]
+        done = _BlockCosts._sums(block, blocks, inputs, needs)
+        if done is None:
+            return None
+        parts, ctx.summed = done
+        ctx.block, ctx.blocks = block, blocks
         ctx.save_for_backward(*inputs)
         return _assemble(parts, blocks)
 
@@ -458,24 +473,26 @@ class _BlockCosts(torch.autograd.Function):
         # the mean's backward divides its expanded gradient by T, so it arrives dense
         # (measured strides (T, 1)): comparing is the only test (one sync per backward)
         constant = torch.equal(g, per_item.expand_as(g))
+        # the sums are scaled in place and handed over (no second (n, d) gradient at the
+        # peak); a second backward through a retained graph finds none and forms them
+        # again, bit-identical (gradcheck's reentrancy test)
+        summed, ctx.summed = ctx.summed, None
         if constant and all(x.shape[0] == B for x, n in zip(inputs, needs, strict=True) if n):
+            if summed is None:
+                summed = _BlockCosts._again(ctx, inputs, needs)
             out: list[Tensor | None] = []
-            for x, s, n in zip(inputs, ctx.summed, needs, strict=True):
-                if not n or s is None:
-                    out.append(None)
-                else:
-                    out.append(s * per_item.reshape(B, *([1] * (x.dim() - 1))))
+            for x, s in zip(inputs, summed, strict=True):
+                out.append(None if s is None else s.mul_(per_item.view(B, *([1] * (x.dim() - 1)))))
             return (None, None, *out)
-        shapes = [x.shape for x in inputs]
-        total: list[Tensor | None] = [None] * len(inputs)
-        for i0, i1, t0, t1 in ctx.blocks:
-            with torch.enable_grad():
-                local = _BlockCosts._leaves(inputs, needs, i0, i1)
-                part = ctx.block(local, i0, i1, t0, t1)
-                wrt = [x for x, n in zip(local, needs, strict=True) if n]
-                grads = torch.autograd.grad(part, wrt, g[i0:i1, t0:t1], allow_unused=True)
-            _BlockCosts._accumulate(total, grads, needs, i0, i1, shapes)
-        return (None, None, *total)
+        return (None, None, *_BlockCosts._again(ctx, inputs, needs, g))
+
+    @staticmethod
+    def _again(ctx: Any, inputs, needs, upstream=None) -> list[Tensor | None]:
+        """Form the accumulated gradients of the forward's blocks again (in backward)."""
+        done = _BlockCosts._sums(ctx.block, ctx.blocks, inputs, needs, upstream)
+        if done is None:  # not reached: the forward pass checked the first block
+            raise RuntimeError("a block's graph reaches tensors other than its leaves")
+        return done[1]
 
 
 @dataclasses.dataclass(frozen=True)

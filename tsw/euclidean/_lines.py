@@ -12,6 +12,7 @@ from typing import Literal, NamedTuple, TypeVar, cast, overload
 import torch
 from torch import Tensor
 
+from tsw.core._gradients import routed
 from tsw.core._safe import LineDistance, SafeSqrt
 from tsw.core._slices import with_batch_axis
 from tsw.core._validation import Measures
@@ -59,11 +60,19 @@ class _Products(torch.autograd.Function):
     accumulation with the points' other gradients cost more than the matmul itself at
     d = 3072. Here it is ``g^T @ rows``, contiguous, summed over the rows' batch when
     the points are one item's.
+
+    When ``Y`` is a block's support marked by the driver
+    (:func:`tsw.core._gradients.route_into`), the gradient of ``Y`` is added into the
+    driver's accumulator with one ``addmm_`` (``baddbmm_`` for batches) and not
+    returned: no fresh (m, d) gradient is written and read back.
     """
 
     @staticmethod
     def forward(ctx, rows: Tensor, Y: Tensor) -> Tensor:
         ctx.save_for_backward(rows, Y)
+        into = routed(Y)
+        # batched rows for one item's points would need their sum: returned instead
+        ctx.into = into if into is not None and rows.shape[0] in (1, Y.shape[0]) else None
         if rows.shape[0] == 1 and Y.shape[0] == 1:  # a plain 2-D mm
             return torch.mm(rows[0], Y[0].T).unsqueeze(0)
         return torch.matmul(rows, Y.transpose(-1, -2))
@@ -72,7 +81,13 @@ class _Products(torch.autograd.Function):
     def backward(ctx, g: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         rows, Y = ctx.saved_tensors
         grad_rows = grad_Y = None
-        if ctx.needs_input_grad[1]:
+        into = ctx.into
+        if into is not None:
+            if into.shape[0] == 1:
+                into[0].addmm_(g[0].T, rows[0])
+            else:
+                into.baddbmm_(g.transpose(-1, -2), rows.expand(into.shape[0], -1, -1))
+        elif ctx.needs_input_grad[1]:
             if rows.shape[0] == 1 and Y.shape[0] == 1:
                 grad_Y = torch.mm(g[0].T, rows[0]).unsqueeze(0)
             else:
