@@ -8,7 +8,6 @@ import torch
 import tsw
 import tsw.core._driver as driver
 import tsw.core._gradients as gradients
-import tsw.euclidean._lines as lines
 
 F64 = torch.float64
 
@@ -254,7 +253,7 @@ def test_front_end_centres_the_points_once_per_call(monkeypatch, d, batched):
     import tsw.euclidean._lines as lines
 
     squares, products = [], []
-    norm_apply, prod_apply = lines._SquaredNorm.apply, lines._Products.apply
+    norm_apply, prod_apply = lines._SquaredNorm.apply, gradients.Products.apply
 
     def count_norm(Y):
         squares.append(tuple(Y.shape))
@@ -265,7 +264,7 @@ def test_front_end_centres_the_points_once_per_call(monkeypatch, d, batched):
         return prod_apply(rows, Y)
 
     monkeypatch.setattr(lines._SquaredNorm, "apply", count_norm)
-    monkeypatch.setattr(lines._Products, "apply", count_prod)
+    monkeypatch.setattr(gradients.Products, "apply", count_prod)
     X, Y, a, b = _data(d=d)
     if batched:
         X, Y, a, b = (torch.stack([t, t.flip(0)]) for t in (X, Y, a, b))
@@ -297,21 +296,21 @@ def test_empty_batch_through_the_front_end(call, d):
 
 @pytest.mark.parametrize("d", [2, 5])
 @pytest.mark.parametrize("kind", ["one", "batch_shared_trees", "batch_trees"])
-@pytest.mark.parametrize("method", ["db_tsw", "tsw_sl_chain"])
+@pytest.mark.parametrize("method", ["db_tsw", "tsw_sl_chain", "sw"])
 def test_projection_gradients_go_into_the_accumulators(monkeypatch, d, kind, method):
     # in blocks, the supports' projection gradient is added into the driver's sums
     # (addmm_ / baddbmm_, nothing returned through autograd): the spy sees both supports
     # of every block marked, and the gradients equal the one-block evaluation's, where
-    # nothing is marked
+    # nothing is marked; tree systems and SW's directions
     seen = []
-    original = lines.routed
+    original = gradients.routed
 
     def spy(t):
         into = original(t)
         seen.append(into is not None)
         return into
 
-    monkeypatch.setattr(lines, "routed", spy)
+    monkeypatch.setattr(gradients, "routed", spy)
     g = torch.Generator().manual_seed(2)
     shape = () if kind == "one" else (3,)
     X = torch.randn(*shape, 12, d, generator=g, dtype=F64)
@@ -322,9 +321,17 @@ def test_projection_gradients_go_into_the_accumulators(monkeypatch, d, kind, met
             d, n_trees=7, n_lines=3, center=center, seed=0, dtype=F64
         )
         call = tsw.db_tsw
-    else:
+    elif method == "tsw_sl_chain":
         trees = tsw.sample_chain_lines(d, n_trees=7, n_lines=3, center=center, seed=0, dtype=F64)
         call = tsw.tsw_sl
+    else:  # directions (d, L), or (B, d, L) per item
+        trees = tsw.sample_projections(d, 7, seed=0, dtype=F64)
+        if kind == "batch_trees":
+            trees = torch.stack([trees, trees.flip(-1), trees.roll(1, -1)])
+
+        def call(X, Y, trees, chunk_size):
+            return tsw.sw(X, Y, projections=trees, chunk_size=chunk_size)
+
     results = []
     for chunk_size in (None, 2):
         seen.clear()

@@ -59,20 +59,20 @@ def test_db_tsw_gradcheck_above_the_explicit_residual_dimension(d, delta, p, ort
 
 @pytest.mark.parametrize(("rows_batch", "points_batch"), [(1, 1), (1, 3), (3, 3), (3, 1)])
 def test_products_backward_equals_autograd_of_the_matmul(rows_batch, points_batch):
-    """``_Products`` (a written-out contiguous backward) against torch's own matmul graph.
+    """``Products`` (a written-out contiguous backward) against torch's own matmul graph.
 
     Every batch layout of the rows and the points: shared rows, batched rows against one
     item's points (whose gradient is summed over the rows' batch), with random upstream
     gradients; gradcheck on top.
     """
-    from tsw.euclidean._lines import _Products
+    from tsw.core._gradients import Products
 
     g = torch.Generator().manual_seed(rows_batch * 10 + points_batch)
     rows = torch.randn(rows_batch, 5, 4, generator=g, dtype=F64, requires_grad=True)
     Y = torch.randn(points_batch, 6, 4, generator=g, dtype=F64, requires_grad=True)
     w = torch.randn(max(rows_batch, points_batch), 5, 6, generator=g, dtype=F64)
 
-    prods = _Products.apply(rows, Y)
+    prods = Products.apply(rows, Y)
     got = torch.autograd.grad((prods * w).sum(), (rows, Y))
     ref = rows @ Y.transpose(-1, -2)
     torch.testing.assert_close(prods, ref, rtol=1e-13, atol=1e-13)
@@ -80,7 +80,7 @@ def test_products_backward_equals_autograd_of_the_matmul(rows_batch, points_batc
     for a, b in zip(got, want, strict=True):
         assert a.shape == b.shape
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
-    assert torch.autograd.gradcheck(_Products.apply, (rows, Y))
+    assert torch.autograd.gradcheck(Products.apply, (rows, Y))
 
 
 def test_centre_moves_points_and_trees_together():

@@ -19,5 +19,7 @@ Private modules (no stability promise):
 * ``_slices``: explicit-or-drawn slices (counts, root centres, checks against the data);
 * ``_validation``: argument checks with messages naming the argument;
 * ``_random``: the seeding contract (:class:`Sampler`);
-* ``_safe``: elementwise primitives with finite subgradients at their singular points.
+* ``_safe``: elementwise primitives with finite subgradients at their singular points;
+* ``_gradients``: marks by which a block's projections add their gradient into the
+  driver's accumulated sums.
 """

@@ -9,7 +9,8 @@ at N = 1e6, d = 128 (one thread, float32) the projections' backward product took
 
 So the driver marks each block's leaf support with :func:`route_into` (the view of the
 accumulator that the block's gradient belongs to), and an op whose gradient with respect
-to that exact tensor is a product (``tsw.euclidean._lines._Products``) asks
+to that exact tensor is a product (:class:`Products`, the projections of the
+Euclidean tree distances and of SW) asks
 :func:`routed` in its forward pass and, in its backward pass, adds its gradient into the
 view and returns ``None`` for it. Every other op's gradient still reaches the driver
 through autograd and is added as before, so an op that ignores the mark stays correct.
@@ -25,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["route_into", "routed"]
+__all__ = ["Products", "route_into", "routed"]
 
 _ATTRIBUTE = "_tsw_gradient_into"
 
@@ -49,3 +50,52 @@ def routed(t: Tensor) -> Tensor | None:
     if torch.compiler.is_compiling() or not t.requires_grad:
         return None
     return getattr(t, _ATTRIBUTE, None)
+
+
+class Products(torch.autograd.Function):
+    """``rows @ Y^T`` of shape (B, R, m), with the gradient of ``Y`` formed contiguous.
+
+    ``rows`` (B|1, R, d), ``Y`` (B|1, m, d). Autograd's own backward of this product
+    gives the gradient of ``Y`` as a transposed (d, m) matrix, whose strided
+    accumulation with the points' other gradients cost more than the matmul itself at
+    d = 3072. Here it is ``g^T @ rows``, contiguous, summed over the rows' batch when
+    the points are one item's.
+
+    When ``Y`` is a block's support marked by the driver
+    (:func:`route_into`), the gradient of ``Y`` is added into the
+    driver's accumulator with one ``addmm_`` (``baddbmm_`` for batches) and not
+    returned: no fresh (m, d) gradient is written and read back.
+    """
+
+    @staticmethod
+    def forward(ctx, rows: Tensor, Y: Tensor) -> Tensor:
+        ctx.save_for_backward(rows, Y)
+        into = routed(Y)
+        # batched rows for one item's points would need their sum: returned instead
+        ctx.into = into if into is not None and rows.shape[0] in (1, Y.shape[0]) else None
+        if rows.shape[0] == 1 and Y.shape[0] == 1:  # a plain 2-D mm
+            return torch.mm(rows[0], Y[0].T).unsqueeze(0)
+        return torch.matmul(rows, Y.transpose(-1, -2))
+
+    @staticmethod
+    def backward(ctx, g: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        rows, Y = ctx.saved_tensors
+        grad_rows = grad_Y = None
+        into = ctx.into
+        if into is not None:
+            if into.shape[0] == 1:
+                into[0].addmm_(g[0].T, rows[0])
+            else:
+                into.baddbmm_(g.transpose(-1, -2), rows.expand(into.shape[0], -1, -1))
+        elif ctx.needs_input_grad[1]:
+            if rows.shape[0] == 1 and Y.shape[0] == 1:
+                grad_Y = torch.mm(g[0].T, rows[0]).unsqueeze(0)
+            else:
+                grad_Y = torch.matmul(g.transpose(-1, -2), rows)
+                if Y.shape[0] == 1 and grad_Y.shape[0] != 1:  # batched rows, one item
+                    grad_Y = grad_Y.sum(0, keepdim=True)
+        if ctx.needs_input_grad[0]:
+            grad_rows = torch.matmul(g, Y)
+            if rows.shape[0] == 1 and grad_rows.shape[0] != 1:
+                grad_rows = grad_rows.sum(0, keepdim=True)
+        return grad_rows, grad_Y

@@ -12,7 +12,7 @@ from typing import Literal, NamedTuple, TypeVar, cast, overload
 import torch
 from torch import Tensor
 
-from tsw.core._gradients import routed
+from tsw.core._gradients import Products
 from tsw.core._safe import LineDistance, SafeSqrt
 from tsw.core._slices import with_batch_axis
 from tsw.core._validation import Measures
@@ -50,55 +50,6 @@ class Offsets(NamedTuple):
     dirs: Tensor
     perp: Tensor | None
     sq: Tensor | None
-
-
-class _Products(torch.autograd.Function):
-    """``rows @ Y^T`` of shape (B, R, m), with the gradient of ``Y`` formed contiguous.
-
-    ``rows`` (B|1, R, d), ``Y`` (B|1, m, d). Autograd's own backward of this product
-    gives the gradient of ``Y`` as a transposed (d, m) matrix, whose strided
-    accumulation with the points' other gradients cost more than the matmul itself at
-    d = 3072. Here it is ``g^T @ rows``, contiguous, summed over the rows' batch when
-    the points are one item's.
-
-    When ``Y`` is a block's support marked by the driver
-    (:func:`tsw.core._gradients.route_into`), the gradient of ``Y`` is added into the
-    driver's accumulator with one ``addmm_`` (``baddbmm_`` for batches) and not
-    returned: no fresh (m, d) gradient is written and read back.
-    """
-
-    @staticmethod
-    def forward(ctx, rows: Tensor, Y: Tensor) -> Tensor:
-        ctx.save_for_backward(rows, Y)
-        into = routed(Y)
-        # batched rows for one item's points would need their sum: returned instead
-        ctx.into = into if into is not None and rows.shape[0] in (1, Y.shape[0]) else None
-        if rows.shape[0] == 1 and Y.shape[0] == 1:  # a plain 2-D mm
-            return torch.mm(rows[0], Y[0].T).unsqueeze(0)
-        return torch.matmul(rows, Y.transpose(-1, -2))
-
-    @staticmethod
-    def backward(ctx, g: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        rows, Y = ctx.saved_tensors
-        grad_rows = grad_Y = None
-        into = ctx.into
-        if into is not None:
-            if into.shape[0] == 1:
-                into[0].addmm_(g[0].T, rows[0])
-            else:
-                into.baddbmm_(g.transpose(-1, -2), rows.expand(into.shape[0], -1, -1))
-        elif ctx.needs_input_grad[1]:
-            if rows.shape[0] == 1 and Y.shape[0] == 1:
-                grad_Y = torch.mm(g[0].T, rows[0]).unsqueeze(0)
-            else:
-                grad_Y = torch.matmul(g.transpose(-1, -2), rows)
-                if Y.shape[0] == 1 and grad_Y.shape[0] != 1:  # batched rows, one item
-                    grad_Y = grad_Y.sum(0, keepdim=True)
-        if ctx.needs_input_grad[0]:
-            grad_rows = torch.matmul(g, Y)
-            if rows.shape[0] == 1 and grad_rows.shape[0] != 1:
-                grad_rows = grad_rows.sum(0, keepdim=True)
-        return grad_rows, grad_Y
 
 
 class _SquaredNorm(torch.autograd.Function):
@@ -148,11 +99,11 @@ def _products(supports: tuple[Tensor, ...], rows: Tensor) -> Tensor:
     """``<z, row>`` for every row and every point of every support, shape (B, R, n).
 
     ``supports`` are (B, n_i, d) point sets, ``rows`` (B|1, R, d); ``n = sum n_i``. One
-    product per support (:class:`_Products`): a support that needs no gradient (a fixed
-    target) costs no backward matmul, identical points of the two measures get
-    bit-identical coordinates, and no (B, n, d) tensor is concatenated.
+    product per support (:class:`tsw.core._gradients.Products`): a support that needs
+    no gradient (a fixed target) costs no backward matmul, identical points of the two
+    measures get bit-identical coordinates, and no (B, n, d) tensor is concatenated.
     """
-    return torch.cat([_Products.apply(rows, Y) for Y in supports], dim=-1)
+    return torch.cat([Products.apply(rows, Y) for Y in supports], dim=-1)
 
 
 def _line_coordinates(
