@@ -58,13 +58,19 @@ def test_chunked_equals_unchunked(name, call, sphere, chunk):
             torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-14)
 
 
-def test_chunked_gradcheck():
+@pytest.mark.parametrize("method", ["db_tsw", "sw"])
+def test_chunked_gradcheck(method):
+    # blocks of 2 slices (the supports' gradients go into the driver's sums) against
+    # finite differences
     X, Y, _, _ = _data(d=5)
     X = X[:6].clone().requires_grad_(True)
     Yr = Y[:5].clone().requires_grad_(True)
     trees = tsw.sample_concurrent_lines(5, n_trees=5, n_lines=3, seed=0, dtype=F64)
+    directions = tsw.sample_projections(5, 5, seed=0, dtype=F64)
 
     def f(X, Y):
+        if method == "sw":
+            return tsw.sw(X, Y, projections=directions, p=2, chunk_size=2)
         return tsw.db_tsw(X, Y, trees=trees, p=2, chunk_size=2)
 
     assert torch.autograd.gradcheck(f, (X, Yr))

@@ -46,7 +46,7 @@ from tsw.core._distributed import (
     shared_seed,
     sum_gradients,
 )
-from tsw.core._gradients import Products, route_into
+from tsw.core._gradients import products, route_into
 from tsw.core._random import Sampler, resolve_sampler
 from tsw.core._safe import safe_root
 from tsw.core._validation import (
@@ -195,14 +195,14 @@ def line_coordinates(Y_s: Tensor, Y_t: Tensor, directions: Tensor) -> Tensor:
 
     ``Y_s`` (..., N, d), ``Y_t`` (..., M, d), ``directions`` (d, L) or (..., d, L). The
     supports are multiplied separately, so that identical points of the two measures get
-    bit-identical coordinates and ``d(mu, mu) = 0`` exactly. For (B, n, d) supports the
-    products are :class:`~tsw.core._gradients.Products` (contiguous (B, L, n)
-    coordinates, a contiguous gradient of the points, added straight into the driver's
-    sums in blocks); other shapes take ``matmul``.
+    bit-identical coordinates and ``d(mu, mu) = 0`` exactly. For (B, n, d) supports they
+    are :func:`~tsw.core._gradients.products` (contiguous (B, L, n) coordinates, a
+    contiguous gradient of the points, added straight into the driver's sums in
+    blocks); other shapes (S3W's (B, R, n, d)) take ``matmul``.
     """
     if Y_s.dim() == 3 and Y_t.dim() == 3 and directions.dim() in (2, 3):
         rows = directions.mT if directions.dim() == 3 else directions.T.unsqueeze(0)
-        return torch.cat([Products.apply(rows, Y_s), Products.apply(rows, Y_t)], dim=-1)
+        return products((Y_s, Y_t), rows)
     coords = torch.cat([torch.matmul(Y_s, directions), torch.matmul(Y_t, directions)], dim=-2)
     return coords.transpose(-1, -2)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["Products", "route_into", "routed"]
+__all__ = ["Products", "products", "route_into", "routed"]
 
 _ATTRIBUTE = "_tsw_gradient_into"
 
@@ -99,3 +99,15 @@ class Products(torch.autograd.Function):
             if rows.shape[0] == 1 and grad_rows.shape[0] != 1:
                 grad_rows = grad_rows.sum(0, keepdim=True)
         return grad_rows, grad_Y
+
+
+def products(supports: tuple[Tensor, ...], rows: Tensor) -> Tensor:
+    """``<z, row>`` for every row and every point of every support, shape (B, R, n).
+
+    ``supports`` are (B|1, n_i, d) point sets, ``rows`` (B|1, R, d); ``n = sum n_i``.
+    One :class:`Products` per support: a support that needs no gradient (a fixed
+    target) costs no backward matmul, identical points of the two measures get
+    bit-identical coordinates (so ``d(mu, mu) = 0`` exactly), no (B, n, d) tensor is
+    concatenated, and in the driver's blocks each support's gradient goes into its sums.
+    """
+    return torch.cat([Products.apply(rows, Y) for Y in supports], dim=-1)

@@ -12,7 +12,7 @@ from typing import Literal, NamedTuple, TypeVar, cast, overload
 import torch
 from torch import Tensor
 
-from tsw.core._gradients import Products
+from tsw.core._gradients import products
 from tsw.core._safe import LineDistance, SafeSqrt
 from tsw.core._slices import with_batch_axis
 from tsw.core._validation import Measures
@@ -95,17 +95,6 @@ def centre(measures: Measures, trees: Trees) -> tuple[Measures, Trees]:
     return measures._replace(X_s=X_s, X_t=X_t, sq=sq), cast(Trees, moved)
 
 
-def _products(supports: tuple[Tensor, ...], rows: Tensor) -> Tensor:
-    """``<z, row>`` for every row and every point of every support, shape (B, R, n).
-
-    ``supports`` are (B, n_i, d) point sets, ``rows`` (B|1, R, d); ``n = sum n_i``. One
-    product per support (:class:`tsw.core._gradients.Products`): a support that needs
-    no gradient (a fixed target) costs no backward matmul, identical points of the two
-    measures get bit-identical coordinates, and no (B, n, d) tensor is concatenated.
-    """
-    return torch.cat([Products.apply(rows, Y) for Y in supports], dim=-1)
-
-
 def _line_coordinates(
     supports: tuple[Tensor, ...], dirs: Tensor, sources: Tensor, roots: Tensor | None = None
 ) -> tuple[Tensor, Tensor | None]:
@@ -131,9 +120,9 @@ def _line_coordinates(
         both = torch.cat([rows.expand(Bm, -1, -1), roots.expand(Bm, -1, -1)], dim=-2)
         # split, not two slices: its backward is one concatenation, where the slices'
         # would fill a zero gradient of the whole product and add into it
-        line_rows, zr = _products(supports, both).split([T * k, T], dim=-2)
+        line_rows, zr = products(supports, both).split([T * k, T], dim=-2)
     else:
-        line_rows = _products(supports, rows)
+        line_rows = products(supports, rows)
     B, n = line_rows.shape[0], line_rows.shape[-1]
     offset = (dirs * sources).sum(-1).unsqueeze(-1)
     return line_rows.view(B, T, k, n) - offset, zr
