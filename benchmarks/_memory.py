@@ -42,6 +42,11 @@ def peak() -> float:
 
 def _measure(prepare: Callable[..., Callable[[], object]], args: tuple, queue) -> None:
     work = prepare(*args)  # set-up (data, trees) is not measured
+    # nor is the one-time compilation of the line kernels (Numba, when installed: about
+    # 125 MiB on the first call in a process, independent of the problem's size)
+    from tsw.core._kernels import warm_up
+
+    warm_up()
     before = reset_peak()
     work()
     queue.put(peak() - before)

@@ -167,3 +167,24 @@ def dtype(request) -> torch.dtype:
 def rng() -> torch.Generator:
     """A seeded CPU generator for test data (independent of the library's draws)."""
     return torch.Generator().manual_seed(1234)
+
+
+# --------------------------------------------------------------------------- line kernels
+
+
+@pytest.fixture(params=["numba", "torch"])
+def line_kernel(request, monkeypatch) -> str:
+    """Run a test with each implementation of the line cost (``tsw.core._kernels``).
+
+    ``numba``: the compiled kernels (skipped where Numba is not installed); ``torch``:
+    the torch operators, which also run on every other device and under compile.
+    """
+    from tsw.core import _kernels
+
+    if request.param == "numba":
+        pytest.importorskip("numba")
+        if not _kernels._load():
+            pytest.skip("the compiled line kernels are disabled (TSW_NUMBA=0)")
+    else:
+        monkeypatch.setattr(_kernels, "usable", lambda *tensors, p: False)
+    return request.param

@@ -1304,6 +1304,7 @@ def test_upstream_gradient_scaling(entry, device):
     close(entry, gv, c[:, None, None] * g1, scale=10)
 
 
+@pytest.mark.usefixtures("line_kernel")
 @pytest.mark.parametrize("chain", [False, True])
 @pytest.mark.parametrize("p", [1.0, 2.0, 1.5])
 def test_line_system_cost_backward(chain, p):

@@ -225,6 +225,7 @@ def emd_signed(coords, masses, attachments):
     )
 
 
+@pytest.mark.usefixtures("line_kernel")
 class TestLineSystemCost:
     @pytest.mark.parametrize("ties", [False, True])
     @pytest.mark.parametrize("structure", ["star", "chain"])

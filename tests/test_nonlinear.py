@@ -410,6 +410,7 @@ def test_scaling_acts_on_radius_and_delta(split, c):
 # --------------------------------------------------------------------------- line_cost sharing
 
 
+@pytest.mark.usefixtures("line_kernel")
 @pytest.mark.parametrize("p", [1.0, 2.0, 1.5])
 def test_shared_coordinates_equal_expanded_ones(p):
     """One sort for rows sharing coordinates: same values and gradients as k sorts."""

@@ -17,6 +17,10 @@ tomllib = pytest.importorskip("tomllib")  # Python >= 3.11; the checks need no m
 #: import name -> distribution name, for every third-party module ``tsw/`` may import
 DISTRIBUTION = {"torch": "torch", "numpy": "numpy", "ot": "pot"}
 
+#: import name -> (distribution, extra) for optional modules: imported by tsw/ only where
+#: an ImportError falls back to another path, and declared in an extra, not as a dependency
+OPTIONAL = {"numba": ("numba", "fast")}
+
 
 def _pyproject() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -63,7 +67,10 @@ def test_runtime_dependencies_are_exactly_what_tsw_imports():
     third_party = {
         m: files
         for m, files in imported.items()
-        if m != "tsw" and m != "__future__" and m not in sys.stdlib_module_names
+        if m != "tsw"
+        and m != "__future__"
+        and m not in sys.stdlib_module_names
+        and m not in OPTIONAL
     }
     unknown = {m: sorted(f) for m, f in third_party.items() if m not in DISTRIBUTION}
     assert not unknown, f"tsw/ imports modules with no declared distribution: {unknown}"
@@ -72,6 +79,20 @@ def test_runtime_dependencies_are_exactly_what_tsw_imports():
     assert declared == needed, (
         f"pyproject dependencies {sorted(declared)} but tsw/ imports {sorted(needed)}"
     )
+
+
+def test_optional_modules_are_extras_with_a_fallback():
+    project = _pyproject()["project"]
+    declared = {_requirement_name(r) for r in project["dependencies"]}
+    imported = imported_top_level_modules(ROOT / "tsw")
+    for module, (dist, extra) in OPTIONAL.items():
+        assert dist not in declared, f"{dist} must stay optional"
+        extras = {_requirement_name(r) for r in project["optional-dependencies"][extra]}
+        assert dist in extras, f"{dist} must be in the {extra!r} extra"
+        # the one module importing it is imported inside a try / except ImportError
+        assert imported.get(module) == {"_numba_kernels.py"}, imported.get(module)
+    loader = (ROOT / "tsw" / "core" / "_kernels.py").read_text()
+    assert "from tsw.core import _numba_kernels\n    except ImportError:" in loader
 
 
 def test_scipy_is_a_test_dependency_only():

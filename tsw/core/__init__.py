@@ -21,5 +21,7 @@ Private modules (no stability promise):
 * ``_random``: the seeding contract (:class:`Sampler`);
 * ``_safe``: elementwise primitives with finite subgradients at their singular points;
 * ``_gradients``: marks by which a block's projections add their gradient into the
-  driver's accumulated sums.
+  driver's accumulated sums;
+* ``_kernels`` (with ``_numba_kernels``): the line cost's forward and backward as
+  compiled CPU loops, when the optional Numba is installed.
 """

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from tsw.core import _kernels
 from tsw.core._safe import broadcast_shape, safe_root
 from tsw.core._sort import sort_last, unsort_last
 from tsw.core._validation import (
@@ -125,7 +126,9 @@ class _LineCost(torch.autograd.Function):
 
     Forward and backward are written out (in place where possible: on CPU, large
     fresh allocations cost as much as the arithmetic) and keep only the sorted
-    coordinates, the permutation and the prefix sums for the backward pass.
+    coordinates, the permutation and the prefix sums for the backward pass. On the CPU,
+    with Numba installed and p in {1, 2}, the passes after the sort are compiled loops
+    (:mod:`tsw.core._kernels`) that follow the same formulas.
     """
 
     @staticmethod
@@ -133,6 +136,13 @@ class _LineCost(torch.autograd.Function):
         # ``coords`` has the number of dimensions of ``masses`` and, on some axes, size 1:
         # the lines along such an axis share their coordinates, sorted once.
         c, idx = sort_last(coords)
+        ctx.p = p
+        ctx.rays = rays
+        ctx.fused = _kernels.usable(c, masses, p=p)
+        if ctx.fused:  # one compiled loop per line (tsw.core._kernels)
+            cost, prefix = _kernels.line_cost_forward(c, idx, masses, p, rays)
+            ctx.save_for_backward(c, idx, prefix)
+            return cost
         shared = c.shape != masses.shape
         idx_m = idx.expand(masses.shape) if shared else idx
         prefix = torch.gather(masses, -1, idx_m).cumsum_(-1)  # P_j: mass at coords <= c_j
@@ -145,8 +155,6 @@ class _LineCost(torch.autograd.Function):
             work = torch.abs(prefix) if _compiling() else torch.abs(prefix, out=work)
             cost += (work if p == 1.0 else work.pow_(p)).mul_(dn).sum(-1)
         ctx.save_for_backward(c, idx, prefix)
-        ctx.p = p
-        ctx.rays = rays
         return cost
 
     @staticmethod
@@ -156,6 +164,11 @@ class _LineCost(torch.autograd.Function):
         g = grad.unsqueeze(-1)
         shared = c.shape != prefix.shape
         grad_c = grad_m = None
+        if ctx.fused:
+            grad_m, gc = _kernels.line_cost_backward(
+                c, idx, prefix, grad, p, ctx.rays, *ctx.needs_input_grad[1::-1]
+            )
+            return (None if gc is None else _sum_to(gc, c.shape)), grad_m, None, None
         if ctx.rays:
             return (*_ray_cost_backward(ctx, c, idx, prefix, g), None, None)
         if ctx.needs_input_grad[1]:

@@ -1,0 +1,159 @@
+"""The compiled line kernels (``tsw.core._kernels``, Numba) against the torch operators.
+
+The closed form itself is checked against ``ot.emd2`` with both implementations in
+``test_exactness.py`` (``TestLineSystemCost`` takes the ``line_kernel`` fixture); here
+the two implementations are compared on the cases where their code differs: atoms on
+one side of the root only, atoms at the root, ties, one atom, rays, shared coordinates,
+one gradient wanted, several threads.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import tsw
+from tsw.core import _kernels
+from tsw.core.tree_wasserstein import line_cost
+
+pytest.importorskip("numba")
+
+F64 = torch.float64
+
+
+def _coords(case: str, shape, rays: bool, g) -> torch.Tensor:
+    c = torch.randn(shape, generator=g, dtype=F64)
+    if case == "negative":
+        c = -c.abs() - 0.1
+    elif case == "positive":
+        c = c.abs() + 0.1
+    elif case == "ties_and_root":  # a coarse grid: repeated values and atoms at 0
+        c = torch.round(2 * c) / 2
+    return c.abs() if rays else c
+
+
+def _run(coords, masses, p, rays, up, compiled: bool, monkeypatch):
+    with monkeypatch.context() as mp:
+        if not compiled:
+            mp.setattr(_kernels, "usable", lambda *tensors, p: False)
+        c = coords.detach().requires_grad_(True)
+        m = masses.detach().requires_grad_(True)
+        out = line_cost(c, m, p, rays=rays)
+        gc, gm = torch.autograd.grad(out, (c, m), up)
+    return out.detach(), gc, gm
+
+
+@pytest.mark.parametrize("name", ["float32", "float64"])
+@pytest.mark.parametrize("p", [1.0, 2.0])
+@pytest.mark.parametrize("rays", [False, True])
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("case", ["mixed", "negative", "positive", "ties_and_root", "one_atom"])
+def test_compiled_equals_torch(name, p, rays, shared, case, monkeypatch):
+    dt = getattr(torch, name)
+    g = torch.Generator().manual_seed(hash((p, rays, shared, case)) % 2**31)
+    n = 1 if case == "one_atom" else 37
+    coords = _coords(case, (3, 1 if shared else 4, n), rays, g).to(dt)
+    masses = torch.randn(3, 4, n, generator=g, dtype=F64).to(dt)
+    up = torch.randn(3, 4, generator=g, dtype=F64).to(dt)
+    spy = []
+    real = _kernels.line_cost_forward
+    monkeypatch.setattr(_kernels, "line_cost_forward", lambda *a: spy.append(1) or real(*a))
+    got = _run(coords, masses, p, rays, up, True, monkeypatch)
+    assert spy, "the compiled kernel did not run"
+    expected = _run(coords, masses, p, rays, up, False, monkeypatch)
+    rtol = 1e-12 if dt == F64 else 1e-5
+    for a, b in zip(got, expected, strict=True):
+        assert a.dtype == dt
+        assert a.shape == b.shape
+        scale = float(b.abs().max()) + 1e-30
+        assert float((a - b).abs().max()) <= rtol * scale
+
+
+def test_one_gradient_wanted():
+    """Only the masses' (or only the coordinates') gradient: the other is not formed."""
+    g = torch.Generator().manual_seed(1)
+    coords = torch.randn(5, 4, 30, generator=g, dtype=F64)
+    masses = torch.randn(5, 4, 30, generator=g, dtype=F64)
+    c = coords.clone().requires_grad_(True)
+    m = masses.clone().requires_grad_(True)
+    (gc_both, gm_both) = torch.autograd.grad(line_cost(c, m).sum(), (c, m))
+    (gm,) = torch.autograd.grad(line_cost(coords, m).sum(), (m,))
+    (gc,) = torch.autograd.grad(line_cost(c, masses).sum(), (c,))
+    torch.testing.assert_close(gm, gm_both, rtol=0, atol=0)
+    torch.testing.assert_close(gc, gc_both, rtol=0, atol=0)
+
+
+def test_strided_inputs():
+    """Transposed, expanded and sliced inputs give the contiguous inputs' results."""
+    g = torch.Generator().manual_seed(2)
+    base_c = torch.randn(40, 6, generator=g, dtype=F64)
+    base_m = torch.randn(40, 6, generator=g, dtype=F64)
+    expected = line_cost(base_c.T.contiguous(), base_m.T.contiguous(), 2.0)
+    torch.testing.assert_close(line_cost(base_c.T, base_m.T, 2.0), expected, rtol=0, atol=0)
+    row = torch.randn(1, 25, generator=g, dtype=F64)
+    m = torch.randn(3, 25, generator=g, dtype=F64)
+    torch.testing.assert_close(
+        line_cost(row.expand(3, 25), m), line_cost(row.repeat(3, 1), m), rtol=0, atol=0
+    )
+
+
+def test_threads_give_the_same_bits():
+    """Rows shared among threads (above the sort's threshold) give one thread's bits."""
+    g = torch.Generator().manual_seed(3)
+    coords = torch.randn(8, 40000, generator=g)
+    masses = torch.randn(8, 40000, generator=g)
+    threads = torch.get_num_threads()
+    out = []
+    try:
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            c = coords.clone().requires_grad_(True)
+            m = masses.clone().requires_grad_(True)
+            v = line_cost(c, m)
+            out.append((v.detach(), *torch.autograd.grad(v.sum(), (c, m))))
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip(*out, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("p", [1.5, 3.0])
+def test_other_exponents_take_the_torch_path(p, monkeypatch):
+    calls = []
+    monkeypatch.setattr(_kernels, "line_cost_forward", lambda *a: calls.append(a))
+    line_cost(torch.randn(2, 5, dtype=F64), torch.randn(2, 5, dtype=F64), p)
+    assert not calls
+
+
+def test_db_tsw_equal_with_either_kernel(monkeypatch):
+    """A whole distance, value and gradient, in blocks: both implementations agree."""
+    g = torch.Generator().manual_seed(4)
+    X = torch.randn(60, 5, generator=g, dtype=F64)
+    Y = torch.randn(50, 5, generator=g, dtype=F64) + 0.3
+    trees = tsw.sample_concurrent_lines(5, n_trees=12, n_lines=4, seed=0, dtype=F64)
+    results = []
+    for compiled in (True, False):
+        with monkeypatch.context() as mp:
+            if not compiled:
+                mp.setattr(_kernels, "usable", lambda *tensors, p: False)
+            Xs = X.clone().requires_grad_(True)
+            v = tsw.db_tsw(Xs, Y, trees=trees, p=2, chunk_size=5)
+            results.append((v.detach(), *torch.autograd.grad(v, Xs)))
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_environment_variable_disables_the_kernels():
+    code = (
+        "import torch; from tsw.core import _kernels; "
+        "print(_kernels.usable(torch.zeros(2, 3), torch.zeros(2, 3), p=1.0))"
+    )
+    env = {**os.environ, "TSW_NUMBA": "0"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False"
