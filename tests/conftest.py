@@ -186,5 +186,5 @@ def line_kernel(request, monkeypatch) -> str:
         if not _kernels._load():
             pytest.skip("the compiled line kernels are disabled (TSW_NUMBA=0)")
     else:
-        monkeypatch.setattr(_kernels, "usable", lambda *tensors, p: False)
+        monkeypatch.setattr(_kernels, "usable", lambda *tensors, **kw: False)
     return request.param

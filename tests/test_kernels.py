@@ -39,7 +39,7 @@ def _coords(case: str, shape, rays: bool, g) -> torch.Tensor:
 def _run(coords, masses, p, rays, up, compiled: bool, monkeypatch):
     with monkeypatch.context() as mp:
         if not compiled:
-            mp.setattr(_kernels, "usable", lambda *tensors, p: False)
+            mp.setattr(_kernels, "usable", lambda *tensors, **kw: False)
         c = coords.detach().requires_grad_(True)
         m = masses.detach().requires_grad_(True)
         out = line_cost(c, m, p, rays=rays)
@@ -139,7 +139,7 @@ def test_db_tsw_equal_with_either_kernel(monkeypatch):
     for compiled in (True, False):
         with monkeypatch.context() as mp:
             if not compiled:
-                mp.setattr(_kernels, "usable", lambda *tensors, p: False)
+                mp.setattr(_kernels, "usable", lambda *tensors, **kw: False)
             Xs = X.clone().requires_grad_(True)
             v = tsw.db_tsw(Xs, Y, trees=trees, p=2, chunk_size=5)
             results.append((v.detach(), *torch.autograd.grad(v, Xs)))
@@ -157,3 +157,62 @@ def test_environment_variable_disables_the_kernels():
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "False"
+
+
+# --------------------------------------------------------------------------- Db-TSW's split
+
+
+def _split_inputs(name: str, seed: int = 5):
+    dt = getattr(torch, name)
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randn(2, 3, 4, 9, generator=g, dtype=F64)
+    sq = t.square().amax(2, keepdim=True) + torch.rand(2, 3, 1, 9, generator=g, dtype=F64)
+    sq[0, 0, 0, 0] = t[0, 0, 1, 0] ** 2  # an atom on line 1 of a tree: distance 0
+    w = torch.randn(2, 9, generator=g, dtype=F64)
+    up = torch.randn(2, 3, 4, 9, generator=g, dtype=F64)
+    return (x.to(dt) for x in (sq, t, w, up))
+
+
+@pytest.mark.parametrize("name", ["float32", "float64"])
+def test_split_backward_equals_torch(name):
+    """``DistanceSplit`` against ``LineDistance`` + ``distance_split`` with autograd."""
+    from tsw.core._safe import LineDistance
+    from tsw.core.splits import distance_split
+
+    sq, t, w, up = _split_inputs(name)
+    out = []
+    for compiled in (True, False):
+        s, c = sq.clone().requires_grad_(True), t.clone().requires_grad_(True)
+        if compiled:
+            m = _kernels.DistanceSplit.apply(s, c, w, 1.5)
+        else:
+            m = distance_split(LineDistance.apply(s, c), 1.5) * w[:, None, None, :]
+        out.append((m.detach(), *torch.autograd.grad(m, (s, c), up)))
+    rtol = 1e-12 if name == "float64" else 2e-5
+    for a, b in zip(*out, strict=True):
+        assert a.dtype == b.dtype
+        assert float((a - b).abs().max()) <= rtol * float(b.abs().max())
+    assert torch.isfinite(out[0][1]).all()
+    assert torch.isfinite(out[0][2]).all()
+
+
+def test_split_gradcheck():
+    sq, t, w, _ = _split_inputs("float64", seed=6)
+    sq = sq + 0.5  # away from the lines: the distance is smooth there
+    assert torch.autograd.gradcheck(
+        lambda s, c: _kernels.DistanceSplit.apply(s, c, w, 0.7),
+        (sq.requires_grad_(True), t.requires_grad_(True)),
+    )
+
+
+def test_split_takes_the_torch_path_for_learnable_weights(monkeypatch):
+    """Weights that need a gradient (not formed by the compiled backward) use autograd."""
+    calls = []
+    monkeypatch.setattr(_kernels.DistanceSplit, "apply", lambda *a: calls.append(a))
+    g = torch.Generator().manual_seed(7)
+    X, Y = torch.randn(10, 6, generator=g, dtype=F64), torch.randn(8, 6, generator=g, dtype=F64)
+    a = torch.full((10,), 0.1, dtype=F64, requires_grad=True)
+    v = tsw.db_tsw(X, Y, a=a, n_trees=3, seed=0)
+    (ga,) = torch.autograd.grad(v, a)
+    assert not calls
+    assert torch.isfinite(ga).all()

@@ -11,6 +11,7 @@ p = 1); ``rays`` says that every coordinate is >= 0.
 from __future__ import annotations
 
 import numba
+import numpy as np
 
 jit = numba.njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
 
@@ -149,3 +150,41 @@ def backward(c, idx, cmap, prefix, g, gm, gc, sq, rays, want_m, want_c):
                 gcr[k] = gr * (pw(S, sq) - pw(Sn, sq)) if cj > 0.0 else 0.0
             prev = cj
             S = Sn
+
+
+@jit
+def split_backward(gm, alpha, dist, t, w, wrow, delta, tiny, gsq, gt):
+    """Per row (one tree): the backward of Db-TSW's split of the masses, for ``sq`` and ``t``.
+
+    The forward is ``masses_l = alpha_l w``, ``alpha = softmax_l(-delta dist_l)``,
+    ``dist_l = sqrt(max(sq - t_l^2, 0))``. With ``g_l = gm_l w``:
+    ``dC/ddist_l = -delta alpha_l (g_l - sum_j alpha_j g_j)``, then
+    ``q_l = dC/ddist_l dist_l / (dist_l^2 + tiny)`` (0 on the line itself),
+    ``dC/dsq = q_0 / 2 + ... + q_{k-1} / 2`` and ``dC/dt_l = -q_l t_l``.
+    """
+    k, n = alpha.shape[1], alpha.shape[2]
+    s = np.empty(n, dtype=alpha.dtype)  # loops over atoms, innermost: vectorised
+    c = alpha.dtype.type(-delta)
+    half = alpha.dtype.type(0.5)
+    eps = alpha.dtype.type(tiny)
+    for r in range(alpha.shape[0]):
+        wr = w[wrow[r]]
+        gmr = gm[r]
+        ar = alpha[r]
+        dr = dist[r]
+        tr = t[r]
+        gtr = gt[r]
+        gsr = gsq[r]
+        for i in range(n):
+            s[i] = ar[0, i] * gmr[0, i]
+        for line in range(1, k):
+            for i in range(n):
+                s[i] += ar[line, i] * gmr[line, i]
+        for i in range(n):
+            gsr[i] = 0.0
+        for line in range(k):
+            for i in range(n):
+                d = dr[line, i]
+                q = c * ar[line, i] * (gmr[line, i] - s[i]) * wr[i] * d / (d * d + eps)
+                gsr[i] += half * q
+                gtr[line, i] = -q * tr[line, i]

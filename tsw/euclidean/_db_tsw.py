@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from tsw.core import _kernels
 from tsw.core._driver import STAR, Problem, Projection, Result, driver_options, signed_masses
 from tsw.core._slices import path_directions, resolve_trees
 from tsw.core._validation import (
@@ -19,7 +20,7 @@ from tsw.core._validation import (
 )
 from tsw.core.splits import distance_split, uniform_split
 from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
-from tsw.euclidean._lines import centre, project
+from tsw.euclidean._lines import centre, line_distance, offsets, project
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -267,6 +268,13 @@ def db_projection(measures: Measures, trees: ConcurrentLines, delta: float) -> P
         coords, _ = project(measures, trees, distances=False)
         alpha = uniform_split(trees.n_lines, coords)
     else:
-        coords, dist = project(measures, trees, distances=True)
-        alpha = distance_split(dist, delta)
+        off = offsets(measures, trees)
+        w = signed_masses(measures)
+        if off.sq is not None and not w.requires_grad and _kernels.usable(off.coords, off.sq, w):
+            # the same split with its backward as one compiled loop (tsw.core._kernels)
+            return Projection(
+                off.coords, _kernels.DistanceSplit.apply(off.sq, off.coords, w, delta), STAR
+            )
+        alpha = distance_split(line_distance(off), delta)
+        return Projection(off.coords, alpha * w[:, None, None, :], STAR)
     return Projection(coords, alpha * signed_masses(measures)[:, None, None, :], STAR)
