@@ -129,12 +129,16 @@ def test_other_exponents_take_the_torch_path(p, monkeypatch):
     assert not calls
 
 
-def test_db_tsw_equal_with_either_kernel(monkeypatch):
-    """A whole distance, value and gradient, in blocks: both implementations agree."""
+@pytest.mark.parametrize("d", [2, 3, 5])
+def test_db_tsw_equal_with_either_kernel(d, monkeypatch):
+    """A whole distance, value and gradient, in blocks: both implementations agree.
+
+    d = 2 and 3 take the cross-product distances into the split, d = 5 ``|z - x|^2``.
+    """
     g = torch.Generator().manual_seed(4)
-    X = torch.randn(60, 5, generator=g, dtype=F64)
-    Y = torch.randn(50, 5, generator=g, dtype=F64) + 0.3
-    trees = tsw.sample_concurrent_lines(5, n_trees=12, n_lines=4, seed=0, dtype=F64)
+    X = torch.randn(60, d, generator=g, dtype=F64)
+    Y = torch.randn(50, d, generator=g, dtype=F64) + 0.3
+    trees = tsw.sample_concurrent_lines(d, n_trees=12, n_lines=4, seed=0, dtype=F64)
     results = []
     for compiled in (True, False):
         with monkeypatch.context() as mp:
@@ -174,20 +178,29 @@ def _split_inputs(name: str, seed: int = 5):
 
 
 @pytest.mark.parametrize("name", ["float32", "float64"])
-def test_split_backward_equals_torch(name):
-    """``DistanceSplit`` against ``LineDistance`` + ``distance_split`` with autograd."""
+@pytest.mark.parametrize("given", ["line", "distance"])
+def test_split_backward_equals_torch(name, given):
+    """``DistanceSplit`` against ``LineDistance`` + ``distance_split`` with autograd.
+
+    ``given="distance"``: the distances are the input (``sq=None``), as up to d = 3.
+    """
     from tsw.core._safe import LineDistance
     from tsw.core.splits import distance_split
 
     sq, t, w, up = _split_inputs(name)
+    if given == "distance":
+        sq, t = sq - sq + 1.0, LineDistance.apply(sq, t)  # grads below: d/dt of the split
     out = []
     for compiled in (True, False):
         s, c = sq.clone().requires_grad_(True), t.clone().requires_grad_(True)
         if compiled:
-            m = _kernels.DistanceSplit.apply(s, c, w, 1.5)
-        else:
+            m = _kernels.DistanceSplit.apply(s if given == "line" else None, c, w, 1.5)
+        elif given == "line":
             m = distance_split(LineDistance.apply(s, c), 1.5) * w[:, None, None, :]
-        out.append((m.detach(), *torch.autograd.grad(m, (s, c), up)))
+        else:
+            m = distance_split(c, 1.5) * w[:, None, None, :] + 0 * s
+        grads = torch.autograd.grad(m, (s, c), up, allow_unused=True)
+        out.append((m.detach(), *(torch.zeros_like(s) if x is None else x for x in grads)))
     rtol = 1e-12 if name == "float64" else 2e-5
     for a, b in zip(*out, strict=True):
         assert a.dtype == b.dtype
@@ -203,6 +216,8 @@ def test_split_gradcheck():
         lambda s, c: _kernels.DistanceSplit.apply(s, c, w, 0.7),
         (sq.requires_grad_(True), t.requires_grad_(True)),
     )
+    dist = t.detach().abs().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda x: _kernels.DistanceSplit.apply(None, x, w, 0.7), dist)
 
 
 def test_split_takes_the_torch_path_for_learnable_weights(monkeypatch):

@@ -166,47 +166,53 @@ def line_cost_backward(
 class DistanceSplit(torch.autograd.Function):
     r"""Db-TSW's masses on the lines: ``softmax_l(-delta dist_l) * w``, compiled backward.
 
-    ``sq`` (B, T, 1, n) is :math:`|z - x_\tau|^2`, ``t`` (B, T, k, n) the coordinates on
-    the lines, ``w`` (B, n) the signed masses (not differentiated: callers with
-    weights that need a gradient use the torch operators). The forward is
-    ``LineDistance`` (``sqrt(max(sq - t^2, 0))``) and
-    :func:`~tsw.core.splits.distance_split` times ``w``, with the same torch operators;
-    the backward, about twelve passes over (B, T, k, n) with torch operators, is one
-    compiled loop (``_numba_kernels.split_backward``) with the same formulas (a zero
-    subgradient on a line, as ``LineDistance``'s).
+    ``t`` (B, T, k, n) holds the coordinates on the lines when ``sq`` (B, T, 1, n),
+    :math:`|z - x_\tau|^2`, is given: the distances are then ``LineDistance``'s
+    ``sqrt(max(sq - t^2, 0))``. With ``sq=None``, ``t`` is the distance itself (formed
+    by autograd-tracked torch operators, as the cross-product distances up to d = 3).
+    ``w`` (B, n) holds the signed masses, not differentiated: callers whose weights need a
+    gradient use the torch operators. The forward is the torch path's operators
+    (:func:`~tsw.core.splits.distance_split` times ``w``); the backward, about twelve
+    passes over (B, T, k, n) with torch operators (five without the distance), is one
+    vectorised compiled loop per tree (``_numba_kernels.split_backward``) with the same
+    formulas, including ``LineDistance``'s zero subgradient on a line.
     """
 
     @staticmethod
-    def forward(ctx, sq: Tensor, t: Tensor, w: Tensor, delta: float) -> Tensor:
-        dist = torch.addcmul(sq, t, t, value=-1).clamp_min_(0).sqrt_()
+    def forward(ctx, sq: Tensor | None, t: Tensor, w: Tensor, delta: float) -> Tensor:
+        dist = t if sq is None else torch.addcmul(sq, t, t, value=-1).clamp_min_(0).sqrt_()
         alpha = torch.softmax(dist * (-delta), dim=-2)
-        ctx.save_for_backward(alpha, dist, t, w)
+        ctx.from_line = sq is not None
+        if ctx.from_line:
+            ctx.save_for_backward(alpha, w, dist, t)
+        else:
+            ctx.save_for_backward(alpha, w)
         ctx.delta = delta
         return alpha * w[:, None, None, :]
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        alpha, dist, t, w = ctx.saved_tensors
+        alpha, w, *line = ctx.saved_tensors
         B, T, k, n = alpha.shape
-        gm, an, dn, tn = (
-            x.detach().contiguous().view(-1, k, n).numpy() for x in (grad, alpha, dist, t)
-        )
+
+        def rows(x: Tensor) -> Any:
+            return x.detach().contiguous().view(-1, k, n).numpy()
+
+        gm, an = rows(grad), rows(alpha)
+        dn, tn = (rows(line[0]), rows(line[1])) if ctx.from_line else (an, an)
         wn = w.detach().contiguous().numpy()
         wrow = torch.arange(B).repeat_interleave(T).numpy()
-        gsq = torch.empty((B, T, 1, n), dtype=alpha.dtype)
+        gsq = torch.empty((B, T, 1, n), dtype=alpha.dtype) if ctx.from_line else None
         gt = torch.empty((B, T, k, n), dtype=alpha.dtype)
-        gsn, gtn = gsq.view(-1, n).numpy(), gt.view(-1, k, n).numpy()
+        gtn = gt.view(-1, k, n).numpy()
+        gsn = gsq.view(-1, n).numpy() if gsq is not None else gtn[:, 0]
         tiny = float(torch.finfo(alpha.dtype).tiny)
         kernel = _kernels["split_backward"]
-        delta = float(ctx.delta)
+        delta, from_line = float(ctx.delta), bool(ctx.from_line)
 
         def part(s: slice) -> None:
-            kernel(gm[s], an[s], dn[s], tn[s], wn, wrow[s], delta, tiny, gsn[s], gtn[s])
+            kernel(gm[s], an[s], dn[s], tn[s], wn, wrow[s], delta, tiny, from_line, gsn[s], gtn[s])
 
         _by_rows(part, gm.shape[0], _threads(gm.shape[0], gm.size))
-        return (
-            (gsq if ctx.needs_input_grad[0] else None),
-            (gt if ctx.needs_input_grad[1] else None),
-            None,
-            None,
-        )
+        needs = ctx.needs_input_grad
+        return (gsq if needs[0] else None), (gt if needs[1] else None), None, None

@@ -153,17 +153,19 @@ def backward(c, idx, cmap, prefix, g, gm, gc, sq, rays, want_m, want_c):
 
 
 @jit
-def split_backward(gm, alpha, dist, t, w, wrow, delta, tiny, gsq, gt):
-    """Per row (one tree): the backward of Db-TSW's split of the masses, for ``sq`` and ``t``.
+def split_backward(gm, alpha, dist, t, w, wrow, delta, tiny, from_line, gsq, gt):
+    """Per row (one tree): the backward of Db-TSW's split of the masses.
 
-    The forward is ``masses_l = alpha_l w``, ``alpha = softmax_l(-delta dist_l)``,
-    ``dist_l = sqrt(max(sq - t_l^2, 0))``. With ``g_l = gm_l w``:
-    ``dC/ddist_l = -delta alpha_l (g_l - sum_j alpha_j g_j)``, then
-    ``q_l = dC/ddist_l dist_l / (dist_l^2 + tiny)`` (0 on the line itself),
-    ``dC/dsq = q_0 / 2 + ... + q_{k-1} / 2`` and ``dC/dt_l = -q_l t_l``.
+    The forward is ``masses_l = alpha_l w`` with ``alpha = softmax_l(-delta dist_l)``.
+    With ``g_l = gm_l w``: ``e_l = dC/ddist_l = -delta alpha_l (g_l - sum_j alpha_j g_j)``.
+    If ``from_line``, ``dist_l = sqrt(max(sq - t_l^2, 0))`` and, with
+    ``q_l = e_l dist_l / (dist_l^2 + tiny)`` (0 on the line itself),
+    ``dC/dsq = (q_0 + ... + q_{k-1}) / 2`` goes to ``gsq`` and ``dC/dt_l = -q_l t_l`` to
+    ``gt``; otherwise ``dist`` is the input and ``gt`` receives ``e`` (``t``, ``gsq``
+    unused). The loops run over the atoms innermost, so that they are vectorised.
     """
     k, n = alpha.shape[1], alpha.shape[2]
-    s = np.empty(n, dtype=alpha.dtype)  # loops over atoms, innermost: vectorised
+    s = np.empty(n, dtype=alpha.dtype)
     c = alpha.dtype.type(-delta)
     half = alpha.dtype.type(0.5)
     eps = alpha.dtype.type(tiny)
@@ -171,15 +173,20 @@ def split_backward(gm, alpha, dist, t, w, wrow, delta, tiny, gsq, gt):
         wr = w[wrow[r]]
         gmr = gm[r]
         ar = alpha[r]
-        dr = dist[r]
-        tr = t[r]
         gtr = gt[r]
-        gsr = gsq[r]
         for i in range(n):
             s[i] = ar[0, i] * gmr[0, i]
         for line in range(1, k):
             for i in range(n):
                 s[i] += ar[line, i] * gmr[line, i]
+        if not from_line:
+            for line in range(k):
+                for i in range(n):
+                    gtr[line, i] = c * ar[line, i] * (gmr[line, i] - s[i]) * wr[i]
+            continue
+        dr = dist[r]
+        tr = t[r]
+        gsr = gsq[r]
         for i in range(n):
             gsr[i] = 0.0
         for line in range(k):

@@ -270,11 +270,11 @@ def db_projection(measures: Measures, trees: ConcurrentLines, delta: float) -> P
     else:
         off = offsets(measures, trees)
         w = signed_masses(measures)
-        if off.sq is not None and not w.requires_grad and _kernels.usable(off.coords, off.sq, w):
-            # the same split with its backward as one compiled loop (tsw.core._kernels)
-            return Projection(
-                off.coords, _kernels.DistanceSplit.apply(off.sq, off.coords, w, delta), STAR
-            )
+        if not w.requires_grad and _kernels.usable(off.coords, w):
+            # the same split with its backward as one compiled loop (tsw.core._kernels);
+            # above d = 3 the distances are formed inside, from |z - x|^2 and the coordinates
+            sq, t = (off.sq, off.coords) if off.sq is not None else (None, line_distance(off))
+            return Projection(off.coords, _kernels.DistanceSplit.apply(sq, t, w, delta), STAR)
         alpha = distance_split(line_distance(off), delta)
         return Projection(off.coords, alpha * w[:, None, None, :], STAR)
     return Projection(coords, alpha * signed_masses(measures)[:, None, None, :], STAR)
