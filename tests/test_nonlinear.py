@@ -24,7 +24,7 @@ from torch.overrides import TorchFunctionMode
 import tsw
 import tsw.euclidean._lines as engine
 from tsw import ConcurrentLines
-from tsw.core._sort import sort_last
+from tsw.core._sort import argsort_last, sort_last
 
 F64 = torch.float64
 
@@ -280,7 +280,8 @@ def test_radius_zero_sorts_once_per_tree(d, monkeypatch):
     """r = 0: the only sort is of the (B, T, 1, n) radial coordinates; r > 0 sorts (B, T, k, n).
 
     Sorts are counted where the closed form takes them (``sort_last``, NumPy's on the
-    CPU) and at ``torch.sort``, which ``sort_last`` calls elsewhere.
+    CPU, or ``argsort_last`` with the compiled kernels) and at ``torch.sort``, which
+    both call elsewhere.
     """
     import tsw.core.tree_wasserstein as closed_form
 
@@ -292,7 +293,12 @@ def test_radius_zero_sorts_once_per_tree(d, monkeypatch):
             shapes.append(tuple(x.shape))
             return sort_last(x)
 
+        def recorded_arg(x, shapes=shapes):  # the compiled kernels' sort (tsw.core._kernels)
+            shapes.append(tuple(x.shape))
+            return argsort_last(x)
+
         monkeypatch.setattr(closed_form, "sort_last", recorded)
+        monkeypatch.setattr(closed_form, "argsort_last", recorded_arg)
         rec = _SortRecorder()
         with rec:
             value = tsw.circular_tsw(X, Y, radius=radius, n_trees=5, n_lines=4, seed=0)

@@ -252,16 +252,22 @@ def test_one_sort_per_tree(monkeypatch):
 
     shapes = []
     original, sort = closed_form.sort_last, torch.sort
+    original_arg = closed_form.argsort_last  # the compiled kernels' (tsw.core._kernels)
 
     def spy(x, *args, **kwargs):
         shapes.append(tuple(x.shape))
         return original(x, *args, **kwargs)
+
+    def spy_arg(x, *args, **kwargs):
+        shapes.append(tuple(x.shape))
+        return original_arg(x, *args, **kwargs)
 
     def other(x, *args, **kwargs):  # any sort outside the closed form's
         shapes.append(("torch.sort", *x.shape))
         return sort(x, *args, **kwargs)
 
     monkeypatch.setattr(closed_form, "sort_last", spy)
+    monkeypatch.setattr(closed_form, "argsort_last", spy_arg)
     monkeypatch.setattr(torch, "sort", other)
     X = torch.nn.functional.normalize(torch.randn(7, 3, dtype=F64), dim=-1)
     tsw.stsw(X, X.flip(0)[:5], n_trees=4, n_lines=6, seed=0)

@@ -85,7 +85,7 @@ def warm_up() -> bool:
         c = torch.tensor([[-1.0, 2.0]], dtype=dtype)
         if usable(c, p=1.0):
             idx = torch.tensor([[0, 1]])
-            cost, prefix = line_cost_forward(c, idx, c, 1.0, False)
+            cost, prefix, _ = line_cost_forward(c, idx, c, 1.0, False)
             line_cost_backward(c, idx, prefix, cost, 1.0, False, True, True)
             ok = True
     return ok
@@ -103,17 +103,22 @@ def _row_map(c_shape: torch.Size, m_shape: torch.Size) -> Any:
 
 
 def line_cost_forward(
-    c: Tensor, idx: Tensor, masses: Tensor, p: float, rays: bool
-) -> tuple[Tensor, Tensor]:
-    """Cost and prefix sums of ``_LineCost.forward`` from the sorted coordinates.
+    coords: Tensor, idx: Tensor, masses: Tensor, p: float, rays: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Cost, prefix sums and sorted coordinates of ``_LineCost.forward``.
 
-    ``c`` and ``idx`` (the sorted coordinates and the permutation, shape (..., n) with
-    size 1 on the axes of shared coordinates) broadcast with ``masses`` (..., n).
-    Returns the cost (...,) and the prefix sums in sorted order, shaped as ``masses``.
+    ``coords`` and ``idx`` (the coordinates and the permutation that sorts them, shape
+    (..., n) with size 1 on the axes of shared coordinates) broadcast with ``masses``
+    (..., n). Returns the cost (...,), the prefix sums in sorted order (shaped as
+    ``masses``) and the sorted coordinates (shaped as ``coords``; without shared
+    coordinates they are gathered in the kernel's loop).
     """
     m = _rows(masses)
-    cn, ixn = _rows(c), _rows(idx)
-    cmap = _row_map(c.shape, masses.shape)
+    xn, ixn = _rows(coords), _rows(idx)
+    cmap = _row_map(coords.shape, masses.shape)
+    sort_c = coords.shape == masses.shape
+    c = torch.empty(coords.shape, dtype=coords.dtype) if sort_c else torch.gather(coords, -1, idx)
+    cn = c.view(-1, m.shape[1]).numpy()
     prefix = torch.empty(masses.shape, dtype=masses.dtype)
     cost = torch.empty(masses.shape[:-1], dtype=masses.dtype)
     pn, con = prefix.view(-1, m.shape[1]).numpy(), cost.view(-1).numpy()
@@ -121,10 +126,14 @@ def line_cost_forward(
     sq = p == 2.0
 
     def part(s: slice) -> None:
-        kernel(cn, ixn, cmap[s], m[s], pn[s], con[s], sq, rays)
+        if sort_c:  # row r of the masses reads row r of the coordinates (cmap = arange)
+            rows = cmap[: s.stop - s.start]
+            kernel(xn[s], cn[s], ixn[s], rows, m[s], pn[s], con[s], sq, rays, True)
+        else:
+            kernel(xn, cn, ixn, cmap[s], m[s], pn[s], con[s], sq, rays, False)
 
     _by_rows(part, m.shape[0], _threads(m.shape[0], m.size))
-    return cost, prefix
+    return cost, prefix, c
 
 
 def line_cost_backward(

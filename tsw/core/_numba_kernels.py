@@ -48,10 +48,12 @@ def first_nonnegative(cr, n):
 
 
 @jit
-def forward(c, idx, cmap, m, prefix, cost, sq, rays):
+def forward(x, c, idx, cmap, m, prefix, cost, sq, rays, sort_c):
     """Per row: the prefix sums ``P_j = sum_{i <= j} m[idx[i]]`` and the cost.
 
     The cost is ``sum_e w_e |mass beyond e|^p`` over the edges of the line rooted at 0.
+    With ``sort_c`` (one row of coordinates per row of masses: ``cmap[r] = r``), the
+    sorted coordinates ``c[r, j] = x[r, idx[r, j]]`` are formed in the same loop.
     """
     n = m.shape[1]
     for r in range(m.shape[0]):
@@ -60,9 +62,17 @@ def forward(c, idx, cmap, m, prefix, cost, sq, rays):
         mr = m[r]
         pr = prefix[r]
         acc = 0.0
-        for j in range(n):
-            acc += mr[ir[j]]
-            pr[j] = acc
+        if sort_c:
+            xr = x[r]
+            for j in range(n):
+                k = ir[j]
+                cr[j] = xr[k]
+                acc += mr[k]
+                pr[j] = acc
+        else:
+            for j in range(n):
+                acc += mr[ir[j]]
+                pr[j] = acc
         total = pr[n - 1]
         s = 0.0
         S = total  # S_j = total - P_{j-1}: the mass at and beyond atom j

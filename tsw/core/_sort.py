@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["sort_last", "unsort_last"]
+__all__ = ["argsort_last", "sort_last", "unsort_last"]
 
 #: dtypes sorted by NumPy on the CPU (NumPy has no bfloat16; half precision is rare here)
 _NUMPY_DTYPES = (torch.float32, torch.float64)
@@ -93,6 +93,15 @@ def _numpy_argsort(x: Tensor) -> Tensor | None:
 
     _by_rows(part, rows.shape[0], threads)
     return torch.from_numpy(order).view(x.shape)
+
+
+def argsort_last(x: Tensor) -> Tensor:
+    """Return the permutation of :func:`sort_last` alone (int64), without the values."""
+    if _numpy_ok(x):
+        order = _numpy_argsort(x)
+        if order is not None:
+            return order
+    return torch.sort(x, dim=-1)[1]
 
 
 def sort_last(x: Tensor) -> tuple[Tensor, Tensor]:

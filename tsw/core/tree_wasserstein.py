@@ -28,7 +28,7 @@ from torch import Tensor
 
 from tsw.core import _kernels
 from tsw.core._safe import broadcast_shape, safe_root
-from tsw.core._sort import sort_last, unsort_last
+from tsw.core._sort import argsort_last, sort_last, unsort_last
 from tsw.core._validation import (
     check_bool,
     check_equal_totals,
@@ -135,14 +135,15 @@ class _LineCost(torch.autograd.Function):
     def forward(ctx, coords: Tensor, masses: Tensor, p: float, rays: bool) -> Tensor:
         # ``coords`` has the number of dimensions of ``masses`` and, on some axes, size 1:
         # the lines along such an axis share their coordinates, sorted once.
-        c, idx = sort_last(coords)
         ctx.p = p
         ctx.rays = rays
-        ctx.fused = _kernels.usable(c, masses, p=p)
-        if ctx.fused:  # one compiled loop per line (tsw.core._kernels)
-            cost, prefix = _kernels.line_cost_forward(c, idx, masses, p, rays)
+        ctx.fused = _kernels.usable(coords, masses, p=p)
+        if ctx.fused:  # compiled loops (tsw.core._kernels), the sorted values among them
+            idx = argsort_last(coords)
+            cost, prefix, c = _kernels.line_cost_forward(coords, idx, masses, p, rays)
             ctx.save_for_backward(c, idx, prefix)
             return cost
+        c, idx = sort_last(coords)
         shared = c.shape != masses.shape
         idx_m = idx.expand(masses.shape) if shared else idx
         prefix = torch.gather(masses, -1, idx_m).cumsum_(-1)  # P_j: mass at coords <= c_j
