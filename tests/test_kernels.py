@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -231,3 +232,27 @@ def test_split_takes_the_torch_path_for_learnable_weights(monkeypatch):
     (ga,) = torch.autograd.grad(v, a)
     assert not calls
     assert torch.isfinite(ga).all()
+
+
+def test_a_failing_numba_falls_back_with_a_warning(monkeypatch):
+    """Numba installed but unable to load (say, no writable cache): warn, use torch."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def failing(name, globals=None, locals=None, fromlist=(), level=0):
+        if name == "tsw.core" and fromlist and "_numba_kernels" in fromlist:
+            raise RuntimeError("cannot cache function: no locator available")
+        return real_import(name, globals, locals, fromlist, level)
+
+    monkeypatch.setattr(_kernels, "_kernels", {})
+    monkeypatch.setattr(_kernels, "_failed", False)
+    monkeypatch.setattr(builtins, "__import__", failing)
+    with pytest.warns(RuntimeWarning, match="torch operators run instead"):
+        assert not _kernels.usable(torch.zeros(2, 3), torch.zeros(2, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once only
+        assert not _kernels.usable(torch.zeros(2, 3), torch.zeros(2, 3))
+    monkeypatch.setattr(builtins, "__import__", real_import)
+    v = line_cost(torch.tensor([1.0, 3.0]), torch.tensor([1.0, -1.0]))
+    assert float(v) == 2.0

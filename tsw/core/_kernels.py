@@ -28,6 +28,7 @@ so the result does not depend on the number of threads.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import torch
@@ -52,6 +53,15 @@ def _load() -> bool:
         from tsw.core import _numba_kernels
     except ImportError:  # Numba is not installed
         _failed = True
+        return False
+    except Exception as err:  # e.g. no writable place for Numba's cache: say so, once
+        _failed = True
+        warnings.warn(
+            f"tsw: the compiled CPU kernels could not be loaded ({type(err).__name__}: "
+            f"{err}); the torch operators run instead (set TSW_NUMBA=0 to silence this)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return False
     _kernels.update(
         forward=_numba_kernels.forward,
