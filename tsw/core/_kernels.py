@@ -36,7 +36,14 @@ from torch import Tensor
 
 from tsw.core._sort import _by_rows, _threads
 
-__all__ = ["DistanceSplit", "line_cost_backward", "line_cost_forward", "usable", "warm_up"]
+__all__ = [
+    "DistanceSplit",
+    "angle_split_backward",
+    "line_cost_backward",
+    "line_cost_forward",
+    "usable",
+    "warm_up",
+]
 
 _kernels: dict[str, Any] = {}
 _failed = False
@@ -67,6 +74,7 @@ def _load() -> bool:
         forward=_numba_kernels.forward,
         backward=_numba_kernels.backward,
         split_backward=_numba_kernels.split_backward,
+        angle_split_backward=_numba_kernels.angle_split_backward,
     )
     return True
 
@@ -235,3 +243,38 @@ class DistanceSplit(torch.autograd.Function):
         _by_rows(part, gm.shape[0], _threads(gm.shape[0], gm.size))
         needs = ctx.needs_input_grad
         return (gsq if needs[0] else None), (gt if needs[1] else None), None, None
+
+
+def angle_split_backward(
+    g: Tensor, alpha: Tensor, phi: Tensor, slope: Tensor, scale: Tensor, w: Tensor, delta: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Backward of STSW's split on S^2 (``tsw.sphere._geometry._WrappedAngleSplit``).
+
+    ``g``, ``alpha``, ``phi``, ``slope`` (B, T, k, n), ``scale`` (B, T, n), ``w`` (B, n).
+    Returns the gradients of the polar angles (B, T, n), of ``scale`` (B, T, n) and of
+    the rays' angles (B, T, k) (not yet summed over a batch that shares its trees); the
+    weights' gradient is not formed (callers that need it use the torch operators).
+    """
+    B, T, k, n = alpha.shape
+
+    def rows(x: Tensor, *shape: int) -> Any:
+        return x.detach().contiguous().view(-1, *shape).numpy()
+
+    gn, an, pn, ln = (rows(x, k, n) for x in (g, alpha, phi, slope))
+    sn, wn = rows(scale, n), w.detach().contiguous().numpy()
+    wrow = torch.arange(B).repeat_interleave(T).numpy()
+    grad_polar = torch.empty((B, T, n), dtype=alpha.dtype)
+    grad_scale = torch.empty((B, T, n), dtype=alpha.dtype)
+    grad_theta = torch.empty((B, T, k), dtype=alpha.dtype)
+    gpn, gsn, gtn = (
+        grad_polar.view(-1, n).numpy(),
+        grad_scale.view(-1, n).numpy(),
+        grad_theta.view(-1, k).numpy(),
+    )
+    kernel = _kernels["angle_split_backward"]
+
+    def part(s: slice) -> None:
+        kernel(gn[s], an[s], pn[s], ln[s], sn[s], wn, wrow[s], float(delta), gpn[s], gsn[s], gtn[s])
+
+    _by_rows(part, gn.shape[0], _threads(gn.shape[0], gn.size))
+    return grad_polar, grad_scale, grad_theta

@@ -205,3 +205,44 @@ def split_backward(gm, alpha, dist, t, w, wrow, delta, tiny, from_line, gsq, gt)
                 q = c * ar[line, i] * (gmr[line, i] - s[i]) * wr[i] * d / (d * d + eps)
                 gsr[i] += half * q
                 gtr[line, i] = -q * tr[line, i]
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, error_model="numpy", fastmath={"reassoc"})
+def angle_split_backward(g, alpha, phi, slope, scale, w, wrow, delta, gpolar, gscale, gtheta):
+    """Per row (one tree): the backward of STSW's split on S^2 (``_WrappedAngleSplit``).
+
+    The forward is ``masses_l = alpha_l w`` with ``alpha = softmax_l(-delta scale phi_l)``,
+    ``phi_l`` the wrapped angle of the atom to ray ``l`` and ``slope_l`` its derivative.
+    With ``e_l = -delta alpha_l w (g_l - sum_j alpha_j g_j)`` (the logits' gradient over
+    ``scale``): ``gscale = sum_l e_l phi_l``, ``d_l = e_l scale slope_l``,
+    ``gpolar = sum_l d_l`` and ``gtheta_l = -sum_atoms d_l``. The sums over the atoms may
+    be reassociated (``fastmath={"reassoc"}``), so that the loops are vectorised.
+    """
+    k, n = alpha.shape[1], alpha.shape[2]
+    s = np.empty(n, dtype=alpha.dtype)
+    c = alpha.dtype.type(-delta)
+    for r in range(alpha.shape[0]):
+        wr = w[wrow[r]]
+        gr = g[r]
+        ar = alpha[r]
+        pr = phi[r]
+        lr = slope[r]
+        sc = scale[r]
+        gp = gpolar[r]
+        gs = gscale[r]
+        for i in range(n):
+            s[i] = ar[0, i] * gr[0, i]
+            gp[i] = 0.0
+            gs[i] = 0.0
+        for line in range(1, k):
+            for i in range(n):
+                s[i] += ar[line, i] * gr[line, i]
+        for line in range(k):
+            tot = 0.0
+            for i in range(n):
+                e = c * ar[line, i] * (gr[line, i] - s[i]) * wr[i]
+                gs[i] += e * pr[line, i]
+                d = e * sc[i] * lr[line, i]
+                gp[i] += d
+                tot += d
+            gtheta[r, line] = -tot

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from tsw.core import _kernels
 from tsw.core._random import Sampler
 from tsw.core._safe import LineDistance
 from tsw.core._slices import with_batch_axis
@@ -145,6 +146,19 @@ class _WrappedAngleSplit(torch.autograd.Function):
         phi, slope, alpha, scale, w = ctx.saved_tensors
         need_polar, need_theta, need_scale, need_w = ctx.needs_input_grad[:4]
         grad_polar = grad_theta = grad_scale = grad_w = None
+        if not need_w and _kernels.usable(g, phi):  # one compiled loop per tree
+            grad_polar, grad_scale, grad_theta = _kernels.angle_split_backward(
+                g, alpha, phi, slope, scale, w, ctx.delta
+            )
+            if ctx.theta_shape[0] != grad_theta.shape[0]:  # trees shared by the batch
+                grad_theta = grad_theta.sum(0, keepdim=True)
+            return (
+                grad_polar if need_polar else None,
+                grad_theta if need_theta else None,
+                grad_scale if need_scale else None,
+                None,
+                None,
+            )
         if need_w:
             grad_w = (g * alpha).sum((1, 2))
         gl = g * w[:, None, None, :]  # d/d alpha, then d/d logits (softmax backward)
