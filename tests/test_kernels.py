@@ -299,3 +299,43 @@ def test_wrapped_angle_split_gradcheck():
     w = torch.randn(2, 6, generator=g, dtype=F64)
     inputs = tuple(x.requires_grad_(True) for x in (polar, theta, scale))
     assert torch.autograd.gradcheck(lambda *x: _WrappedAngleSplit.apply(*x, w, 0.9), inputs)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda X, Y: tsw.circular_tsw(X, Y, radius=0.3, n_trees=6, seed=0),
+        lambda X, Y: tsw.circular_tsw(X, Y, radius=0.3, split="image", n_trees=6, seed=0),
+        lambda X, Y: tsw.stsw(  # S^3: the split through split_masses' distances
+            torch.nn.functional.normalize(X[:, :4], dim=-1),
+            torch.nn.functional.normalize(Y[:, :4], dim=-1),
+            n_trees=6,
+            seed=0,
+        ),
+    ],
+    ids=["circular", "circular_image", "stsw_s3"],
+)
+def test_split_masses_callers_equal_with_either_kernel(fn, monkeypatch):
+    g = torch.Generator().manual_seed(10)
+    X = torch.randn(40, 5, generator=g, dtype=F64)
+    Y = torch.randn(30, 5, generator=g, dtype=F64) + 0.2
+    results = []
+    for compiled in (True, False):
+        with monkeypatch.context() as mp:
+            if not compiled:
+                mp.setattr(_kernels, "usable", lambda *tensors, **kw: False)
+            Xs = X.clone().requires_grad_(True)
+            v = fn(Xs, Y)
+            results.append((v.detach(), *torch.autograd.grad(v, Xs)))
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_split_masses_takes_one_form():
+    from tsw.core.splits import split_masses
+
+    w, d = torch.ones(1, 3), torch.ones(1, 2, 4, 3)
+    with pytest.raises(TypeError, match="exactly one of distances= and line="):
+        split_masses(w, 1.0)
+    with pytest.raises(TypeError, match="exactly one of distances= and line="):
+        split_masses(w, 1.0, distances=d, line=(d[:, :, :1], d))

@@ -109,13 +109,16 @@ def warm_up() -> bool:
     return ok
 
 
-def _rows(x: Tensor) -> Any:
-    """``x`` as a C-contiguous (rows, n) NumPy array (a view when it already is one)."""
-    return x.detach().reshape(-1, x.shape[-1]).contiguous().numpy()
+def _rows(x: Tensor, *shape: int) -> Any:
+    """``x`` as a C-contiguous (rows, *shape) NumPy array (a view when it already is one).
+
+    ``shape`` defaults to the last axis: (rows, n).
+    """
+    return x.detach().reshape(-1, *(shape or x.shape[-1:])).contiguous().numpy()
 
 
 def _row_map(c_shape: torch.Size, m_shape: torch.Size) -> Any:
-    """For each row of the masses, the row of the (broadcast) coordinates it reads."""
+    """For each row of ``m_shape``, the row of ``c_shape`` (broadcast to it) it reads."""
     rows = torch.arange(c_shape[:-1].numel()).view(c_shape[:-1])
     return rows.expand(m_shape[:-1]).reshape(-1).numpy()
 
@@ -207,8 +210,11 @@ class DistanceSplit(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, sq: Tensor | None, t: Tensor, w: Tensor, delta: float) -> Tensor:
-        dist = t if sq is None else torch.addcmul(sq, t, t, value=-1).clamp_min_(0).sqrt_()
-        alpha = torch.softmax(dist * (-delta), dim=-2)
+        from tsw.core._safe import line_distance_values
+        from tsw.core.splits import distance_split  # (splits imports this module)
+
+        dist = t if sq is None else line_distance_values(sq, t)
+        alpha = distance_split(dist, delta)
         ctx.from_line = sq is not None
         if ctx.from_line:
             ctx.save_for_backward(alpha, w, dist, t)
@@ -222,13 +228,9 @@ class DistanceSplit(torch.autograd.Function):
         alpha, w, *line = ctx.saved_tensors
         B, T, k, n = alpha.shape
 
-        def rows(x: Tensor) -> Any:
-            return x.detach().contiguous().view(-1, k, n).numpy()
-
-        gm, an = rows(grad), rows(alpha)
-        dn, tn = (rows(line[0]), rows(line[1])) if ctx.from_line else (an, an)
-        wn = w.detach().contiguous().numpy()
-        wrow = torch.arange(B).repeat_interleave(T).numpy()
+        gm, an = _rows(grad, k, n), _rows(alpha, k, n)
+        dn, tn = (_rows(line[0], k, n), _rows(line[1], k, n)) if ctx.from_line else (an, an)
+        wn, wrow = _rows(w), _row_map(torch.Size((B, 1, n)), torch.Size((B, T, n)))
         gsq = torch.empty((B, T, 1, n), dtype=alpha.dtype) if ctx.from_line else None
         gt = torch.empty((B, T, k, n), dtype=alpha.dtype)
         gtn = gt.view(-1, k, n).numpy()
@@ -257,12 +259,9 @@ def angle_split_backward(
     """
     B, T, k, n = alpha.shape
 
-    def rows(x: Tensor, *shape: int) -> Any:
-        return x.detach().contiguous().view(-1, *shape).numpy()
-
-    gn, an, pn, ln = (rows(x, k, n) for x in (g, alpha, phi, slope))
-    sn, wn = rows(scale, n), w.detach().contiguous().numpy()
-    wrow = torch.arange(B).repeat_interleave(T).numpy()
+    gn, an, pn, ln = (_rows(x, k, n) for x in (g, alpha, phi, slope))
+    sn, wn = _rows(scale), _rows(w)
+    wrow = _row_map(torch.Size((B, 1, n)), scale.shape)  # the row of w of each tree's row
     grad_polar = torch.empty((B, T, n), dtype=alpha.dtype)
     grad_scale = torch.empty((B, T, n), dtype=alpha.dtype)
     grad_theta = torch.empty((B, T, k), dtype=alpha.dtype)

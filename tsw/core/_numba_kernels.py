@@ -1,10 +1,16 @@
 """The Numba kernels behind :mod:`tsw.core._kernels` (imported only when Numba is there).
 
 Module-level functions, so that Numba's on-disk cache (``cache=True``) serves later
-processes without compiling again. Each row ``r`` of the masses reads the row
-``cmap[r]`` of the sorted coordinates ``c`` and of the permutation ``idx`` (rows of
-shared coordinates are read by several rows of masses). ``sq`` selects p = 2 (else
-p = 1); ``rays`` says that every coordinate is >= 0.
+processes without compiling again.
+
+* ``forward`` / ``backward``: the line cost. Each row ``r`` of the masses reads the row
+  ``cmap[r]`` of the sorted coordinates ``c`` and of the permutation ``idx`` (rows of
+  shared coordinates are read by several rows of masses); ``forward`` can also form
+  ``c`` from the input coordinates ``x``. ``sq`` selects p = 2 (else p = 1); ``rays``
+  says that every coordinate is >= 0.
+* ``split_backward`` / ``angle_split_backward``: the backward of the distance-based
+  split (``tsw.core.splits.split_masses``) and of STSW's split on S^2, one row per tree;
+  ``wrow[r]`` is the row of the signed masses ``w`` that tree row ``r`` reads.
 """
 
 # pyright: reportMissingImports=false
@@ -14,6 +20,10 @@ import numba
 import numpy as np
 
 jit = numba.njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
+#: the same, with sums that may be reassociated (so that reductions are vectorised)
+jit_reassoc = numba.njit(
+    nogil=True, cache=True, boundscheck=False, error_model="numpy", fastmath={"reassoc"}
+)
 
 
 @numba.njit(inline="always")
@@ -207,7 +217,7 @@ def split_backward(gm, alpha, dist, t, w, wrow, delta, tiny, from_line, gsq, gt)
                 gtr[line, i] = -q * tr[line, i]
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False, error_model="numpy", fastmath={"reassoc"})
+@jit_reassoc
 def angle_split_backward(g, alpha, phi, slope, scale, w, wrow, delta, gpolar, gscale, gtheta):
     """Per row (one tree): the backward of STSW's split on S^2 (``_WrappedAngleSplit``).
 

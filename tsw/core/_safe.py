@@ -55,6 +55,11 @@ class SafeSqrt(torch.autograd.Function):
         return torch.div(out, r, out=r).mul_(grad).mul_(0.5)
 
 
+def line_distance_values(sq: Tensor, t: Tensor) -> Tensor:
+    """``sqrt(max(sq - t^2, 0))``, untracked: :class:`LineDistance`'s forward."""
+    return torch.addcmul(sq, t, t, value=-1).clamp_min_(0).sqrt_()
+
+
 class LineDistance(torch.autograd.Function):
     """``sqrt(max(sq - t^2, 0))``: distance to a line from ``|z - x|^2`` and ``t``.
 
@@ -64,7 +69,7 @@ class LineDistance(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, sq: Tensor, t: Tensor) -> Tensor:
-        dist = torch.addcmul(sq, t, t, value=-1).clamp_min_(0).sqrt_()
+        dist = line_distance_values(sq, t)
         ctx.save_for_backward(t, dist)
         return dist
 

@@ -21,9 +21,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from tsw.core import _kernels
+from tsw.core._safe import LineDistance
 from tsw.core._validation import check_finite, check_tensor, sphere_tol
 
-__all__ = ["check_alpha", "constant_split", "distance_split", "uniform_split"]
+__all__ = ["check_alpha", "constant_split", "distance_split", "split_masses", "uniform_split"]
 
 
 def uniform_split(n_lines: int, like: Tensor) -> Tensor:
@@ -85,3 +87,49 @@ def distance_split(distances: Tensor, delta: float) -> Tensor:
     if delta == 0:
         return torch.full_like(distances, 1.0 / distances.shape[-2])
     return torch.softmax(distances * (-delta), dim=-2)
+
+
+def split_masses(
+    w: Tensor,
+    delta: float,
+    *,
+    distances: Tensor | None = None,
+    line: tuple[Tensor, Tensor] | None = None,
+) -> Tensor:
+    r"""Masses on the lines: :func:`distance_split` times the signed masses ``w``.
+
+    Parameters
+    ----------
+    w : Tensor of shape (B, n)
+        Signed masses of the atoms.
+    delta : float
+        Inverse temperature of :func:`distance_split`.
+    distances : Tensor of shape (B, T, k, n), optional
+        Distance of each atom to each line.
+    line : (sq, t), optional
+        Instead of ``distances``: ``sq`` (B, T, 1, n) the squared distance of each atom to
+        its tree's root and ``t`` (B, T, k, n) its coordinates on the lines, whose
+        distances are ``LineDistance``'s ``sqrt(max(sq - t^2, 0))``.
+
+    Returns
+    -------
+    Tensor of shape (B, T, k, n)
+        :math:`\mathrm{softmax}_l(-\delta\, d_l)\, w`.
+
+    Notes
+    -----
+    On the CPU with Numba (:mod:`tsw.core._kernels`), for ``delta != 0`` and weights
+    that need no gradient, the backward pass is one compiled loop per tree
+    (:class:`~tsw.core._kernels.DistanceSplit`); otherwise autograd runs through the
+    torch operators. Both give the same values, and the same gradients up to rounding.
+    """
+    if line is not None and distances is None:
+        sq, t = line
+    elif distances is not None and line is None:
+        sq, t = None, distances
+    else:
+        raise TypeError("split_masses takes exactly one of distances= and line=")
+    if delta != 0 and not w.requires_grad and _kernels.usable(t, w):
+        return _kernels.DistanceSplit.apply(sq, t, w, delta)
+    dist: Tensor = t if sq is None else LineDistance.apply(sq, t)
+    return distance_split(dist, delta) * w[:, None, None, :]

@@ -25,7 +25,7 @@ from tsw.core._validation import (
     check_choice,
     check_nonnegative_float,
 )
-from tsw.core.splits import distance_split, uniform_split
+from tsw.core.splits import split_masses, uniform_split
 from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
 from tsw.euclidean._lines import (
     centre,
@@ -263,13 +263,14 @@ def circular_projection(
     off = offsets(measures, trees)
     # (B, T, 1, n) for r = 0: one sort per tree in the closed form
     t = radial_distance(off) if radius == 0 else point_distance(off, radius)
+    w = signed_masses(measures)
     if delta == 0:
-        alpha = uniform_split(trees.n_lines, t)
+        masses = uniform_split(trees.n_lines, t) * w[:, None, None, :]
     elif split == "image":
-        alpha = distance_split(point_distance(off, t), delta)
+        masses = split_masses(w, delta, distances=point_distance(off, t))
     else:
-        alpha = distance_split(line_distance(off), delta)
-    return Projection(t, alpha * signed_masses(measures)[:, None, None, :], STAR)
+        masses = split_masses(w, delta, distances=line_distance(off))
+    return Projection(t, masses, STAR)
 
 
 def _published_cost(projection: Projection, p: float, r0: bool) -> Tensor:

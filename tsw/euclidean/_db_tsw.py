@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from tsw.core import _kernels
 from tsw.core._driver import STAR, Problem, Projection, Result, driver_options, signed_masses
 from tsw.core._slices import path_directions, resolve_trees
 from tsw.core._validation import (
@@ -18,7 +17,7 @@ from tsw.core._validation import (
     check_choice,
     check_nonnegative_float,
 )
-from tsw.core.splits import distance_split, uniform_split
+from tsw.core.splits import split_masses, uniform_split
 from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
 from tsw.euclidean._lines import centre, line_distance, offsets, project
 
@@ -264,17 +263,13 @@ def db_projection(measures: Measures, trees: ConcurrentLines, delta: float) -> P
     computed). The measures' totals need not agree: an imbalance is absorbed at each
     tree's root (as :func:`tsw.partial_tsw` uses).
     """
+    w = signed_masses(measures)
     if delta == 0:
         coords, _ = project(measures, trees, distances=False)
-        alpha = uniform_split(trees.n_lines, coords)
+        return Projection(coords, uniform_split(trees.n_lines, coords) * w[:, None, None, :], STAR)
+    off = offsets(measures, trees)
+    if off.sq is not None:  # above d = 3: the distances from |z - x|^2 and the coordinates
+        masses = split_masses(w, delta, line=(off.sq, off.coords))
     else:
-        off = offsets(measures, trees)
-        w = signed_masses(measures)
-        if not w.requires_grad and _kernels.usable(off.coords, w):
-            # the same split with its backward as one compiled loop (tsw.core._kernels);
-            # above d = 3 the distances are formed inside, from |z - x|^2 and the coordinates
-            sq, t = (off.sq, off.coords) if off.sq is not None else (None, line_distance(off))
-            return Projection(off.coords, _kernels.DistanceSplit.apply(sq, t, w, delta), STAR)
-        alpha = distance_split(line_distance(off), delta)
-        return Projection(off.coords, alpha * w[:, None, None, :], STAR)
-    return Projection(coords, alpha * signed_masses(measures)[:, None, None, :], STAR)
+        masses = split_masses(w, delta, distances=line_distance(off))
+    return Projection(off.coords, masses, STAR)

@@ -46,7 +46,7 @@ from tsw.core._random import Sampler
 from tsw.core._safe import LineDistance
 from tsw.core._slices import with_batch_axis
 from tsw.core._sort import sort_last
-from tsw.core.splits import distance_split
+from tsw.core.splits import split_masses
 from tsw.core.trees import SphericalTrees
 
 __all__ = ["spherical_project", "spherical_split", "uniform_projection"]
@@ -114,6 +114,11 @@ def _s2_angles(Z: Tensor, trees: SphericalTrees) -> tuple[Tensor, Tensor, Tensor
     return t, polar, theta, rho * _inv_norm(Z)
 
 
+def _shared_trees_sum(grad_theta: Tensor, theta_shape: torch.Size) -> Tensor:
+    """Sum the rays' gradient (B, T, k) over a batch that shares its trees (theta (1, T, k))."""
+    return grad_theta.sum(0, keepdim=True) if theta_shape[0] != grad_theta.shape[0] else grad_theta
+
+
 class _WrappedAngleSplit(torch.autograd.Function):
     r"""STSW's split on S^2 in one function: angles, softmax and masses.
 
@@ -150,15 +155,10 @@ class _WrappedAngleSplit(torch.autograd.Function):
             grad_polar, grad_scale, grad_theta = _kernels.angle_split_backward(
                 g, alpha, phi, slope, scale, w, ctx.delta
             )
-            if ctx.theta_shape[0] != grad_theta.shape[0]:  # trees shared by the batch
-                grad_theta = grad_theta.sum(0, keepdim=True)
-            return (
-                grad_polar if need_polar else None,
-                grad_theta if need_theta else None,
-                grad_scale if need_scale else None,
-                None,
-                None,
-            )
+            grad_polar = grad_polar if need_polar else None
+            grad_scale = grad_scale if need_scale else None
+            grad_theta = _shared_trees_sum(grad_theta, ctx.theta_shape) if need_theta else None
+            return grad_polar, grad_theta, grad_scale, None, None
         if need_w:
             grad_w = (g * alpha).sum((1, 2))
         gl = g * w[:, None, None, :]  # d/d alpha, then d/d logits (softmax backward)
@@ -170,9 +170,7 @@ class _WrappedAngleSplit(torch.autograd.Function):
             if need_polar:
                 grad_polar = gd.sum(-2)
             if need_theta:
-                grad_theta = gd.sum(-1).neg_()
-                if ctx.theta_shape[0] != grad_theta.shape[0]:  # trees shared by the batch
-                    grad_theta = grad_theta.sum(0, keepdim=True)
+                grad_theta = _shared_trees_sum(gd.sum(-1).neg_(), ctx.theta_shape)
         return grad_polar, grad_theta, grad_scale, grad_w, None
 
 
@@ -186,7 +184,7 @@ def spherical_split(
     :math:`\mathrm{softmax}_i(-\delta \beta_i)\, w` (B, T, k, n). On S^2 one written-out
     function forms the wrapped angles, the softmax and the masses
     (:class:`_WrappedAngleSplit`); elsewhere :func:`spherical_project`'s ``beta`` goes
-    through :func:`tsw.core.splits.distance_split`.
+    through :func:`tsw.core.splits.split_masses`.
     """
     if Z.shape[-1] == 3:
         t, polar, theta, scale = _s2_angles(Z, trees)
@@ -194,7 +192,7 @@ def spherical_split(
     t, beta = spherical_project(Z, trees, angles=True)
     if beta is None:  # not reached: angles=True
         raise RuntimeError("spherical_project returned no angles")
-    return t, distance_split(beta, delta) * w[:, None, None, :]
+    return t, split_masses(w, delta, distances=beta)
 
 
 def spherical_project(
