@@ -197,6 +197,7 @@ def test_auto_blocks_of_items_and_trees(monkeypatch, cache, batched_trees):
     # batched trees, cuts the trees of all items: values and gradients equal the
     # one-block evaluation, for the value and for a per-tree loss
     monkeypatch.setattr(driver, "CACHE_BLOCK_ELEMENTS", cache)
+    monkeypatch.setattr(driver, "COMPILED_BLOCK_ELEMENTS", cache)
     g = torch.Generator().manual_seed(5)
     X = torch.randn(5, 10, 3, generator=g, dtype=F64)
     Y = torch.randn(5, 8, 3, generator=g, dtype=F64) + 0.5
@@ -225,6 +226,50 @@ def test_auto_blocks_of_items_and_trees(monkeypatch, cache, batched_trees):
         assert all(b[:2] == (0, 5) for b in plans[-1])
     for x, y in zip(results[1], results[0], strict=True):
         torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("line_kernel", ["numba", "torch"], indirect=True)
+def test_auto_cache_cap_follows_the_closed_form(line_kernel):
+    # trees whose closed form runs compiled take the larger cap (no per-block gain in
+    # cache for loops that stream each row once); SW's directions, p outside {1, 2}
+    # and the torch operators keep the cache-sized one
+    X = torch.zeros(3, 2, dtype=F64)
+    trees = tsw.sample_concurrent_lines(2, n_trees=3, n_lines=2, seed=0, dtype=F64)
+    directions = torch.zeros(2, 3, dtype=F64)
+
+    def cap(p, slices, x=X):
+        problem = driver.Problem.of(X, X, None, None, p=p, seed=0, generator=None, validate=False)
+        return problem.cache_elements(x, slices)
+
+    compiled = driver.COMPILED_BLOCK_ELEMENTS if line_kernel == "numba" else None
+    cache = driver.CACHE_BLOCK_ELEMENTS
+    assert compiled is None or compiled > cache
+    assert cap(1, trees) == (compiled or cache)
+    assert cap(2, trees) == (compiled or cache)
+    assert cap(1.5, trees) == cache
+    assert cap(1, directions) == cache
+    assert cap(1, trees, X.to(torch.float16)) == cache
+
+
+def test_auto_plan_with_compiled_kernels_keeps_the_memory_budget(monkeypatch):
+    # the larger cap of the compiled path still leaves MEMORY_BUDGET in charge
+    monkeypatch.setattr(driver.Problem, "cache_elements", lambda self, X, s: 2**40)
+    X = torch.empty(1, 10_000, 64)
+    problem = driver.Problem.of(
+        torch.zeros(3, 2),
+        torch.zeros(3, 2),
+        None,
+        None,
+        p=1,
+        seed=0,
+        generator=None,
+        validate=False,
+    )
+    problem = problem.replace(measures=problem.measures._replace(X_s=X[0], X_t=X[0]))
+    plan = problem.plan_blocks((1000, 4), (X, X, X[..., 0], X[..., 0]), None)
+    # 16 float32 elements per (line x atom): 4 lines x 2e4 atoms x 64 B = 5.1 MB a tree,
+    # 419 trees in 2 GiB
+    assert [b[2:] for b in plan] == [(0, 419), (419, 838), (838, 1000)]
 
 
 def test_auto_blocks_on_accelerators_follow_only_the_memory_budget():

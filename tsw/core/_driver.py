@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from tsw.core import _kernels
 from tsw.core._distributed import (
     Group,
     all_tensors,
@@ -159,6 +160,15 @@ MEMORY_BUDGET = 2 * 2**30
 #: N = 2000, d = 64 (64-tree blocks, 1.0e6 elements) and 1.47x at N = 1e4, d = 128
 #: (25-tree blocks, 2.0e6 elements); blocks of 1 tree were slower than no blocks
 CACHE_BLOCK_ELEMENTS = 2**20
+#: the same cap where the closed form runs as compiled loops (:mod:`tsw.core._kernels`:
+#: trees on the CPU, float32/float64, p in {1, 2}, Numba installed). Those loops stream
+#: each row once, so small blocks only add their per-block work (the product, the
+#: leaves' set-up, about 3 ms a block at N = 2000, d = 64). Measured on Db-TSW, float32,
+#: one thread, 250 x 4, ratio to the lower limit side by side (AMD EPYC): 2^20 / 2^22 /
+#: 2^24 read 1.19 / 1.15 / 1.07 at N = 1e4, d = 64, 1.13 / 1.18 / 1.09 at d = 784,
+#: 1.02 / 0.99 / 1.03 at N = 5e4 (3 rounds), and 1.64 / 1.47 / 1.39 for a batch of
+#: 16 x 200 points
+COMPILED_BLOCK_ELEMENTS = 2**24
 #: working elements per (line x atom) of a block, forward and backward: measured about
 #: 54 bytes (13.5 float32 elements) for Db-TSW at d = 64; rounded up
 WORK_ELEMENTS_PER_LINE_POINT = 16
@@ -753,7 +763,7 @@ class Problem:
 
         ``chunk_size=None``: one block. An int: blocks of that many slices, every item
         at once. ``"auto"``: blocks under :data:`MEMORY_BUDGET`; on the CPU also under
-        :data:`CACHE_BLOCK_ELEMENTS` (line x atom) elements, grouping whole batch items
+        :meth:`cache_elements` (line x atom) elements, grouping whole batch items
         when one item's slices fit (so a batch of small problems runs item by item in
         cache) and cutting one item's slices otherwise. Items are only grouped when the
         slices are shared by the batch (not batched trees).
@@ -776,20 +786,31 @@ class Problem:
         # that a small share (measured best at 40 lines for d = 128, N = 1e5, where
         # 8-line blocks were 3.6x slower than 40-line ones, before the front end)
         min_trees = -(-X.shape[-1] // (3 * k))
+        cache = self.cache_elements(X, slices)
         item = T * k * atoms  # elements of one item's slices
-        if B * item <= 2 * CACHE_BLOCK_ELEMENTS and memory_trees >= T:
+        if B * item <= 2 * cache and memory_trees >= T:
             return [(0, B, 0, T)]
         shared = not any(x.shape[0] != B for x in inputs) and _unbatched(slices)
         if not shared:
-            trees = max(min_trees, CACHE_BLOCK_ELEMENTS // max(B * k * atoms, 1))
+            trees = max(min_trees, cache // max(B * k * atoms, 1))
             trees = max(1, min(memory_trees, trees))
             return [(0, B, t, min(t + trees, T)) for t in range(0, T, trees)]
-        if item <= CACHE_BLOCK_ELEMENTS and per_tree * T <= MEMORY_BUDGET:
-            per = max(1, min(CACHE_BLOCK_ELEMENTS // item, MEMORY_BUDGET // (per_tree * T)))
+        if item <= cache and per_tree * T <= MEMORY_BUDGET:
+            per = max(1, min(cache // item, MEMORY_BUDGET // (per_tree * T)))
             return [(i, min(i + per, B), 0, T) for i in range(0, B, per)]
-        trees = max(min_trees, CACHE_BLOCK_ELEMENTS // (k * atoms))
+        trees = max(min_trees, cache // (k * atoms))
         trees = max(1, min(trees, MEMORY_BUDGET // per_tree))
         return [(i, i + 1, t, min(t + trees, T)) for i in range(B) for t in range(0, T, trees)]
+
+    def cache_elements(self, X: Tensor, slices: Any) -> int:
+        """Return the CPU cap on a block's (line x atom) elements (``chunk_size="auto"``).
+
+        :data:`COMPILED_BLOCK_ELEMENTS` for trees whose closed form runs compiled
+        (:func:`tsw.core._kernels.usable`), :data:`CACHE_BLOCK_ELEMENTS` otherwise (the
+        torch operators, and SW's directions, whose one-dimensional cost is not compiled).
+        """
+        compiled = not isinstance(slices, Tensor) and _kernels.usable(X, p=self.p)
+        return COMPILED_BLOCK_ELEMENTS if compiled else CACHE_BLOCK_ELEMENTS
 
     def finish(
         self, per_slice: Tensor, slices: Any = None, projections: Tensor | None = None
