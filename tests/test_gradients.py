@@ -83,6 +83,105 @@ def test_products_backward_equals_autograd_of_the_matmul(rows_batch, points_batc
     assert torch.autograd.gradcheck(Products.apply, (rows, Y))
 
 
+@pytest.mark.parametrize(
+    ("rows_batch", "points_batch", "shift_batch"),
+    [(1, 1, 1), (1, 3, 1), (3, 3, 3), (3, 1, 3), (1, 1, 3), (3, 3, 1)],
+)
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_products_with_shift_equal_the_translated_matmul(
+    monkeypatch, rows_batch, points_batch, shift_batch, chunk
+):
+    """``Products(rows, Y, shift)`` against torch's graph of ``rows @ (Y - shift)^T``.
+
+    The translation is formed a chunk of atoms at a time (``chunk`` atoms: several
+    chunks and a short last one, or one chunk): value, both gradients (the shift is
+    detached, so ``Y``'s gradient is that of the untranslated product) and gradcheck,
+    for every batch layout of the rows, the points and the shift.
+    """
+    from tsw.core import _gradients
+    from tsw.core._gradients import Products
+
+    if chunk is not None:  # chunks of 3 atoms (the real ones: at least 1024)
+        monkeypatch.setattr(_gradients, "_chunks", lambda m, d: range(0, m, chunk))
+    g = torch.Generator().manual_seed(rows_batch * 100 + points_batch * 10 + shift_batch)
+    rows = torch.randn(rows_batch, 5, 4, generator=g, dtype=F64, requires_grad=True)
+    Y = torch.randn(points_batch, 7, 4, generator=g, dtype=F64, requires_grad=True)
+    shift = 30.0 + torch.randn(shift_batch, 1, 4, generator=g, dtype=F64)
+    B = max(rows_batch, points_batch, shift_batch)
+    w = torch.randn(B, 5, 7, generator=g, dtype=F64)
+
+    prods = Products.apply(rows, Y, shift)
+    got = torch.autograd.grad((prods * w).sum(), (rows, Y))
+    ref = rows @ (Y - shift).transpose(-1, -2)
+    torch.testing.assert_close(prods, ref, rtol=1e-13, atol=1e-12)
+    want = torch.autograd.grad((ref * w).sum(), (rows, Y))
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-11)
+    assert torch.autograd.gradcheck(lambda r, y: Products.apply(r, y, shift), (rows, Y))
+
+
+@pytest.mark.parametrize(("points_batch", "shift_batch"), [(1, 1), (3, 1), (3, 3), (1, 3)])
+def test_squared_norm_with_shift(monkeypatch, points_batch, shift_batch):
+    """``_SquaredNorm(Y, shift)`` = ``|Y - shift|^2``, in chunks of 3 atoms, with gradcheck."""
+    from tsw.core import _gradients
+    from tsw.euclidean._lines import _SquaredNorm
+
+    monkeypatch.setattr(_gradients, "_chunks", lambda m, d: range(0, m, 3))
+    monkeypatch.setattr("tsw.euclidean._lines._chunks", lambda m, d: range(0, m, 3))
+    g = torch.Generator().manual_seed(points_batch * 10 + shift_batch)
+    Y = torch.randn(points_batch, 8, 5, generator=g, dtype=F64, requires_grad=True)
+    shift = 20.0 + torch.randn(shift_batch, 1, 5, generator=g, dtype=F64)
+    got = _SquaredNorm.apply(Y, shift)
+    torch.testing.assert_close(got, ((Y - shift) ** 2).sum(-1), rtol=1e-13, atol=1e-10)
+    assert torch.autograd.gradcheck(lambda y: _SquaredNorm.apply(y, shift), (Y,))
+
+
+def test_front_end_holds_no_translated_copy(monkeypatch):
+    """The front end translates a chunk at a time: no (n, d) translated copy is made.
+
+    Every subtraction of the centre from the points (``translated``) covers at most one
+    chunk of atoms, and the values and gradients equal those on points translated by
+    hand beforehand (to rounding: translation invariance with explicit trees).
+    """
+    from tsw.core import _gradients
+
+    sizes = []
+    original = _gradients.translated
+
+    def spy(Y, shift, i, j):
+        part = original(Y, shift, i, j)
+        sizes.append(part.shape[-2])
+        return part
+
+    monkeypatch.setattr(_gradients, "translated", spy)
+    monkeypatch.setattr("tsw.euclidean._lines.translated", spy)
+    # the real chunks: 2^20 elements, at least 1024 atoms
+    assert _gradients._chunks(5000, 128).step == 8192
+    assert _gradients._chunks(5000, 3072).step == 1024
+    monkeypatch.setattr(_gradients, "_chunks", lambda m, d: range(0, m, 64))
+    monkeypatch.setattr("tsw.euclidean._lines._chunks", lambda m, d: range(0, m, 64))
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(300, 6, generator=g, dtype=F64) + 50.0
+    Y = torch.randn(250, 6, generator=g, dtype=F64) + 50.5
+    trees = tsw.sample_concurrent_lines(
+        6, n_trees=4, n_lines=3, center=torch.full((6,), 50.0, dtype=F64), seed=0, dtype=F64
+    )
+    Xs = X.clone().requires_grad_(True)
+    value = tsw.db_tsw(Xs, Y, trees=trees)
+    value.backward()
+    assert sizes
+    assert max(sizes) == 64
+    shift = torch.full((6,), 50.0, dtype=F64)
+    moved = tsw.ConcurrentLines(trees.roots - shift, trees.directions)
+    X0 = (X - shift).requires_grad_(True)
+    sizes.clear()
+    ref = tsw.db_tsw(X0, Y - shift, trees=moved)
+    ref.backward()
+    torch.testing.assert_close(value, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(Xs.grad, X0.grad, rtol=1e-10, atol=1e-12)
+
+
 def test_centre_moves_points_and_trees_together():
     """``centre`` translates points and trees by the mean root; coordinates do not move.
 
@@ -107,7 +206,12 @@ def test_centre_moves_points_and_trees_together():
         moved_measures, moved = centre(measures, trees)
         roots = trees.roots if trees.roots.ndim == 3 else trees.roots[None]
         c = roots.mean(dim=-2, keepdim=True)  # (B|1, 1, d)
-        torch.testing.assert_close(moved_measures.X_s, X - c, rtol=0, atol=1e-12)
+        # translated on the fly: the supports stay as given, the centre travels as shift
+        assert moved_measures.X_s is measures.X_s
+        assert moved_measures.X_t is measures.X_t
+        assert moved_measures.shift is not None
+        assert not moved_measures.shift.requires_grad
+        torch.testing.assert_close(moved_measures.shift, c, rtol=0, atol=1e-12)
         assert moved_measures.sq is not None
         sq = torch.cat(moved_measures.sq, dim=-1)
         torch.testing.assert_close(sq, ((Z - c) ** 2).sum(-1), rtol=1e-12, atol=1e-10)

@@ -702,9 +702,13 @@ class Problem:
         if len(blocks) == 1:
             return run(measures, slices)
 
+        shift = measures.shift  # detached, (B|1, 1, d): the items' rows where batched
+
         def block(tensors: tuple[Tensor, ...], i0: int, i1: int, t0: int, t1: int) -> Tensor:
             X_s, X_t, a, b, *sq = tensors
-            local = Measures(X_s, X_t, a, b, measures.batched, (sq[0], sq[1]) if sq else None)
+            moved = shift if shift is None or shift.shape[0] == 1 else shift[i0:i1]
+            pair = (sq[0], sq[1]) if sq else None
+            local = Measures(X_s, X_t, a, b, measures.batched, pair, moved)
             return run(local, narrow(slices, t0, t1))
 
         needs = [torch.is_grad_enabled() and t.requires_grad for t in inputs]
@@ -749,7 +753,7 @@ class Problem:
                 "rank would get only its share of their gradient); detach them"
             )
         lo, hi = group.share(T)
-        X_s, X_t, a, b, batched, _ = self.measures
+        X_s, X_t, a, b, batched = self.measures[:5]
         X_s, X_t, a, b = (sum_gradients(t, group) for t in (X_s, X_t, a, b))
         shared = Measures(X_s, X_t, a, b, batched)
         share = narrow(slices, lo, hi)

@@ -60,6 +60,12 @@ class Measures(NamedTuple):
         Set by a front end that translated the supports (and the slices with them),
         such as :func:`tsw.euclidean._lines.centre`: the squared norms of the
         translated points, computed once for all blocks; None otherwise.
+    shift : Tensor of shape (B|1, 1, d) or None
+        Set with ``sq`` by a front end that translates on the fly: the points the
+        slices see are ``X - shift`` (``shift`` detached), formed a chunk of atoms at a
+        time by the products that read them (:class:`tsw.core._gradients.Products`),
+        so that no translated (B, N, d) copy is held; ``X_s`` and ``X_t`` are then the
+        supports as given. None: the supports are used as they are.
     """
 
     X_s: Tensor
@@ -68,6 +74,7 @@ class Measures(NamedTuple):
     b: Tensor
     batched: bool
     sq: tuple[Tensor, Tensor] | None = None
+    shift: Tensor | None = None
 
 
 def mass_rtol(dtype: torch.dtype) -> float:
