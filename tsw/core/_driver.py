@@ -262,8 +262,10 @@ chunk_size : int, "auto" or None, default "auto"
     (line x atom), stays under 2 GiB (1000 lines x 1e5 atoms in float32, 6.4 GB, runs
     in 4 blocks), and on the CPU also blocks of about 2^20 (line x atom) elements, at
     least ``d / 3`` lines, whose passes run in cache (faster than one block: measured
-    1.2-1.45x at N = 2000 and 1e4, within noise at 1e5); small batched problems then
-    run a few whole items at a time. Under grad mode each block's gradient is formed
+    1.2-1.45x at N = 2000 and 1e4, within noise at 1e5); where the closed form runs as
+    compiled loops (trees, p in {1, 2}, Numba installed) the blocks go up to 2^24
+    elements instead, since those loops gain nothing from cache-sized blocks; small
+    batched problems then run a few whole items at a time. Under grad mode each block's gradient is formed
     during the forward pass and its graph freed, so the peak working memory is that of
     one block and no forward is recomputed (a block that closes over other tensors
     requiring grad, such as a learnable ``alpha``, is checkpointed instead, at about one
