@@ -222,3 +222,40 @@ def test_centre_moves_points_and_trees_together():
         torch.testing.assert_close(coords, expected, rtol=1e-12, atol=1e-10)
         again, _ = project(moved_measures, moved, distances=False)  # already centred: as is
         torch.testing.assert_close(again, expected, rtol=1e-12, atol=1e-10)
+
+
+@pytest.mark.parametrize("d", [2, 5])
+@pytest.mark.parametrize("chunk_size", [None, 1])
+@pytest.mark.parametrize("method", ["db_tsw", "tsw_sl", "tsw_sl_chain", "circular_tsw"])
+def test_gradcheck_in_the_trees_with_translation_on_the_fly(method, chunk_size, d):
+    """Finite differences w.r.t. the points, the roots (sources) and the directions.
+
+    The front end translates the points by the trees' detached mean root on the fly,
+    in every product (:func:`tsw.euclidean._lines.centre`); learnable trees then take
+    the translated rows' gradient (``Products``' gradient of the rows), in one block and
+    in one-tree blocks (checkpointed: the trees require grad). Data sit away from the
+    origin (offset 3), so a translation left out of a gradient would show.
+    """
+    g = torch.Generator().manual_seed(d)
+    X = torch.randn(7, d, generator=g, dtype=F64) + 3.0
+    Y = torch.randn(6, d, generator=g, dtype=F64) + 3.5
+    chain = method == "tsw_sl_chain"
+    base = (
+        torch.randn(3, 2, d, generator=g, dtype=F64)
+        if chain
+        else torch.randn(3, d, generator=g, dtype=F64)
+    )
+    base = (base + 3.0).requires_grad_(True)
+    dirs = torch.randn(3, 2, d, generator=g, dtype=F64).requires_grad_(True)
+
+    def f(x, r, u):
+        u = u / u.norm(dim=-1, keepdim=True)
+        if chain:
+            trees = tsw.ChainLines(r, u, validate=False)
+            return tsw.tsw_sl(x, Y, trees=trees, chunk_size=chunk_size)
+        trees = tsw.ConcurrentLines(r, u, validate=False)
+        if method == "circular_tsw":
+            return tsw.circular_tsw(x, Y, radius=0.3, trees=trees, chunk_size=chunk_size)
+        return getattr(tsw, method)(x, Y, trees=trees, chunk_size=chunk_size)
+
+    assert torch.autograd.gradcheck(f, (X.requires_grad_(True), base, dirs))
