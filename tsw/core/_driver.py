@@ -259,21 +259,22 @@ CHUNK_DOC = """\
 chunk_size : int, "auto" or None, default "auto"
     Trees (directions for SW) evaluated at once. ``None``: all at once. An int: blocks
     of that many. ``"auto"``: blocks whose working memory, estimated at 16 elements per
-    (line x atom), stays under 2 GiB (1000 lines x 1e5 atoms in float32, 6.4 GB, runs
-    in 4 blocks), and on the CPU also blocks of about 2^20 (line x atom) elements, at
-    least ``d / 3`` lines, whose passes run in cache (faster than one block: measured
+    (line x atom), stays under 2 GiB (1000 lines x 1e5 atoms in float32, 6.4 GB, runs in
+    4 blocks), and on the CPU also blocks of about 2^20 (line x atom) elements, at least
+    ``d / 3`` lines, whose passes run in cache (faster than one block: measured
     1.2-1.45x at N = 2000 and 1e4, within noise at 1e5); where the closed form runs as
     compiled loops (trees, p in {1, 2}, Numba installed) the blocks go up to 2^24
     elements instead, since those loops gain nothing from cache-sized blocks; small
-    batched problems then run a few whole items at a time. Under grad mode each block's gradient is formed
-    during the forward pass and its graph freed, so the peak working memory is that of
-    one block and no forward is recomputed (a block that closes over other tensors
-    requiring grad, such as a learnable ``alpha``, is checkpointed instead, at about one
-    more forward pass). Values and gradients do not depend on it (up to rounding).
-    On Linux, glibc keeps much of the freed memory of earlier blocks in its heap unless
-    ``MALLOC_MMAP_THRESHOLD_`` is set low (e.g. to 65536) or another allocator is used,
-    so the resident size can exceed the live memory; what it gives back at the top of
-    its heap the next call faults in again (the README's "CPU training on Linux")."""
+    batched problems then run a few whole items at a time. Under grad mode each block's
+    gradient is formed during the forward pass and its graph freed, so the peak working
+    memory is that of one block and no forward is recomputed (a block that closes over
+    other tensors requiring grad, such as a learnable ``alpha``, is checkpointed
+    instead, at about one more forward pass). Values and gradients do not depend on it
+    (up to rounding). On Linux, glibc keeps much of the freed memory of earlier blocks
+    in its heap unless ``MALLOC_MMAP_THRESHOLD_`` is set low (e.g. to 65536) or another
+    allocator is used, so the resident size can exceed the live memory; what it gives
+    back at the top of its heap the next call faults in again (the README's "CPU
+    training on Linux")."""
 
 #: the ``torch.distributed`` options of the tree distances and SW
 DISTRIBUTED_DOC = """\

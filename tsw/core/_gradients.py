@@ -138,10 +138,10 @@ class Products(torch.autograd.Function):
             else:
                 m, d = Y.shape[1], Y.shape[2]
                 step = _chunks(m, d).step
-                grad_rows = sum(
-                    torch.matmul(g[..., i : i + step], translated(Y, shift, i, i + step))
-                    for i in _chunks(m, d)
-                )
+                grad_rows = torch.matmul(g[..., :0], Y[:, :0])  # zeros, batch broadcast
+                for i in _chunks(m, d):
+                    part = translated(Y, shift, i, i + step)
+                    grad_rows = grad_rows.add_(torch.matmul(g[..., i : i + step], part))
             if rows.shape[0] == 1 and grad_rows.shape[0] != 1:
                 grad_rows = grad_rows.sum(0, keepdim=True)
         return grad_rows, grad_Y, None
