@@ -251,13 +251,15 @@ def test_auto_cache_cap_follows_the_closed_form(line_kernel):
     assert cap(1, trees, X.to(torch.float16)) == cache
 
 
-def test_auto_plan_with_compiled_kernels_keeps_the_memory_budget(monkeypatch):
-    # the larger cap of the compiled path still leaves MEMORY_BUDGET in charge
-    monkeypatch.setattr(driver.Problem, "cache_elements", lambda self, X, s: 2**40)
-    X = torch.empty(1, 10_000, 64)
+def _planning_problem(X: torch.Tensor) -> driver.Problem:
+    """A validated problem whose measures are ``X`` (B, n, d), for plan_blocks alone.
+
+    ``X`` may be a meta or empty tensor: only its shape, dtype and device are read.
+    """
+    B = X.shape[0]
     problem = driver.Problem.of(
-        torch.zeros(3, 2),
-        torch.zeros(3, 2),
+        torch.zeros(B, 3, 2),
+        torch.zeros(B, 3, 2),
         None,
         None,
         p=1,
@@ -265,8 +267,14 @@ def test_auto_plan_with_compiled_kernels_keeps_the_memory_budget(monkeypatch):
         generator=None,
         validate=False,
     )
-    problem = problem.replace(measures=problem.measures._replace(X_s=X[0], X_t=X[0]))
-    plan = problem.plan_blocks((1000, 4), (X, X, X[..., 0], X[..., 0]), None)
+    return problem.replace(measures=problem.measures._replace(X_s=X, X_t=X))
+
+
+def test_auto_plan_with_compiled_kernels_keeps_the_memory_budget(monkeypatch):
+    # the larger cap of the compiled path still leaves MEMORY_BUDGET in charge
+    monkeypatch.setattr(driver.Problem, "cache_elements", lambda self, X, s: 2**40)
+    X = torch.empty(1, 10_000, 64)
+    plan = _planning_problem(X).plan_blocks((1000, 4), (X, X, X[..., 0], X[..., 0]), None)
     # 16 float32 elements per (line x atom): 4 lines x 2e4 atoms x 64 B = 5.1 MB a tree,
     # 419 trees in 2 GiB
     assert [b[2:] for b in plan] == [(0, 419), (419, 838), (838, 1000)]
@@ -275,18 +283,7 @@ def test_auto_plan_with_compiled_kernels_keeps_the_memory_budget(monkeypatch):
 def test_auto_blocks_on_accelerators_follow_only_the_memory_budget():
     # kernel launches dominate small blocks on a GPU: no cache blocking there
     X = torch.empty(4, 10_000, 64, device="meta")
-    problem = driver.Problem.of(
-        torch.zeros(4, 3, 2),
-        torch.zeros(4, 3, 2),
-        None,
-        None,
-        p=1,
-        seed=0,
-        generator=None,
-        validate=False,
-    )
-    problem = problem.replace(measures=problem.measures._replace(X_s=X, X_t=X))
-    plan = problem.plan_blocks((250, 4), (X, X, X[..., 0], X[..., 0]), None)
+    plan = _planning_problem(X).plan_blocks((250, 4), (X, X, X[..., 0], X[..., 0]), None)
     # 16 float32 elements per (line x atom): 4 items x 4 lines x 2e4 atoms x 64 B = 20.5 MB a
     # tree, so 104 trees fit in 2 GiB; on the CPU the cache target would cut 13-tree blocks
     assert plan == [(0, 4, 0, 104), (0, 4, 104, 208), (0, 4, 208, 250)]
