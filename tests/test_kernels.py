@@ -9,6 +9,7 @@ one gradient wanted, several threads.
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -261,34 +262,6 @@ def test_a_failing_numba_falls_back_with_a_warning(monkeypatch):
 # --------------------------------------------------------------------------- STSW's split
 
 
-@pytest.mark.parametrize("name", ["float32", "float64"])
-@pytest.mark.parametrize("shared", [False, True])
-def test_wrapped_angle_split_backward_equals_torch(name, shared, monkeypatch):
-    """STSW's split on S^2: the compiled backward against the torch operators."""
-    from tsw.sphere._geometry import _WrappedAngleSplit
-
-    dt = getattr(torch, name)
-    g = torch.Generator().manual_seed(8)
-    B, T, k, n = 3, 4, 5, 11
-    polar = (torch.rand(B, T, n, generator=g, dtype=F64) * 6.2).to(dt)
-    theta = (torch.rand(1 if shared else B, T, k, generator=g, dtype=F64) * 6.2).to(dt)
-    scale = torch.rand(B, T, n, generator=g, dtype=F64).to(dt)
-    w = torch.randn(B, n, generator=g, dtype=F64).to(dt)
-    up = torch.randn(B, T, k, n, generator=g, dtype=F64).to(dt)
-    out = []
-    for compiled in (True, False):
-        with monkeypatch.context() as mp:
-            if not compiled:
-                mp.setattr(_kernels, "usable", lambda *tensors, **kw: False)
-            xs = [x.clone().requires_grad_(True) for x in (polar, theta, scale)]
-            m = _WrappedAngleSplit.apply(*xs, w, 1.7)
-            out.append((m.detach(), *torch.autograd.grad(m, xs, up)))
-    rtol = 1e-12 if name == "float64" else 2e-5
-    for a, b in zip(*out, strict=True):
-        assert a.shape == b.shape
-        assert float((a - b).abs().max()) <= rtol * float(b.abs().max())
-
-
 def test_wrapped_angle_split_gradcheck():
     from tsw.sphere._geometry import _WrappedAngleSplit
 
@@ -339,3 +312,221 @@ def test_split_masses_takes_one_form():
         split_masses(w, 1.0)
     with pytest.raises(TypeError, match="exactly one of distances= and line="):
         split_masses(w, 1.0, distances=d, line=(d[:, :, :1], d))
+
+
+# ------------------------------------------------------- STSW's split and closed form at once
+
+
+def _ray_inputs(name: str, shared: bool, case: str = "generic", seed: int = 11):
+    """Angles of atoms on S^2 trees as _SplitRayCost reads them: (t, polar, theta, scale, w)."""
+    dt = getattr(torch, name)
+    g = torch.Generator().manual_seed(seed)
+    B, T, k, n = 3, 4, 5, 13
+    t = torch.rand(B, T, n, generator=g, dtype=F64) * math.pi
+    if case == "ties_and_root":  # repeated coordinates, atoms at the root (t = 0)
+        t = torch.round(2 * t) / 2
+    polar = (torch.rand(B, T, n, generator=g, dtype=F64) * 2 - 1) * math.pi
+    theta = (torch.rand(1 if shared else B, T, k, generator=g, dtype=F64) * 2 - 1) * math.pi
+    scale = torch.sin(t)
+    w = torch.randn(B, n, generator=g, dtype=F64)
+    return tuple(x.to(dt) for x in (t, polar, theta, scale, w))
+
+
+def _ray_costs(inputs, delta, p, up, compiled, monkeypatch):
+    from tsw.sphere._geometry import SplitRays, split_ray_cost
+
+    with monkeypatch.context() as mp:
+        if not compiled:
+            mp.setattr(_kernels, "usable", lambda *tensors, **kw: False)
+        xs = [x.clone().requires_grad_(True) for x in inputs]
+        out = split_ray_cost(SplitRays(*xs, delta), p)
+        return out.detach(), *torch.autograd.grad(out, xs, up)
+
+
+@pytest.mark.parametrize("name", ["float32", "float64"])
+@pytest.mark.parametrize("p", [1.0, 2.0])
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("case", ["generic", "ties_and_root"])
+def test_split_ray_cost_equals_torch(name, p, shared, case, monkeypatch):
+    """STSW on S^2, split and closed form in one compiled loop per tree (_SplitRayCost),
+    against the torch path (_WrappedAngleSplit's masses, then line_cost on the rays):
+    the cost per tree and the gradients of the coordinates, polar angles, rays' angles,
+    sin t and weights, under an upstream gradient that differs per tree."""
+    inputs = _ray_inputs(name, shared, case)
+    g = torch.Generator().manual_seed(12)
+    up = torch.randn(3, 4, generator=g, dtype=F64).to(inputs[0].dtype)
+    compiled = _ray_costs(inputs, 1.7, p, up, True, monkeypatch)
+    reference = _ray_costs(inputs, 1.7, p, up, False, monkeypatch)
+    rtol = 1e-12 if name == "float64" else 1e-5
+    for a, b in zip(compiled, reference, strict=True):
+        assert a.shape == b.shape
+        assert float((a - b).abs().max()) <= rtol * max(float(b.abs().max()), 1.0)
+
+
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("fn", ["stsw", "stsw_unif", "spatial_stsw"])
+def test_spherical_distances_equal_with_either_kernel(fn, p, monkeypatch):
+    """stsw (S^2), stsw_unif (the projected uniform measure enters the compiled loop as
+    atoms of given masses on each ray) and spatial_stsw (S^1 lifted to S^2), batched,
+    with weights that need a gradient and in blocks of trees: values and the gradients
+    of the points and weights equal the torch operators'."""
+    g = torch.Generator().manual_seed(16)
+    dim = 2 if fn == "spatial_stsw" else 3
+    X = torch.nn.functional.normalize(torch.randn(2, 30, dim, generator=g, dtype=F64), dim=-1)
+    Y = torch.nn.functional.normalize(torch.randn(2, 25, dim, generator=g, dtype=F64), dim=-1)
+    a = torch.rand(2, 30, generator=g, dtype=F64) + 0.1
+    b = torch.rand(2, 25, generator=g, dtype=F64) + 0.1
+    b = b / b.sum(-1, keepdim=True) * a.sum(-1, keepdim=True)
+    options = {"n_trees": 9, "n_lines": 4, "p": p, "seed": 0, "chunk_size": 4}
+    results = []
+    for compiled in (True, False):
+        with monkeypatch.context() as mp:
+            if not compiled:
+                mp.setattr(_kernels, "usable", lambda *tensors, **kw: False)
+            Xs, As = X.clone().requires_grad_(True), a.clone().requires_grad_(True)
+            if fn == "stsw_unif":
+                v = tsw.stsw_unif(Xs, As, n_grid=40, **options)
+                inputs = (Xs, As)
+            else:
+                Ys, Bs = Y.clone().requires_grad_(True), b.clone().requires_grad_(True)
+                v = getattr(tsw, fn)(Xs, Ys, As, Bs, **options)
+                inputs = (Xs, Ys, As, Bs)
+            results.append((v.detach(), *torch.autograd.grad(v.sum(), inputs)))
+    for c, r in zip(*results, strict=True):
+        torch.testing.assert_close(c, r, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("delta", [1e-3, 50.0, 500.0])
+def test_split_ray_cost_extreme_temperatures(delta, monkeypatch):
+    """A nearly uniform split, and splits whose smaller shares underflow (the compiled
+    exponential clamps its argument at -87 in float32 and -708 in float64). In float64
+    both paths agree to rounding; in float32 (where delta = 500 costs both about 3 digits
+    of the gradients) the compiled path's error against float64 is at most twice the
+    torch path's."""
+    ones = torch.ones(3, 4, dtype=F64)
+    exact = _ray_costs(_ray_inputs("float64", True), delta, 1.0, ones, False, monkeypatch)
+    for name in ("float32", "float64"):
+        inputs = _ray_inputs(name, True)
+        up = torch.ones(3, 4, dtype=inputs[0].dtype)
+        compiled = _ray_costs(inputs, delta, 1.0, up, True, monkeypatch)
+        reference = _ray_costs(inputs, delta, 1.0, up, False, monkeypatch)
+        for a, b, e in zip(compiled, reference, exact, strict=True):
+            assert torch.isfinite(a).all()
+            scale = max(float(e.abs().max()), 1.0)
+            err, err_torch = (float((x.double() - e).abs().max()) for x in (a, b))
+            if name == "float64":
+                assert float((a - b).abs().max()) <= 1e-12 * scale
+            else:
+                assert err <= max(2 * err_torch, 1e-6 * scale), (err, err_torch)
+
+
+def test_split_ray_cost_gradcheck():
+    from tsw.sphere._geometry import SplitRays, split_ray_cost
+
+    t, polar, theta, scale, w = _ray_inputs("float64", False)
+    args = tuple(x[:2, :3, :7] if x.dim() == 3 else x[:2, :7] for x in (t, polar, scale, w))
+    t, polar, scale, w = (x.clone().requires_grad_() for x in args)
+    theta = theta[:2, :3].clone().requires_grad_()
+    for p in (1.0, 2.0):
+        assert torch.autograd.gradcheck(
+            lambda *xs, p=p: split_ray_cost(SplitRays(*xs, 0.9), p), (t, polar, theta, scale, w)
+        )
+
+
+def test_split_ray_cost_threads_give_the_same_bits():
+    """Trees shared among threads (above the sort's threshold) give one thread's bits."""
+    from tsw.sphere._geometry import SplitRays, split_ray_cost
+
+    g = torch.Generator().manual_seed(13)
+    T, n = 40, 2000
+    t = torch.rand(1, T, n, generator=g) * math.pi
+    polar = (torch.rand(1, T, n, generator=g) * 2 - 1) * math.pi
+    theta = (torch.rand(1, T, 5, generator=g) * 2 - 1) * math.pi
+    w = torch.randn(1, n, generator=g)
+    threads = torch.get_num_threads()
+    out = []
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            xs = [x.clone().requires_grad_(True) for x in (t, polar, theta, torch.sin(t), w)]
+            v = split_ray_cost(SplitRays(*xs, 2.0), 1.0)
+            out.append((v.detach(), *torch.autograd.grad(v.sum(), xs)))
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip(*out, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["float32", "float64"])
+def test_compiled_exponential(name):
+    """exp32_ / exp64_ against NumPy's exp (in float64): within 2 ulp of the dtype on
+    [-80, 0] (the split's logits minus their maximum), clamped below, NaN kept."""
+    import numpy as np
+
+    from tsw.core import _numba_kernels as nk
+
+    dt = np.float32 if name == "float32" else np.float64
+    fn, ints, lo = (nk.exp32_, np.int32, -87.0)
+    if name == "float64":
+        fn, ints, lo = nk.exp64_, np.int64, -708.0
+    x = np.concatenate([np.linspace(-80.0, 0.0, 200001), [-1000.0, lo, np.nan, 0.5]]).astype(dt)
+    shift = np.zeros_like(x)
+    shift[-1] = 0.5  # exp(0.5 - 0.5) = 1
+    total = np.ones_like(x)
+    e = x.copy()
+    fn(e, shift, total, np.empty(x.shape, ints))
+    exact = np.exp(np.maximum(x[:-2].astype(np.float64), lo))
+    rel = np.abs(e[:-2] - exact) / exact
+    assert rel.max() <= 2 * np.finfo(dt).eps, rel.max()
+    assert np.isnan(e[-2])
+    assert e[-1] == 1.0
+    np.testing.assert_array_equal(total, 1 + e)
+
+
+@pytest.mark.parametrize("name", ["float32", "float64"])
+def test_s2_angles_backward_equals_autograd(name, monkeypatch):
+    """The written-out backward of STSW's angles on S^2 (_S2Angles), compiled and in torch
+    operators, against autograd's graph of the operations it replaces (atan2, hypot with
+    a zero subgradient at rho = 0, the norm of the points): gradients of the points and
+    of the frames, with points at a root and its antipode (rho = 0) among them."""
+    from tsw.sphere import _geometry as geo
+
+    dt = getattr(torch, name)
+    g = torch.Generator().manual_seed(14)
+    B, T, n = 2, 3, 9
+    trees = tsw.sample_spherical_trees(3, n_trees=T, n_lines=4, seed=1, dtype=F64)
+    frames = geo._frames(trees)[0][None].expand(B, T, 3, 3).clone()
+    Z = torch.randn(B, n, 3, generator=g, dtype=F64) * 1.3
+    Z[0, 0], Z[1, 1] = 2 * trees.roots[0], -trees.roots[1]  # rho = 0 on those trees
+    ups = [torch.randn(B, T, n, generator=g, dtype=F64).to(dt) for _ in range(3)]
+    Z, frames = Z.to(dt), frames.to(dt)
+
+    def autograd_graph(Zg, Fg):
+        A = torch.matmul(Fg.reshape(B, 3 * T, 3), Zg.transpose(-1, -2)).reshape(B, T, 3, n)
+        rho, polar = geo._Polar.apply(A[:, :, 1], A[:, :, 2])
+        t = torch.atan2(rho, A[:, :, 0])
+        return t, polar, rho * geo._inv_norm(Zg)
+
+    results = []
+    for how in ("compiled", "torch", "autograd"):
+        with monkeypatch.context() as mp:
+            if how == "torch":
+                mp.setattr(_kernels, "usable", lambda *tensors, **kw: False)
+            Zg, Fg = Z.clone().requires_grad_(), frames.clone().requires_grad_()
+            outs = autograd_graph(Zg, Fg) if how == "autograd" else geo._S2Angles.apply(Zg, Fg)
+            loss = sum((o * u).sum() for o, u in zip(outs, ups, strict=True))
+            results.append((*(o.detach() for o in outs), *torch.autograd.grad(loss, (Zg, Fg))))
+    tol = 1e-12 if name == "float64" else 2e-5
+    for other in results[:2]:
+        for a, b in zip(other, results[2], strict=True):
+            assert float((a - b).abs().max()) <= tol * max(float(b.abs().max()), 1.0)
+
+
+def test_s2_angles_gradcheck():
+    from tsw.sphere import _geometry as geo
+
+    g = torch.Generator().manual_seed(15)
+    trees = tsw.sample_spherical_trees(3, n_trees=2, n_lines=3, seed=2, dtype=F64)
+    frames = geo._frames(trees)[0][None].clone().requires_grad_()
+    Z = torch.randn(2, 5, 3, generator=g, dtype=F64).requires_grad_()
+    assert torch.autograd.gradcheck(lambda Z, F: geo._S2Angles.apply(Z, F), (Z, frames))

@@ -246,32 +246,45 @@ def test_value_depends_only_on_directions():
     torch.testing.assert_close(tsw.stsw(X * scale, Y, a, b, seed=0, renormalize=True), base)
 
 
-def test_one_sort_per_tree(monkeypatch):
-    """The rays of a tree share their coordinate: one sort of a (B, T, 1, n) tensor."""
+@pytest.mark.parametrize("numba", ["1", "0"])
+def test_one_sort_per_tree(monkeypatch, numba):
+    """The rays of a tree share their coordinate: one sort of a (B, T, n) coordinate tensor.
+
+    With the compiled kernels the split and the closed form run together
+    (tsw.sphere._geometry._SplitRayCost, which sorts (B, T, n)); with torch operators the
+    closed form sorts the (B, T, 1, n) coordinates its rays share.
+    """
+    import tsw.core._kernels as kernels
     import tsw.core.tree_wasserstein as closed_form
 
+    monkeypatch.setenv("TSW_NUMBA", numba)
+    monkeypatch.setattr(kernels, "_kernels", {})
+    monkeypatch.setattr(kernels, "_failed", False)
     shapes = []
-    original, sort = closed_form.sort_last, torch.sort
-    original_arg = closed_form.argsort_last  # the compiled kernels' (tsw.core._kernels)
+    sort = torch.sort
 
-    def spy(x, *args, **kwargs):
-        shapes.append(tuple(x.shape))
-        return original(x, *args, **kwargs)
+    def spying(module, name):
+        original = getattr(module, name)
 
-    def spy_arg(x, *args, **kwargs):
-        shapes.append(tuple(x.shape))
-        return original_arg(x, *args, **kwargs)
+        def spy(x, *args, **kwargs):
+            shapes.append(tuple(x.shape))
+            return original(x, *args, **kwargs)
+
+        monkeypatch.setattr(module, name, spy)
+
+    spying(closed_form, "sort_last")
+    spying(closed_form, "argsort_last")
+    spying(kernels, "argsort_last")
 
     def other(x, *args, **kwargs):  # any sort outside the closed form's
         shapes.append(("torch.sort", *x.shape))
         return sort(x, *args, **kwargs)
 
-    monkeypatch.setattr(closed_form, "sort_last", spy)
-    monkeypatch.setattr(closed_form, "argsort_last", spy_arg)
     monkeypatch.setattr(torch, "sort", other)
     X = torch.nn.functional.normalize(torch.randn(7, 3, dtype=F64), dim=-1)
     tsw.stsw(X, X.flip(0)[:5], n_trees=4, n_lines=6, seed=0)
-    assert shapes == [(1, 4, 1, 12)]
+    compiled = numba == "1" and kernels.usable(X)
+    assert shapes == [(1, 4, 12) if compiled else (1, 4, 1, 12)]
 
 
 def test_uniform_split_delta_zero():

@@ -29,7 +29,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, NamedTuple, TypeAlias, TypeVar, overload
 
 import numpy as np
 import torch
@@ -109,6 +109,10 @@ class Projection(NamedTuple):
     attachments: Tensor | None = None
     n_source: int = 0
 
+
+#: What a method's own projection returns when it brings its own closed form too (STSW's
+#: angles before the split, :class:`tsw.sphere._geometry.SplitRays`)
+P = TypeVar("P")
 
 #: A front end of :meth:`Problem.evaluate`: ``(measures, slices) -> (measures, slices)``,
 #: applied once per call before the blocks (see :func:`tsw.euclidean._lines.centre`).
@@ -633,11 +637,35 @@ class Problem:
         """Return a copy with some fields replaced (e.g. mapped or spherical measures)."""
         return dataclasses.replace(self, **changes)
 
+    @overload
     def evaluate(
         self,
         project: Callable[[Measures, Any], Projection],
         slices: Any,
-        cost: Callable[[Projection, float], Tensor] = closed_form,
+        cost: Callable[[Projection, float], Tensor] = ...,
+        *,
+        projections: Tensor | None = None,
+        narrow: Callable[[Any, int, int], Any] | None = None,
+        front: Front | None = None,
+    ) -> Result: ...
+
+    @overload
+    def evaluate(
+        self,
+        project: Callable[[Measures, Any], P],
+        slices: Any,
+        cost: Callable[[P, float], Tensor],
+        *,
+        projections: Tensor | None = None,
+        narrow: Callable[[Any, int, int], Any] | None = None,
+        front: Front | None = None,
+    ) -> Result: ...
+
+    def evaluate(
+        self,
+        project: Callable[[Measures, Any], Any],
+        slices: Any,
+        cost: Callable[[Any, float], Tensor] = closed_form,
         *,
         projections: Tensor | None = None,
         narrow: Callable[[Any, int, int], Any] | None = None,
@@ -652,7 +680,8 @@ class Problem:
         directions by default). ``front(measures, slices)``, once per call before the
         blocks (differentiated once), may return translated measures and slices that
         every block reads, with what it computed once in ``measures.sq``
-        (:func:`tsw.euclidean._lines.centre`).
+        (:func:`tsw.euclidean._lines.centre`). A method whose projection is not a
+        :class:`Projection` (a type of its own) passes the ``cost`` that reads it.
         """
         self.check_range()
         per_slice = self._per_slice(project, slices, cost, narrow, front)
@@ -669,9 +698,9 @@ class Problem:
 
     def _per_slice(
         self,
-        project: Callable[[Measures, Any], Projection],
+        project: Callable[[Measures, Any], Any],
         slices: Any,
-        cost: Callable[[Projection, float], Tensor],
+        cost: Callable[[Any, float], Tensor],
         narrow: Callable[[Any, int, int], Any] | None,
         front: Front | None = None,
     ) -> Tensor:

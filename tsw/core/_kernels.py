@@ -31,16 +31,19 @@ import os
 import warnings
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from tsw.core._sort import _by_rows, _threads
+from tsw.core._sort import _by_rows, _threads, argsort_last
 
 __all__ = [
     "DistanceSplit",
-    "angle_split_backward",
     "line_cost_backward",
     "line_cost_forward",
+    "ray_split_backward",
+    "ray_split_forward",
+    "s2_angles_backward",
     "usable",
     "warm_up",
 ]
@@ -74,7 +77,9 @@ def _load() -> bool:
         forward=_numba_kernels.forward,
         backward=_numba_kernels.backward,
         split_backward=_numba_kernels.split_backward,
-        angle_split_backward=_numba_kernels.angle_split_backward,
+        ray_split_forward=_numba_kernels.ray_split_forward,
+        ray_split_backward=_numba_kernels.ray_split_backward,
+        s2_angles_backward=_numba_kernels.s2_angles_backward,
     )
     return True
 
@@ -105,6 +110,10 @@ def warm_up() -> bool:
             idx = torch.tensor([[0, 1]])
             cost, prefix, _ = line_cost_forward(c, idx, c, 1.0, False)
             line_cost_backward(c, idx, prefix, cost, 1.0, False, True, True)
+            t = c.abs().unsqueeze(0)  # STSW on S^2: one tree, one ray, two atoms
+            cost, saved = ray_split_forward(t, t, t[..., :1], t, c, None, 1.0, 1.0)
+            ray_split_backward(saved, cost, 1.0, 1.0, True)
+            s2_angles_backward(t.unsqueeze(-2).expand(1, 1, 3, 2), t, t, t, t, t)
             ok = True
     return ok
 
@@ -247,33 +256,141 @@ class DistanceSplit(torch.autograd.Function):
         return (gsq if needs[0] else None), (gt if needs[1] else None), None, None
 
 
-def angle_split_backward(
-    g: Tensor, alpha: Tensor, phi: Tensor, slope: Tensor, scale: Tensor, w: Tensor, delta: float
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Backward of STSW's split on S^2 (``tsw.sphere._geometry._WrappedAngleSplit``).
+def ray_split_forward(
+    t: Tensor,
+    polar: Tensor,
+    theta: Tensor,
+    scale: Tensor,
+    w: Tensor,
+    fixed: Tensor | None,
+    delta: float,
+    p: float,
+) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """STSW's split on S^2 and the closed form on the rays, one compiled loop per tree.
 
-    ``g``, ``alpha``, ``phi``, ``slope`` (B, T, k, n), ``scale`` (B, T, n), ``w`` (B, n).
-    Returns the gradients of the polar angles (B, T, n), of ``scale`` (B, T, n) and of
-    the rays' angles (B, T, k) (not yet summed over a batch that shares its trees); the
-    weights' gradient is not formed (callers that need it use the torch operators).
+    ``t``, ``polar``, ``scale`` (B, T, n), ``theta`` (B|1, T, k), ``w`` (B, n);
+    ``fixed`` (B|1, T, k, G), optional: the last ``G`` atoms' masses on the rays
+    (their ``w`` 1 and ``scale`` 0). Returns the cost (B, T) and what
+    :func:`ray_split_backward` reads: the permutation sorting ``t``, the atoms'
+    coordinates, polar angles, ``sin t`` and masses in sorted order (B, T, 4, n), the
+    split in sorted order (B, T, k, n) and ``theta``.
     """
-    B, T, k, n = alpha.shape
-
-    gn, an, pn, ln = (_rows(x, k, n) for x in (g, alpha, phi, slope))
-    sn, wn = _rows(scale), _rows(w)
-    wrow = _row_map(torch.Size((B, 1, n)), scale.shape)  # the row of w of each tree's row
-    grad_polar = torch.empty((B, T, n), dtype=alpha.dtype)
-    grad_scale = torch.empty((B, T, n), dtype=alpha.dtype)
-    grad_theta = torch.empty((B, T, k), dtype=alpha.dtype)
-    gpn, gsn, gtn = (
-        grad_polar.view(-1, n).numpy(),
-        grad_scale.view(-1, n).numpy(),
-        grad_theta.view(-1, k).numpy(),
-    )
-    kernel = _kernels["angle_split_backward"]
+    B, T, n = t.shape
+    k = theta.shape[-1]
+    idx = argsort_last(t)
+    tn, pn, sn, ixn = _rows(t), _rows(polar), _rows(scale), _rows(idx)
+    thn, wn = _rows(theta), _rows(w)
+    trow = _row_map(torch.Size((*theta.shape[:-1], 1)), torch.Size((B, T, 1)))
+    wrow = _row_map(torch.Size((B, 1, 1)), torch.Size((B, T, 1)))
+    n0 = n if fixed is None else n - fixed.shape[-1]  # the atoms split by the kernel
+    if fixed is None:  # not read
+        fixed = t.new_zeros(1, 1, k, 1)
+    fn = _rows(fixed, k, fixed.shape[-1])
+    frow = _row_map(torch.Size((*fixed.shape[:-2], 1)), torch.Size((B, T, 1)))
+    srt = torch.empty((B, T, 4, n), dtype=t.dtype)
+    alpha = torch.empty((B, T, k, n), dtype=t.dtype)
+    cost = torch.empty((B, T), dtype=t.dtype)
+    srn, an = srt.view(-1, 4, n).numpy(), alpha.view(-1, k, n).numpy()
+    con = cost.view(-1).numpy()
+    kernel = _kernels["ray_split_forward"]
+    delta, sq = float(delta), p == 2.0
+    int_type = np.int32 if t.dtype == torch.float32 else np.int64
 
     def part(s: slice) -> None:
-        kernel(gn[s], an[s], pn[s], ln[s], sn[s], wn, wrow[s], float(delta), gpn[s], gsn[s], gtn[s])
+        bits = np.empty(n, dtype=int_type)  # work space of each thread
+        kernel(
+            tn[s],
+            pn[s],
+            sn[s],
+            thn,
+            trow[s],
+            wn,
+            wrow[s],
+            fn,
+            frow[s],
+            n0,
+            ixn[s],
+            delta,
+            sq,
+            srn[s],
+            an[s],
+            con[s],
+            bits,
+            np.empty((k, n)),
+        )
 
-    _by_rows(part, gn.shape[0], _threads(gn.shape[0], gn.size))
-    return grad_polar, grad_scale, grad_theta
+    _by_rows(part, tn.shape[0], _threads(tn.shape[0], tn.size * k))
+    return cost, (idx, srt, alpha, theta)
+
+
+def ray_split_backward(
+    saved: tuple[Tensor, ...], g: Tensor, delta: float, p: float, want_w: bool
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+    """Gradients of :func:`ray_split_forward`'s cost times ``g`` (B, T).
+
+    ``saved`` is what the forward returned. Returns the gradients of ``t``, ``polar``
+    and ``scale`` (B, T, n), of ``theta`` (B, T, k; not yet summed over a batch that
+    shares its trees) and, if ``want_w``, of ``w`` per tree (B, T, n).
+    """
+    idx, srt, alpha, theta = saved
+    B, T, k, n = alpha.shape
+    ixn, srn, an = _rows(idx), _rows(srt, 4, n), _rows(alpha, k, n)
+    thn = _rows(theta)
+    trow = _row_map(torch.Size((*theta.shape[:-1], 1)), torch.Size((B, T, 1)))
+    gn = g.detach().to(torch.float64).expand(B, T).reshape(-1).contiguous().numpy()
+    out = [torch.empty((B, T, n), dtype=alpha.dtype) for _ in range(3)]
+    gw = torch.empty((B, T, n), dtype=alpha.dtype) if want_w else None
+    gtheta = torch.empty((B, T, k), dtype=alpha.dtype)
+    gt, gp, gs = (x.view(-1, n).numpy() for x in out)
+    gwn = gw.view(-1, n).numpy() if gw is not None else gt
+    gthn = gtheta.view(-1, k).numpy()
+    kernel = _kernels["ray_split_backward"]
+    delta, sq = float(delta), p == 2.0
+
+    def part(s: slice) -> None:
+        kernel(
+            srn[s],
+            ixn[s],
+            thn,
+            trow[s],
+            an[s],
+            gn[s],
+            delta,
+            sq,
+            want_w,
+            gt[s],
+            gp[s],
+            gs[s],
+            gthn[s],
+            gwn[s],
+            np.empty((k, n)),
+        )
+
+    _by_rows(part, srn.shape[0], _threads(srn.shape[0], srn.size * k))
+    return out[0], out[1], out[2], gtheta, gw
+
+
+def s2_angles_backward(
+    A: Tensor, rho: Tensor, inv: Tensor, gt: Tensor, gpolar: Tensor, gscale: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Backward of STSW's angles on S^2 (``tsw.sphere._geometry._S2Angles``).
+
+    ``A`` (B, T, 3, n), ``rho``, ``gt``, ``gpolar``, ``gscale`` (B, T, n), ``inv``
+    (B, 1, n). Returns the gradient of ``A`` and ``gscale * rho`` (B, T, n).
+    """
+    B, T, _, n = A.shape
+    An = _rows(A, 3, n)
+    rn, invn = _rows(rho), _rows(inv)
+    gtn, gpn, gsn = _rows(gt), _rows(gpolar), _rows(gscale)
+    irow = _row_map(torch.Size((B, 1, 1)), torch.Size((B, T, 1)))
+    gA = torch.empty((B, T, 3, n), dtype=A.dtype)
+    gq = torch.empty((B, T, n), dtype=A.dtype)
+    gAn, gqn = gA.view(-1, 3, n).numpy(), gq.view(-1, n).numpy()
+    tiny = float(torch.finfo(A.dtype).tiny)
+    kernel = _kernels["s2_angles_backward"]
+
+    def part(s: slice) -> None:
+        kernel(An[s], rn[s], invn, irow[s], gtn[s], gpn[s], gsn[s], tiny, gAn[s], gqn[s])
+
+    _by_rows(part, rn.shape[0], _threads(rn.shape[0], rn.size))
+    return gA, gq

@@ -18,7 +18,7 @@ from tsw.core._driver import Problem, Result, driver_options
 from tsw.core._validation import check_measures_on_sphere, check_nonnegative_float
 from tsw.core.trees import SphericalTrees
 from tsw.euclidean.mappings import map_measures
-from tsw.sphere._stsw import resolve_spherical_trees, spherical_projection
+from tsw.sphere._stsw import resolve_spherical_trees, spherical_cost, spherical_projection
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -172,4 +172,4 @@ def spatial_stsw(
     )
     delta = check_nonnegative_float(delta, "delta")
     trees = resolve_spherical_trees(problem, trees, n_trees, n_lines, sampling)
-    return problem.evaluate(partial(spherical_projection, delta=delta), trees)
+    return problem.evaluate(partial(spherical_projection, delta=delta), trees, spherical_cost)

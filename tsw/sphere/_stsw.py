@@ -8,7 +8,16 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from tsw.core._driver import RAYS, Problem, Projection, Result, atoms, driver_options, signed_masses
+from tsw.core._driver import (
+    RAYS,
+    Problem,
+    Projection,
+    Result,
+    atoms,
+    closed_form,
+    driver_options,
+    signed_masses,
+)
 from tsw.core._slices import resolve_trees
 from tsw.core._validation import (
     Measures,
@@ -17,7 +26,14 @@ from tsw.core._validation import (
     check_positive_int,
 )
 from tsw.core.trees import SphericalTrees, sample_spherical_trees
-from tsw.sphere._geometry import spherical_project, spherical_split, uniform_projection
+from tsw.sphere._geometry import (
+    SplitRays,
+    spherical_project,
+    spherical_split,
+    split_ray_cost,
+    split_rays,
+    uniform_projection,
+)
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -55,8 +71,12 @@ def spherical_projection(
     trees: SphericalTrees,
     delta: float,
     extra: tuple[Tensor, Tensor] | None = None,
-) -> Projection:
+) -> Projection | SplitRays:
     r"""Geodesic coordinates shared by the rays of a tree and the split masses (``RAYS``).
+
+    On S^2 (``d + 1 = 3``) with ``delta > 0``, the atoms' angles before the split
+    (:class:`~tsw.sphere._geometry.SplitRays`), which :func:`spherical_cost` splits and
+    transports together.
 
     Parameters
     ----------
@@ -72,6 +92,8 @@ def spherical_projection(
     """
     Z, w = atoms(measures), signed_masses(measures)
     k = trees.n_lines
+    if Z.shape[-1] == 3 and delta > 0:
+        return split_rays(Z, w, trees, delta, extra)
     if delta == 0:
         t, _ = spherical_project(Z, trees, angles=False)
         masses = (w / k).unsqueeze(-2).unsqueeze(-2)  # (B, 1, 1, n)
@@ -84,6 +106,17 @@ def spherical_projection(
         extra_masses = extra_masses.expand(*masses.shape[:-1], coords.shape[-1])
         masses = torch.cat([masses, extra_masses], dim=-1)
     return Projection(t.unsqueeze(-2), masses, RAYS)  # t >= 0: rays
+
+
+def spherical_cost(projection: Projection | SplitRays, p: float) -> Tensor:
+    """Cost per tree (B, T) of :func:`spherical_projection`'s result.
+
+    :func:`~tsw.sphere._geometry.split_ray_cost` for :class:`SplitRays`, the shared
+    :func:`~tsw.core._driver.closed_form` otherwise.
+    """
+    if isinstance(projection, SplitRays):
+        return split_ray_cost(projection, p)
+    return closed_form(projection, p)
 
 
 @driver_options(chunked=True)
@@ -236,7 +269,7 @@ def stsw(
     )
     delta = check_nonnegative_float(delta, "delta")
     trees = resolve_spherical_trees(problem, trees, n_trees, n_lines, sampling)
-    return problem.evaluate(partial(spherical_projection, delta=delta), trees)
+    return problem.evaluate(partial(spherical_projection, delta=delta), trees, spherical_cost)
 
 
 @driver_options(chunked=True)
@@ -377,10 +410,10 @@ def stsw_unif(
             unif = unif.unsqueeze(0)
         unif = -unif * w.sum(-1).detach().view(-1, 1, 1, 1)
 
-    def project(measures: Measures, block: tuple[SphericalTrees, Tensor]) -> Projection:
+    def project(measures: Measures, block: tuple[SphericalTrees, Tensor]) -> Projection | SplitRays:
         return spherical_projection(measures, block[0], delta, (coords, block[1]))
 
     def narrow(block: tuple[SphericalTrees, Tensor], start: int, stop: int):
         return block[0].narrow(start, stop), block[1][..., start:stop, :, :]
 
-    return problem.evaluate(project, (trees, unif), narrow=narrow)
+    return problem.evaluate(project, (trees, unif), spherical_cost, narrow=narrow)
