@@ -157,3 +157,64 @@ def test_unsort_uses_numpy_on_long_cpu_rows_only(monkeypatch):
         o = torch.stack([torch.randperm(n) for _ in range(3)])
         assert torch.equal(_sort.unsort_last(v, o), _unsort_reference(v, o))
         assert bool(used) is via_scatter
+
+
+# --- float32 rows sorted as packed 64-bit keys (tsw.core._kernels.packed_argsort) ----
+
+
+def _awkward_rows(n_rows: int, n: int) -> torch.Tensor:
+    """float32 rows with ties, -0.0 and 0.0, NaN of both signs, infinities, subnormals."""
+    import numpy as np
+
+    g = np.random.default_rng(5)
+    x = np.round(g.standard_normal((n_rows, n)) * 4).astype(np.float32) / 4  # many ties
+    pick = g.integers(0, 7, size=x.shape)
+    nan_bits = np.array([0x7FC00000, 0xFFC00000, 0x7F800001], dtype=np.uint32).view(np.float32)
+    specials = [np.float32(-0.0), np.float32(0.0), np.inf, -np.inf, np.float32(1e-40)]
+    for code, value in enumerate(specials):
+        x[pick == code] = value
+    x[pick == 5] = nan_bits[g.integers(0, 3, size=int((pick == 5).sum()))]
+    return torch.from_numpy(x)
+
+
+@pytest.mark.parametrize("shape", [(3, 1), (5, 17), (40, 3000)])
+def test_packed_sort_is_numpy_stable_argsort(shape, monkeypatch):
+    """The packed sort gives exactly NumPy's stable argsort (ties by index, -0.0 tied
+    with 0.0, NaN of either sign last), in one thread and with rows shared among threads,
+    and in blocks of rows smaller than the table's."""
+    import numpy as np
+
+    from tsw.core import _kernels
+
+    pytest.importorskip("numba")
+    monkeypatch.setattr(_kernels, "_avx512", lambda: False)
+    x = _awkward_rows(*shape)
+    assert _kernels.packs(x.numpy())
+    want = torch.from_numpy(np.argsort(x.numpy(), axis=-1, kind="stable"))
+    assert torch.equal(_sort.argsort_last(x), want)
+    monkeypatch.setattr(_sort, "_PARALLEL_MIN", 1)
+    monkeypatch.setattr(_kernels, "_PACK_ELEMENTS", 2 * shape[-1])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert torch.equal(_sort.argsort_last(x), want)
+        assert torch.equal(_sort.argsort_last(x.T.contiguous().T), want)  # strided rows
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_packed_sort_only_for_float32_without_avx512(monkeypatch):
+    import numpy as np
+
+    from tsw.core import _kernels
+
+    pytest.importorskip("numba")
+    rows = np.zeros((2, 3), dtype=np.float32)
+    monkeypatch.setattr(_kernels, "_avx512", lambda: True)
+    assert not _kernels.packs(rows)
+    monkeypatch.setattr(_kernels, "_avx512", lambda: False)
+    assert _kernels.packs(rows)
+    assert not _kernels.packs(rows.astype(np.float64))
+    monkeypatch.setenv("TSW_NUMBA", "0")
+    monkeypatch.setattr(_kernels, "_kernels", {})
+    assert not _kernels.packs(rows)

@@ -27,6 +27,8 @@ so the result does not depend on the number of threads.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import os
 import warnings
 from typing import Any
@@ -41,6 +43,8 @@ __all__ = [
     "DistanceSplit",
     "line_cost_backward",
     "line_cost_forward",
+    "packed_argsort",
+    "packs",
     "ray_split_backward",
     "ray_split_forward",
     "s2_angles_backward",
@@ -76,10 +80,13 @@ def _load() -> bool:
     _kernels.update(
         forward=_numba_kernels.forward,
         backward=_numba_kernels.backward,
+        split_forward=_numba_kernels.split_forward,
         split_backward=_numba_kernels.split_backward,
         ray_split_forward=_numba_kernels.ray_split_forward,
         ray_split_backward=_numba_kernels.ray_split_backward,
         s2_angles_backward=_numba_kernels.s2_angles_backward,
+        pack_keys=_numba_kernels.pack_keys,
+        unpack_order=_numba_kernels.unpack_order,
     )
     return True
 
@@ -113,6 +120,8 @@ def warm_up() -> bool:
             t = c.abs().unsqueeze(0)  # STSW on S^2: one tree, one ray, two atoms
             cost, saved = ray_split_forward(t, t, t[..., :1], t, c, None, 1.0, 1.0)
             ray_split_backward(saved, cost, 1.0, 1.0, True)
+            lines = c[None, None].clone().requires_grad_(True)  # Db-TSW's split
+            DistanceSplit.apply(c.abs()[None, None], lines, c, 1.0).sum().backward()
             s2_angles_backward(t.unsqueeze(-2).expand(1, 1, 3, 2), t, t, t, t, t)
             ok = True
     return ok
@@ -210,27 +219,43 @@ class DistanceSplit(torch.autograd.Function):
     ``sqrt(max(sq - t^2, 0))``. With ``sq=None``, ``t`` is the distance itself (formed
     by autograd-tracked torch operators, as the cross-product distances up to d = 3).
     ``w`` (B, n) holds the signed masses, not differentiated: callers whose weights need a
-    gradient use the torch operators. The forward is the torch path's operators
-    (:func:`~tsw.core.splits.distance_split` times ``w``); the backward, about twelve
-    passes over (B, T, k, n) with torch operators (five without the distance), is one
-    vectorised compiled loop per tree (``_numba_kernels.split_backward``) with the same
-    formulas, including ``LineDistance``'s zero subgradient on a line.
+    gradient use the torch operators. The forward (about seven passes over (B, T, k, n)
+    with torch operators, the softmax over the lines among them) and the backward (about
+    twelve, five without the distance) are each one vectorised compiled loop per tree
+    (``_numba_kernels.split_forward``, ``split_backward``) with the formulas of
+    :class:`~tsw.core._safe.LineDistance`, :func:`~tsw.core.splits.distance_split` and
+    their gradients, including the zero subgradient on a line.
     """
 
     @staticmethod
     def forward(ctx, sq: Tensor | None, t: Tensor, w: Tensor, delta: float) -> Tensor:
-        from tsw.core._safe import line_distance_values
-        from tsw.core.splits import distance_split  # (splits imports this module)
+        if not _load():
+            raise RuntimeError("DistanceSplit needs the compiled kernels (see usable())")
+        B, T, k, n = t.shape
+        from_line = sq is not None
+        masses = torch.empty((B, T, k, n), dtype=t.dtype)
+        alpha = torch.empty((B, T, k, n), dtype=t.dtype)
+        dist = torch.empty((B, T, k, n), dtype=t.dtype) if from_line else alpha
+        tn, wn = _rows(t, k, n), _rows(w)
+        sqn = _rows(sq) if sq is not None else wn
+        wrow = _row_map(torch.Size((B, 1, n)), torch.Size((B, T, n)))
+        mn, an, dn = (x.view(-1, k, n).numpy() for x in (masses, alpha, dist))
+        kernel = _kernels["split_forward"]
+        int_type = np.int32 if t.dtype == torch.float32 else np.int64
 
-        dist = t if sq is None else line_distance_values(sq, t)
-        alpha = distance_split(dist, delta)
-        ctx.from_line = sq is not None
-        if ctx.from_line:
+        def part(s: slice) -> None:
+            bits = np.empty(n, dtype=int_type)  # work space of each thread
+            rows = sqn[s] if from_line else sqn
+            kernel(rows, tn[s], wn, wrow[s], float(delta), from_line, mn[s], an[s], dn[s], bits)
+
+        _by_rows(part, tn.shape[0], _threads(tn.shape[0], tn.size))
+        ctx.from_line = from_line
+        if from_line:
             ctx.save_for_backward(alpha, w, dist, t)
         else:
             ctx.save_for_backward(alpha, w)
         ctx.delta = delta
-        return alpha * w[:, None, None, :]
+        return masses
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
@@ -394,3 +419,50 @@ def s2_angles_backward(
 
     _by_rows(part, rn.shape[0], _threads(rn.shape[0], rn.size))
     return gA, gq
+
+
+#: rows sorted as packed keys at a time: at most this many elements (a 32 MiB buffer)
+_PACK_ELEMENTS = 1 << 22
+
+
+@functools.cache
+def _avx512() -> bool:
+    """Whether NumPy reports AVX-512 (Skylake-X level) on this CPU; False if it cannot tell."""
+    for name in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
+        try:
+            features = importlib.import_module(name).__cpu_features__
+        except (ImportError, AttributeError):
+            continue
+        return bool(features.get("AVX512_SKX", False))
+    return False
+
+
+def packs(rows: Any) -> bool:
+    """Whether :func:`packed_argsort` sorts these NumPy rows (see the module notes).
+
+    float32 rows shorter than 2^32, the kernels loaded, and a CPU without AVX-512 (where
+    NumPy's ``argsort`` is not vectorised; on AVX-512 CPUs it is, and the packed sort
+    was not measured there).
+    """
+    return rows.dtype == np.float32 and rows.shape[-1] < 2**32 and not _avx512() and _load()
+
+
+def packed_argsort(rows: Any, out: Any) -> None:
+    """``out`` (rows, n) int64 <- the permutation sorting each float32 row of ``rows``.
+
+    The values and their indices are packed into one 64-bit key each
+    (``_numba_kernels.pack_keys``), NumPy sorts the keys (``np.sort`` of 64-bit
+    integers is vectorised on AVX2, unlike ``np.argsort``), and the indices come back
+    from the low bits. Ties come out in the order of their indices, -0.0 ties with 0.0,
+    NaN comes last. At most :data:`_PACK_ELEMENTS` keys are held at once.
+    """
+    rows = np.ascontiguousarray(rows)
+    n_rows, n = rows.shape
+    per = max(1, _PACK_ELEMENTS // max(n, 1))
+    keys = np.empty((min(per, n_rows), n), dtype=np.uint64)
+    for r0 in range(0, n_rows, per):
+        r1 = min(r0 + per, n_rows)
+        k = keys[: r1 - r0]
+        _kernels["pack_keys"](rows[r0:r1], k)
+        k.sort(axis=-1)
+        _kernels["unpack_order"](k, out[r0:r1])

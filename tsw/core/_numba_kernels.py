@@ -8,9 +8,11 @@ processes without compiling again.
   shared coordinates are read by several rows of masses); ``forward`` can also form
   ``c`` from the input coordinates ``x``. ``sq`` selects p = 2 (else p = 1); ``rays``
   says that every coordinate is >= 0.
-* ``split_backward``: the backward of the distance-based split
+* ``split_forward`` / ``split_backward``: the distance-based split
   (``tsw.core.splits.split_masses``), one row per tree; ``wrow[r]`` is the row of the
   signed masses ``w`` that tree row ``r`` reads.
+* ``pack_keys`` / ``unpack_order``: float32 rows sorted as 64-bit keys (the value's
+  order-preserving 32 bits, then the index), for ``tsw.core._sort``.
 * ``ray_split_forward`` / ``ray_split_backward``: STSW on S^2, the split and the closed
   form on the rays together, one row per tree; ``s2_angles_backward``: the backward of
   its angles; ``exp32_`` / ``exp64_``: an exponential that the compiler vectorises.
@@ -24,6 +26,11 @@ import numba.extending
 import numpy as np
 
 jit = numba.njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
+#: the same, with products and sums fused where the CPU has FMA (``a - b * c`` exactly
+#: rounded, as torch's ``addcmul`` forms it)
+jit_fma = numba.njit(
+    nogil=True, cache=True, boundscheck=False, error_model="numpy", fastmath={"contract"}
+)
 #: the same, with sums that may be reassociated (so that reductions are vectorised)
 jit_reassoc = numba.njit(
     nogil=True, cache=True, boundscheck=False, error_model="numpy", fastmath={"reassoc"}
@@ -370,33 +377,22 @@ def _suffix_scan(ar, ws, sq, P, S, keep):
 
 
 @jit
-def _ray_split(srt, th, delta, ar, top, total, bits):
-    """Split a tree's atoms over its rays, in sorted order.
+def _softmax_rows_(ar, top, total, bits):
+    """In place, ``ar`` (k, n) <- ``softmax`` over its rows (the lines) of every column.
 
-    ``srt`` (4, n) holds the atoms' coordinate, polar angle ``x``, ``s = sin t`` and
-    signed mass in sorted order; ``th`` (k,) the rays' polar angles. Writes
-    ``ar[l, j] = softmax_l(-delta s_j phi_lj)`` with ``phi_lj = pi - ||x_j - th_l| - pi|``
-    (in [0, pi]; the logits are at most 0). ``top``, ``total`` and ``bits`` (n,) are
-    work space. Every loop runs over the atoms, which the compiler vectorises.
+    ``top``, ``total`` and ``bits`` (n,) are work space. Every loop runs over the
+    columns (the atoms), which the compiler vectorises; so does the exponential
+    (:func:`exp32_`, :func:`exp64_`: ``bits`` int32 or int64 as ``ar`` is float32 or
+    float64).
     """
     k, n = ar.shape
     dt = ar.dtype.type
-    pi = dt(np.pi)
-    c = dt(-delta)
-    xs, ss = srt[1], srt[2]
-    for line in range(k):  # the logits and their maximum over the rays
-        thl = th[line]
+    for j in range(n):
+        top[j] = ar[0, j]
+    for line in range(1, k):
         al = ar[line]
-        if line == 0:
-            for j in range(n):
-                v = c * ss[j] * (pi - abs(abs(xs[j] - thl) - pi))
-                al[j] = v
-                top[j] = v
-        else:
-            for j in range(n):
-                v = c * ss[j] * (pi - abs(abs(xs[j] - thl) - pi))
-                al[j] = v
-                top[j] = v if v > top[j] else top[j]
+        for j in range(n):
+            top[j] = al[j] if al[j] > top[j] else top[j]
     for j in range(n):
         total[j] = 0.0
     for line in range(k):
@@ -407,6 +403,74 @@ def _ray_split(srt, th, delta, ar, top, total, bits):
         al = ar[line]
         for j in range(n):
             al[j] *= top[j]
+
+
+@jit
+def _ray_split(srt, th, delta, ar, top, total, bits):
+    """Split a tree's atoms over its rays, in sorted order.
+
+    ``srt`` (4, n) holds the atoms' coordinate, polar angle ``x``, ``s = sin t`` and
+    signed mass in sorted order; ``th`` (k,) the rays' polar angles. Writes
+    ``ar[l, j] = softmax_l(-delta s_j phi_lj)`` with ``phi_lj = pi - ||x_j - th_l| - pi|``
+    (in [0, pi]; the logits are at most 0) by :func:`_softmax_rows_`.
+    """
+    k, n = ar.shape
+    dt = ar.dtype.type
+    pi = dt(np.pi)
+    c = dt(-delta)
+    xs, ss = srt[1], srt[2]
+    for line in range(k):
+        thl = th[line]
+        al = ar[line]
+        for j in range(n):
+            al[j] = c * ss[j] * (pi - abs(abs(xs[j] - thl) - pi))
+    _softmax_rows_(ar, top, total, bits)
+
+
+@jit_fma
+def split_forward(sq, t, w, wrow, delta, from_line, masses, alpha, dist, bits):
+    """Per row (one tree): Db-TSW's masses ``alpha_l w``, ``alpha = softmax_l(-delta dist_l)``.
+
+    ``t`` (rows, k, n); if ``from_line``, ``dist_l = sqrt(max(sq - t_l^2, 0))`` with
+    ``sq`` (rows, n) (``LineDistance``'s formula; ``sq - t_l^2`` fused into one rounding
+    where the CPU has FMA, as ``addcmul`` does: near a line the distance is a difference
+    of nearly equal numbers), written to ``dist``; otherwise ``t``
+    holds the distances (``sq`` and ``dist`` unused). ``w[wrow[r]]`` (n,) the signed
+    masses. Writes ``alpha`` and ``masses`` (rows, k, n); ``bits`` (n,) is work space
+    (:func:`_softmax_rows_`).
+    """
+    k, n = t.shape[1], t.shape[2]
+    dt = alpha.dtype.type
+    c = dt(-delta)
+    zero = dt(0.0)
+    top = np.empty(n, dtype=alpha.dtype)
+    total = np.empty(n, dtype=alpha.dtype)
+    for r in range(t.shape[0]):
+        tr = t[r]
+        ar = alpha[r]
+        if from_line:
+            sr = sq[r]
+            dr = dist[r]
+            for line in range(k):
+                tl, al, dl = tr[line], ar[line], dr[line]
+                for j in range(n):
+                    v = sr[j] - tl[j] * tl[j]
+                    v = zero if v < zero else v
+                    d = np.sqrt(v)
+                    dl[j] = d
+                    al[j] = c * d
+        else:
+            for line in range(k):
+                tl, al = tr[line], ar[line]
+                for j in range(n):
+                    al[j] = c * tl[j]
+        _softmax_rows_(ar, top, total, bits)
+        wr = w[wrow[r]]
+        mr = masses[r]
+        for line in range(k):
+            al, ml = ar[line], mr[line]
+            for j in range(n):
+                ml[j] = al[j] * wr[j]
 
 
 @jit
@@ -614,3 +678,38 @@ def s2_angles_backward(A, rho, inv, irow, gt, gpolar, gscale, tiny, gA, gq):
             x = a0[i]
             g0[i] = -gtr[i] * p / (x * x + p * p)
             gqr[i] = gsr[i] * p
+
+
+@jit
+def pack_keys(x, keys):
+    """``keys[r, j] = (u(x[r, j]) << 32) | j`` for float32 rows ``x`` (C-contiguous).
+
+    ``u`` maps float32 to uint32 preserving the order (negative values' bits flipped,
+    positive values' sign bit set), with -0.0 taken as 0.0 and every NaN as the largest
+    key (last, as ``torch.sort`` puts it). Sorting the keys sorts the values, ties in the
+    order of their indices (a stable sort), and the low 32 bits are then the permutation.
+    """
+    u = x.view(np.uint32)
+    top = np.uint32(0x80000000)
+    ones = np.uint32(0xFFFFFFFF)
+    inf = np.uint32(0x7F800000)
+    for r in range(x.shape[0]):
+        ur = u[r]
+        kr = keys[r]
+        for j in range(x.shape[1]):
+            b = ur[j]
+            b = np.uint32(0) if b == top else b
+            b = b ^ ones if b >= top else b | top
+            b = ones if (ur[j] & ~top) > inf else b
+            kr[j] = (np.uint64(b) << np.uint64(32)) | np.uint64(j)
+
+
+@jit
+def unpack_order(keys, order):
+    """``order[r, j]``: the index in the low 32 bits of sorted :func:`pack_keys` keys."""
+    low = np.uint64(0xFFFFFFFF)
+    for r in range(keys.shape[0]):
+        kr = keys[r]
+        orr = order[r]
+        for j in range(keys.shape[1]):
+            orr[j] = np.int64(kr[j] & low)

@@ -83,13 +83,19 @@ def _numpy_argsort(x: Tensor) -> Tensor | None:
         rows = x.detach().reshape(-1, n).numpy()
     except (RuntimeError, TypeError):  # torch built without NumPy, or a tensor subclass
         return None
+    from tsw.core import _kernels  # (which imports this module)
+
     threads = _threads(rows.shape[0], rows.size)
-    if threads <= 1:  # no copy of the permutation
+    packed = _kernels.packs(rows)
+    if threads <= 1 and not packed:  # no copy of the permutation
         return torch.from_numpy(np.argsort(rows, axis=-1)).view(x.shape)
     order = np.empty(rows.shape, dtype=np.int64)
 
     def part(s: slice) -> None:
-        order[s] = np.argsort(rows[s], axis=-1)
+        if packed:
+            _kernels.packed_argsort(rows[s], order[s])
+        else:
+            order[s] = np.argsort(rows[s], axis=-1)
 
     _by_rows(part, rows.shape[0], threads)
     return torch.from_numpy(order).view(x.shape)
