@@ -42,8 +42,9 @@ def peak() -> float:
 
 def _measure(prepare: Callable[..., Callable[[], object]], args: tuple, queue) -> None:
     work = prepare(*args)  # set-up (data, trees) is not measured
-    # nor is the one-time compilation of the line kernels (Numba, when installed: about
-    # 125 MiB on the first call in a process, independent of the problem's size)
+    # nor is the one-time compilation of the compiled kernels (Numba, when installed:
+    # warm_up() loads all of them, 225 MiB resident measured in issue 13's tenth session,
+    # independent of the problem's size)
     from tsw.core._kernels import warm_up
 
     warm_up()

@@ -1,10 +1,13 @@
-"""The compiled line kernels (``tsw.core._kernels``, Numba) against the torch operators.
+"""The compiled kernels (``tsw.core._kernels``, Numba) against the torch operators.
 
 The closed form itself is checked against ``ot.emd2`` with both implementations in
-``test_exactness.py`` (``TestLineSystemCost`` takes the ``line_kernel`` fixture); here
-the two implementations are compared on the cases where their code differs: atoms on
-one side of the root only, atoms at the root, ties, one atom, rays, shared coordinates,
-one gradient wanted, several threads.
+``test_exactness.py`` (``TestLineSystemCost`` takes the ``line_kernel`` fixture) and,
+for STSW on S^2, in ``test_sphere.py``; here the two implementations are compared on
+the cases where their code differs: atoms on one side of the root only, atoms at the
+root, ties, one atom, rays, shared coordinates, one gradient wanted, several threads,
+extreme split temperatures. The parts with no torch twin are checked against
+independent results: the exponential against NumPy's, the angles' backward against
+autograd's graph of ``atan2`` and ``hypot``, and gradcheck.
 """
 
 from __future__ import annotations

@@ -350,7 +350,7 @@ def ray_split_forward(
             an[s],
             con[s],
             bits,
-            np.empty((k, n)),
+            np.empty((k, 0)),  # S is not kept: no work space
         )
 
     _by_rows(part, tn.shape[0], _threads(tn.shape[0], tn.size * k))
@@ -451,7 +451,8 @@ def packs(rows: Any) -> bool:
 
     float32 rows shorter than 2^32, the kernels loaded, and a CPU without AVX-512 (where
     NumPy's ``argsort`` is not vectorised; on AVX-512 CPUs it is, and the packed sort
-    was not measured there).
+    was not measured there). Where NumPy cannot tell the CPU's features, the packed
+    sort runs: it gives a sorting permutation either way.
     """
     return rows.dtype == np.float32 and rows.shape[-1] < 2**32 and not _avx512() and _load()
 

@@ -532,7 +532,8 @@ def ray_split_forward(
     projected uniform measure of ``stsw_unif``; their ``w`` must be 1 and their
     ``scale`` 0, so that they add nothing to the gradients of the rays' angles).
     Work space: ``bits`` (n,), int32 or int64 as the inputs are float32 or float64
-    (:func:`exp32_`, :func:`exp64_`), and ``work`` (k, n) float64. The sum over the
+    (:func:`exp32_`, :func:`exp64_`), and ``work`` (k, 0): the suffix masses are used
+    as they are summed, not kept (:func:`_suffix_scan`). The sum over the
     atoms may be reassociated (``fastmath={"reassoc"}``); the suffix sums run in order.
     """
     n = t.shape[1]

@@ -119,9 +119,9 @@ def split_masses(
     Notes
     -----
     On the CPU with Numba (:mod:`tsw.core._kernels`), for ``delta != 0`` and weights
-    that need no gradient, the backward pass is one compiled loop per tree
-    (:class:`~tsw.core._kernels.DistanceSplit`); otherwise autograd runs through the
-    torch operators. Both give the same values, and the same gradients up to rounding.
+    that need no gradient, the forward and the backward passes are each one compiled
+    loop per tree (:class:`~tsw.core._kernels.DistanceSplit`); otherwise autograd runs
+    through the torch operators. Both give the same values and gradients up to rounding.
     """
     if line is not None and distances is None:
         sq, t = line

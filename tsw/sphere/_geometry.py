@@ -43,16 +43,17 @@ import torch
 from torch import Tensor
 
 from tsw.core import _kernels
+from tsw.core._driver import RAYS, Projection, closed_form
 from tsw.core._random import Sampler
 from tsw.core._safe import LineDistance
 from tsw.core._slices import with_batch_axis
 from tsw.core._sort import sort_last
 from tsw.core.splits import split_masses
-from tsw.core.tree_wasserstein import line_cost
 from tsw.core.trees import SphericalTrees
 
 __all__ = [
     "SplitRays",
+    "ray_projection",
     "spherical_project",
     "spherical_split",
     "split_ray_cost",
@@ -321,8 +322,8 @@ def split_ray_cost(rays: SplitRays, p: float) -> Tensor:
 
     One compiled loop per tree (:class:`_SplitRayCost`) where the kernels run
     (:func:`tsw.core._kernels.usable`: CPU, float32/float64, ``p`` in {1, 2}, Numba);
-    otherwise :class:`_WrappedAngleSplit`'s masses (B, T, k, n) and
-    :func:`tsw.core.tree_wasserstein.line_cost` on the rays, which share the coordinates.
+    otherwise :class:`_WrappedAngleSplit`'s masses (B, T, k, n) and the shared closed
+    form on the rays (:func:`ray_projection`), which share the coordinates.
     """
     t, polar, theta, scale, w, delta, extra = rays
     if _kernels.usable(t, polar, theta, scale, w, p=p):
@@ -336,13 +337,24 @@ def split_ray_cost(rays: SplitRays, p: float) -> Tensor:
             w = torch.cat([w, w.new_ones(B, G)], dim=-1)
         return _SplitRayCost.apply(t, polar, theta, scale, w, fixed, delta, p)
     masses = _WrappedAngleSplit.apply(polar, theta, scale, w, delta)
-    coords = t.unsqueeze(-2)
+    return closed_form(ray_projection(t, masses, theta.shape[-1], extra), p)
+
+
+def ray_projection(
+    t: Tensor, masses: Tensor, k: int, extra: tuple[Tensor, Tensor] | None = None
+) -> Projection:
+    """Return the ``RAYS`` projection of ``k`` rays per tree sharing the coordinates ``t``.
+
+    ``t`` (B, T, n); ``masses`` broadcast to (B, T, k, n); ``extra`` as in :class:`SplitRays` (atoms
+    appended with their coordinate and their masses on each ray).
+    """
+    masses = masses.expand(*t.shape[:-1], k, t.shape[-1])
     if extra is not None:
-        more, more_masses = extra
-        coords = torch.cat([coords, more.expand(*coords.shape[:-1], more.shape[-1])], dim=-1)
-        more_masses = more_masses.expand(*masses.shape[:-1], more.shape[-1])
-        masses = torch.cat([masses, more_masses], dim=-1)
-    return line_cost(coords, masses, p, rays=True).sum(-1)
+        coords, extra_masses = extra
+        t = torch.cat([t, coords.expand(*t.shape[:-1], coords.shape[-1])], dim=-1)
+        extra_masses = extra_masses.expand(*masses.shape[:-1], coords.shape[-1])
+        masses = torch.cat([masses, extra_masses], dim=-1)
+    return Projection(t.unsqueeze(-2), masses, RAYS)  # t >= 0: rays
 
 
 def spherical_split(

@@ -9,7 +9,6 @@ import torch
 from torch import Tensor
 
 from tsw.core._driver import (
-    RAYS,
     Problem,
     Projection,
     Result,
@@ -28,6 +27,7 @@ from tsw.core._validation import (
 from tsw.core.trees import SphericalTrees, sample_spherical_trees
 from tsw.sphere._geometry import (
     SplitRays,
+    ray_projection,
     spherical_project,
     spherical_split,
     split_ray_cost,
@@ -99,13 +99,7 @@ def spherical_projection(
         masses = (w / k).unsqueeze(-2).unsqueeze(-2)  # (B, 1, 1, n)
     else:
         t, masses = spherical_split(Z, w, trees, delta)
-    masses = masses.expand(*t.shape[:-1], k, t.shape[-1])
-    if extra is not None:
-        coords, extra_masses = extra
-        t = torch.cat([t, coords.expand(*t.shape[:-1], coords.shape[-1])], dim=-1)
-        extra_masses = extra_masses.expand(*masses.shape[:-1], coords.shape[-1])
-        masses = torch.cat([masses, extra_masses], dim=-1)
-    return Projection(t.unsqueeze(-2), masses, RAYS)  # t >= 0: rays
+    return ray_projection(t, masses, k, extra)
 
 
 def spherical_cost(projection: Projection | SplitRays, p: float) -> Tensor:
@@ -219,9 +213,13 @@ def stsw(
     Notes
     -----
     The rays of a tree share the coordinate :math:`t(y)`: one (T, N + M) coordinate
-    tensor, **one sort per tree** (its permutation gathers the (T, k, N + M) masses of
-    all rays), then the closed form of :func:`tsw.line_system_cost`; no (T, k, n, d+1)
-    tensor is formed. Angles are ``atan2`` of plane components, not a clamped arccos:
+    tensor, **one sort per tree** (its permutation orders the masses of all rays), then
+    the closed form of :func:`tsw.line_system_cost`; no (T, k, n, d+1) tensor is formed.
+    On :math:`\mathbb S^2`, on the CPU with the compiled kernels (``[fast]``) and
+    ``p`` in {1, 2}, the split and the closed form run together in one loop per tree
+    over the atoms in sorted order (no (T, k, N + M) masses are formed; see
+    :class:`tsw.sphere._geometry._SplitRayCost`); elsewhere the torch operators form the
+    split, then the closed form. Angles are ``atan2`` of plane components, not a clamped arccos:
     the golden value of spec 8 (G3) is reproduced to rounding, and gradients are finite
     at the roots, their antipodes, on the rays and at coincident points (where the
     distance is not differentiable, a subgradient). On :math:`\mathbb S^2` the angles
