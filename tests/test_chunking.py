@@ -307,9 +307,9 @@ def test_front_end_centres_the_points_once_per_call(monkeypatch, d, batched):
         squares.append(tuple(Y.shape))
         return norm_apply(Y, shift)
 
-    def count_prod(rows, Y, shift=None):
-        products.append(tuple(Y.shape))
-        return prod_apply(rows, Y, shift)
+    def count_prod(shift, groups, *tensors):
+        products.extend(tuple(Y.shape) for Y in tensors[2 * groups :])
+        return prod_apply(shift, groups, *tensors)
 
     monkeypatch.setattr(lines._SquaredNorm, "apply", count_norm)
     monkeypatch.setattr(gradients.Products, "apply", count_prod)
@@ -342,7 +342,7 @@ def test_empty_batch_through_the_front_end(call, d):
     assert value.shape == (0,)
 
 
-@pytest.mark.parametrize("d", [2, 5])
+@pytest.mark.parametrize("d", [2, 5, 20])  # 20: above NARROW_MAX_DIM (addmm_ / baddbmm_)
 @pytest.mark.parametrize("kind", ["one", "batch_shared_trees", "batch_trees"])
 @pytest.mark.parametrize("method", ["db_tsw", "tsw_sl_chain", "sw"])
 def test_projection_gradients_go_into_the_accumulators(monkeypatch, d, kind, method):

@@ -183,25 +183,33 @@ def _split_inputs(name: str, seed: int = 5):
 
 
 @pytest.mark.parametrize("name", ["float32", "float64"])
-@pytest.mark.parametrize("given", ["line", "distance"])
+@pytest.mark.parametrize("given", ["line", "distance", "signed"])
 def test_split_backward_equals_torch(name, given):
     """``DistanceSplit`` against ``LineDistance`` + ``distance_split`` with autograd.
 
-    ``given="distance"``: the distances are the input (``sq=None``), as up to d = 3.
+    ``given="distance"``: the distances are the input (``sq=None``), as in space;
+    ``"signed"``: signed distances whose absolute values are the distances, as in the
+    plane, with atoms exactly on a line (``abs``' zero subgradient there).
     """
     from tsw.core._safe import LineDistance
     from tsw.core.splits import distance_split
 
     sq, t, w, up = _split_inputs(name)
+    mode = {"line": _kernels.LINE, "distance": _kernels.DISTANCES, "signed": _kernels.SIGNED}
     if given == "distance":
         sq, t = sq - sq + 1.0, LineDistance.apply(sq, t)  # grads below: d/dt of the split
+    elif given == "signed":
+        sq, t = sq - sq + 1.0, t.clone()
+        t[0, 1, 2, :3] = 0.0  # atoms on a line
     out = []
     for compiled in (True, False):
         s, c = sq.clone().requires_grad_(True), t.clone().requires_grad_(True)
         if compiled:
-            m = _kernels.DistanceSplit.apply(s if given == "line" else None, c, w, 1.5)
+            m = _kernels.DistanceSplit.apply(s if given == "line" else None, c, w, 1.5, mode[given])
         elif given == "line":
             m = distance_split(LineDistance.apply(s, c), 1.5) * w[:, None, None, :]
+        elif given == "signed":
+            m = distance_split(c.abs(), 1.5) * w[:, None, None, :] + 0 * s
         else:
             m = distance_split(c, 1.5) * w[:, None, None, :] + 0 * s
         grads = torch.autograd.grad(m, (s, c), up, allow_unused=True)
@@ -212,17 +220,23 @@ def test_split_backward_equals_torch(name, given):
         assert float((a - b).abs().max()) <= rtol * float(b.abs().max())
     assert torch.isfinite(out[0][1]).all()
     assert torch.isfinite(out[0][2]).all()
+    if given == "signed":  # the subgradient on the line is 0, as abs' is
+        assert bool((out[0][2][0, 1, 2, :3] == 0).all())
 
 
 def test_split_gradcheck():
     sq, t, w, _ = _split_inputs("float64", seed=6)
     sq = sq + 0.5  # away from the lines: the distance is smooth there
     assert torch.autograd.gradcheck(
-        lambda s, c: _kernels.DistanceSplit.apply(s, c, w, 0.7),
+        lambda s, c: _kernels.DistanceSplit.apply(s, c, w, 0.7, _kernels.LINE),
         (sq.requires_grad_(True), t.requires_grad_(True)),
     )
     dist = t.detach().abs().requires_grad_(True)
     assert torch.autograd.gradcheck(lambda x: _kernels.DistanceSplit.apply(None, x, w, 0.7), dist)
+    signed = (t.detach() + 0.05 * t.detach().sign()).requires_grad_(True)  # off the lines
+    assert torch.autograd.gradcheck(
+        lambda x: _kernels.DistanceSplit.apply(None, x, w, 0.7, _kernels.SIGNED), signed
+    )
 
 
 def test_split_takes_the_torch_path_for_learnable_weights(monkeypatch):
@@ -311,10 +325,12 @@ def test_split_masses_takes_one_form():
     from tsw.core.splits import split_masses
 
     w, d = torch.ones(1, 3), torch.ones(1, 2, 4, 3)
-    with pytest.raises(TypeError, match="exactly one of distances= and line="):
+    with pytest.raises(TypeError, match="exactly one of distances=, line= and signed="):
         split_masses(w, 1.0)
-    with pytest.raises(TypeError, match="exactly one of distances= and line="):
+    with pytest.raises(TypeError, match="exactly one of distances=, line= and signed="):
         split_masses(w, 1.0, distances=d, line=(d[:, :, :1], d))
+    with pytest.raises(TypeError, match="exactly one of distances=, line= and signed="):
+        split_masses(w, 1.0, distances=d, signed=d)
 
 
 # ------------------------------------------------------- STSW's split and closed form at once

@@ -130,7 +130,7 @@ def warm_up() -> bool:
             cost, saved = ray_split_forward(t, t, t[..., :1], t, c, None, 1.0, 1.0)
             ray_split_backward(saved, cost, 1.0, 1.0, True)
             lines = c[None, None].clone().requires_grad_(True)  # Db-TSW's split
-            DistanceSplit.apply(c.abs()[None, None], lines, c, 1.0).sum().backward()
+            DistanceSplit.apply(c.abs()[None, None], lines, c, 1.0, LINE).sum().backward()
             s2_angles_backward(t.unsqueeze(-2).expand(1, 1, 3, 2), t, t, t, t, t)
             ok = True
     return ok
@@ -220,13 +220,20 @@ def line_cost_backward(
     return gm, gc
 
 
+#: what :class:`DistanceSplit`'s ``t`` holds (the kernels' ``mode``)
+DISTANCES, LINE, SIGNED = 0, 1, 2
+
+
 class DistanceSplit(torch.autograd.Function):
     r"""Db-TSW's masses on the lines: ``softmax_l(-delta dist_l) * w``, compiled backward.
 
-    ``t`` (B, T, k, n) holds the coordinates on the lines when ``sq`` (B, T, 1, n),
-    :math:`|z - x_\tau|^2`, is given: the distances are then ``LineDistance``'s
-    ``sqrt(max(sq - t^2, 0))``. With ``sq=None``, ``t`` is the distance itself (formed
-    by autograd-tracked torch operators, as the cross-product distances up to d = 3).
+    ``DistanceSplit.apply(sq, t, w, delta, mode)``: with ``mode=LINE``, ``t`` (B, T, k, n)
+    holds the coordinates on the lines and ``sq`` (B, T, 1, n) :math:`|z - x_\tau|^2`;
+    the distances are then ``LineDistance``'s ``sqrt(max(sq - t^2, 0))``. With
+    ``mode=SIGNED`` (``sq=None``), the distances are ``|t|`` (the coordinates along the
+    normals of lines in the plane), with ``abs``' zero subgradient on a line. With
+    ``mode=DISTANCES`` (``sq=None``), ``t`` is the distance itself (formed by
+    autograd-tracked torch operators, as the cross-product distances in space).
     ``w`` (B, n) holds the signed masses, not differentiated: callers whose weights need a
     gradient use the torch operators. The forward (about seven passes over (B, T, k, n)
     with torch operators, the softmax over the lines among them) and the backward (about
@@ -237,14 +244,17 @@ class DistanceSplit(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, sq: Tensor | None, t: Tensor, w: Tensor, delta: float) -> Tensor:
+    def forward(  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        ctx, sq: Tensor | None, t: Tensor, w: Tensor, delta: float, mode: int = DISTANCES
+    ) -> Tensor:
         if not _load():
             raise RuntimeError("DistanceSplit needs the compiled kernels (see usable())")
+        if (sq is not None) != (mode == LINE):  # not reached from split_masses
+            raise ValueError(f"DistanceSplit: sq is given exactly for mode={LINE} (LINE)")
         B, T, k, n = t.shape
-        from_line = sq is not None
         masses = torch.empty((B, T, k, n), dtype=t.dtype)
         alpha = torch.empty((B, T, k, n), dtype=t.dtype)
-        dist = torch.empty((B, T, k, n), dtype=t.dtype) if from_line else alpha
+        dist = torch.empty((B, T, k, n), dtype=t.dtype) if mode == LINE else alpha
         tn, wn = _rows(t, k, n), _rows(w)
         sqn = _rows(sq) if sq is not None else wn
         wrow = _row_map(torch.Size((B, 1, n)), torch.Size((B, T, n)))
@@ -254,13 +264,15 @@ class DistanceSplit(torch.autograd.Function):
 
         def part(s: slice) -> None:
             bits = np.empty(n, dtype=int_type)  # work space of each thread
-            rows = sqn[s] if from_line else sqn
-            kernel(rows, tn[s], wn, wrow[s], float(delta), from_line, mn[s], an[s], dn[s], bits)
+            rows = sqn[s] if mode == LINE else sqn
+            kernel(rows, tn[s], wn, wrow[s], float(delta), mode, mn[s], an[s], dn[s], bits)
 
         _by_rows(part, tn.shape[0], _threads(tn.shape[0], tn.size))
-        ctx.from_line = from_line
-        if from_line:
+        ctx.mode = mode
+        if mode == LINE:
             ctx.save_for_backward(alpha, w, dist, t)
+        elif mode == SIGNED:
+            ctx.save_for_backward(alpha, w, alpha, t)
         else:
             ctx.save_for_backward(alpha, w)
         ctx.delta = delta
@@ -270,24 +282,25 @@ class DistanceSplit(torch.autograd.Function):
     def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         alpha, w, *line = ctx.saved_tensors
         B, T, k, n = alpha.shape
+        mode = int(ctx.mode)
 
         gm, an = _rows(grad, k, n), _rows(alpha, k, n)
-        dn, tn = (_rows(line[0], k, n), _rows(line[1], k, n)) if ctx.from_line else (an, an)
+        dn, tn = (_rows(line[0], k, n), _rows(line[1], k, n)) if line else (an, an)
         wn, wrow = _rows(w), _row_map(torch.Size((B, 1, n)), torch.Size((B, T, n)))
-        gsq = torch.empty((B, T, 1, n), dtype=alpha.dtype) if ctx.from_line else None
+        gsq = torch.empty((B, T, 1, n), dtype=alpha.dtype) if mode == LINE else None
         gt = torch.empty((B, T, k, n), dtype=alpha.dtype)
         gtn = gt.view(-1, k, n).numpy()
         gsn = gsq.view(-1, n).numpy() if gsq is not None else gtn[:, 0]
         tiny = float(torch.finfo(alpha.dtype).tiny)
         kernel = _kernels["split_backward"]
-        delta, from_line = float(ctx.delta), bool(ctx.from_line)
+        delta = float(ctx.delta)
 
         def part(s: slice) -> None:
-            kernel(gm[s], an[s], dn[s], tn[s], wn, wrow[s], delta, tiny, from_line, gsn[s], gtn[s])
+            kernel(gm[s], an[s], dn[s], tn[s], wn, wrow[s], delta, tiny, mode, gsn[s], gtn[s])
 
         _by_rows(part, gm.shape[0], _threads(gm.shape[0], gm.size))
         needs = ctx.needs_input_grad
-        return (gsq if needs[0] else None), (gt if needs[1] else None), None, None
+        return (gsq if needs[0] else None), (gt if needs[1] else None), None, None, None
 
 
 def ray_split_forward(

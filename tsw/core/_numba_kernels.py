@@ -184,22 +184,25 @@ def backward(c, idx, cmap, prefix, g, gm, gc, sq, rays, want_m, want_c):
 
 
 @jit
-def split_backward(gm, alpha, dist, t, w, wrow, delta, tiny, from_line, gsq, gt):
+def split_backward(gm, alpha, dist, t, w, wrow, delta, tiny, mode, gsq, gt):
     """Per row (one tree): the backward of Db-TSW's split of the masses.
 
     The forward is ``masses_l = alpha_l w`` with ``alpha = softmax_l(-delta dist_l)``.
     With ``g_l = gm_l w``: ``e_l = dC/ddist_l = -delta alpha_l (g_l - sum_j alpha_j g_j)``.
-    If ``from_line``, ``dist_l = sqrt(max(sq - t_l^2, 0))`` and, with
-    ``q_l = e_l dist_l / (dist_l^2 + tiny)`` (0 on the line itself),
+    ``mode`` is :func:`split_forward`'s: ``LINE`` (1), ``dist_l = sqrt(max(sq - t_l^2,
+    0))`` and, with ``q_l = e_l dist_l / (dist_l^2 + tiny)`` (0 on the line itself),
     ``dC/dsq = (q_0 + ... + q_{k-1}) / 2`` goes to ``gsq`` and ``dC/dt_l = -q_l t_l`` to
-    ``gt``; otherwise ``dist`` is the input and ``gt`` receives ``e`` (``t``, ``gsq``
-    unused). The loops run over the atoms innermost, so that they are vectorised.
+    ``gt``; ``SIGNED`` (2), ``dist_l = |t_l|`` and ``gt`` receives ``sign(t_l) e_l``
+    (0 on the line, as ``abs``' subgradient); ``DISTANCES`` (0), ``gt`` receives ``e``.
+    ``dist``, ``t`` and ``gsq`` are read and written only where the mode uses them. The
+    loops run over the atoms innermost, so that they are vectorised.
     """
     k, n = alpha.shape[1], alpha.shape[2]
     s = np.empty(n, dtype=alpha.dtype)
     c = alpha.dtype.type(-delta)
     half = alpha.dtype.type(0.5)
     eps = alpha.dtype.type(tiny)
+    zero = alpha.dtype.type(0.0)
     for r in range(alpha.shape[0]):
         wr = w[wrow[r]]
         gmr = gm[r]
@@ -210,13 +213,20 @@ def split_backward(gm, alpha, dist, t, w, wrow, delta, tiny, from_line, gsq, gt)
         for line in range(1, k):
             for i in range(n):
                 s[i] += ar[line, i] * gmr[line, i]
-        if not from_line:
+        if mode == 0:
             for line in range(k):
                 for i in range(n):
                     gtr[line, i] = c * ar[line, i] * (gmr[line, i] - s[i]) * wr[i]
             continue
-        dr = dist[r]
         tr = t[r]
+        if mode == 2:
+            for line in range(k):
+                for i in range(n):
+                    e = c * ar[line, i] * (gmr[line, i] - s[i]) * wr[i]
+                    v = tr[line, i]
+                    gtr[line, i] = e if v > zero else (-e if v < zero else zero)
+            continue
+        dr = dist[r]
         gsr = gsq[r]
         for i in range(n):
             gsr[i] = 0.0
@@ -428,15 +438,17 @@ def _ray_split(srt, th, delta, ar, top, total, bits):
 
 
 @jit_fma
-def split_forward(sq, t, w, wrow, delta, from_line, masses, alpha, dist, bits):
+def split_forward(sq, t, w, wrow, delta, mode, masses, alpha, dist, bits):
     """Per row (one tree): Db-TSW's masses ``alpha_l w``, ``alpha = softmax_l(-delta dist_l)``.
 
-    ``t`` (rows, k, n); if ``from_line``, ``dist_l = sqrt(max(sq - t_l^2, 0))`` with
-    ``sq`` (rows, n) (``LineDistance``'s formula; ``sq - t_l^2`` fused into one rounding
-    where the CPU has FMA, as ``addcmul`` does: near a line the distance is a difference
-    of nearly equal numbers), written to ``dist``; otherwise ``t``
-    holds the distances (``sq`` and ``dist`` unused). ``w[wrow[r]]`` (n,) the signed
-    masses. Writes ``alpha`` and ``masses`` (rows, k, n); ``bits`` (n,) is work space
+    ``t`` (rows, k, n) and ``mode``: ``LINE`` (1), ``t`` holds the coordinates on the
+    lines and ``dist_l = sqrt(max(sq - t_l^2, 0))`` with ``sq`` (rows, n)
+    (``LineDistance``'s formula; ``sq - t_l^2`` fused into one rounding where the CPU
+    has FMA, as ``addcmul`` does: near a line the distance is a difference of nearly
+    equal numbers), written to ``dist``; ``SIGNED`` (2), ``dist_l = |t_l|`` (the plane's
+    coordinates along the normals); ``DISTANCES`` (0), ``t`` holds the distances. ``sq``
+    and ``dist`` are used by ``LINE`` only. ``w[wrow[r]]`` (n,) the signed masses.
+    Writes ``alpha`` and ``masses`` (rows, k, n); ``bits`` (n,) is work space
     (:func:`_softmax_rows_`).
     """
     k, n = t.shape[1], t.shape[2]
@@ -448,7 +460,7 @@ def split_forward(sq, t, w, wrow, delta, from_line, masses, alpha, dist, bits):
     for r in range(t.shape[0]):
         tr = t[r]
         ar = alpha[r]
-        if from_line:
+        if mode == 1:
             sr = sq[r]
             dr = dist[r]
             for line in range(k):
@@ -459,6 +471,11 @@ def split_forward(sq, t, w, wrow, delta, from_line, masses, alpha, dist, bits):
                     d = np.sqrt(v)
                     dl[j] = d
                     al[j] = c * d
+        elif mode == 2:
+            for line in range(k):
+                tl, al = tr[line], ar[line]
+                for j in range(n):
+                    al[j] = c * abs(tl[j])
         else:
             for line in range(k):
                 tl, al = tr[line], ar[line]

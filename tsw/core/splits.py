@@ -18,6 +18,8 @@ structure matter.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor
 
@@ -95,6 +97,7 @@ def split_masses(
     *,
     distances: Tensor | None = None,
     line: tuple[Tensor, Tensor] | None = None,
+    signed: Tensor | None = None,
 ) -> Tensor:
     r"""Masses on the lines: :func:`distance_split` times the signed masses ``w``.
 
@@ -110,6 +113,10 @@ def split_masses(
         Instead of ``distances``: ``sq`` (B, T, 1, n) the squared distance of each atom to
         its tree's root and ``t`` (B, T, k, n) its coordinates on the lines, whose
         distances are ``LineDistance``'s ``sqrt(max(sq - t^2, 0))``.
+    signed : Tensor of shape (B, T, k, n), optional
+        Instead of ``distances``: signed distances (in the plane, the coordinates along
+        the lines' normals), whose absolute values are the distances (gradient
+        ``sign(signed)``, 0 on a line).
 
     Returns
     -------
@@ -120,16 +127,23 @@ def split_masses(
     -----
     On the CPU with Numba (:mod:`tsw.core._kernels`), for ``delta != 0`` and weights
     that need no gradient, the forward and the backward passes are each one compiled
-    loop per tree (:class:`~tsw.core._kernels.DistanceSplit`); otherwise autograd runs
-    through the torch operators. Both give the same values and gradients up to rounding.
+    loop per tree (:class:`~tsw.core._kernels.DistanceSplit`), the distances of ``line``
+    and ``signed`` included; otherwise autograd runs through the torch operators. Both
+    give the same values and gradients up to rounding.
     """
-    if line is not None and distances is None:
-        sq, t = line
-    elif distances is not None and line is None:
-        sq, t = None, distances
+    given = [x is not None for x in (distances, line, signed)]
+    if sum(given) != 1:
+        raise TypeError("split_masses takes exactly one of distances=, line= and signed=")
+    if line is not None:
+        sq, t, mode = line[0], line[1], _kernels.LINE
+    elif signed is not None:
+        sq, t, mode = None, signed, _kernels.SIGNED
     else:
-        raise TypeError("split_masses takes exactly one of distances= and line=")
+        sq, t, mode = None, cast(Tensor, distances), _kernels.DISTANCES
     if delta != 0 and not w.requires_grad and _kernels.usable(t, w):
-        return _kernels.DistanceSplit.apply(sq, t, w, delta)
-    dist: Tensor = t if sq is None else LineDistance.apply(sq, t)
+        return _kernels.DistanceSplit.apply(sq, t, w, delta, mode)
+    if mode == _kernels.LINE:
+        dist: Tensor = LineDistance.apply(sq, t)
+    else:
+        dist = t.abs() if mode == _kernels.SIGNED else t
     return distance_split(dist, delta) * w[:, None, None, :]

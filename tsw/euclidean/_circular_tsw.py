@@ -29,7 +29,7 @@ from tsw.core.splits import split_masses, uniform_split
 from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
 from tsw.euclidean._lines import (
     centre,
-    line_distance,
+    line_split,
     offsets,
     point_distance,
     radial_distance,
@@ -269,7 +269,7 @@ def circular_projection(
     elif split == "image":
         masses = split_masses(w, delta, distances=point_distance(off, t))
     else:
-        masses = split_masses(w, delta, distances=line_distance(off))
+        masses = line_split(w, delta, off)
     return Projection(t, masses, STAR)
 
 

@@ -17,9 +17,9 @@ from tsw.core._validation import (
     check_choice,
     check_nonnegative_float,
 )
-from tsw.core.splits import split_masses, uniform_split
+from tsw.core.splits import uniform_split
 from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
-from tsw.euclidean._lines import centre, line_distance, offsets, project
+from tsw.euclidean._lines import centre, line_split, offsets, project
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -268,8 +268,4 @@ def db_projection(measures: Measures, trees: ConcurrentLines, delta: float) -> P
         coords, _ = project(measures, trees, distances=False)
         return Projection(coords, uniform_split(trees.n_lines, coords) * w[:, None, None, :], STAR)
     off = offsets(measures, trees)
-    if off.sq is not None:  # above d = 3: the distances from |z - x|^2 and the coordinates
-        masses = split_masses(w, delta, line=(off.sq, off.coords))
-    else:
-        masses = split_masses(w, delta, distances=line_distance(off))
-    return Projection(off.coords, masses, STAR)
+    return Projection(off.coords, line_split(w, delta, off), STAR)

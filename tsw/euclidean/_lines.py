@@ -12,10 +12,11 @@ from typing import Literal, NamedTuple, TypeVar, cast, overload
 import torch
 from torch import Tensor
 
-from tsw.core._gradients import _chunks, products, translated
+from tsw.core._gradients import _chunks, grouped_products, translated
 from tsw.core._safe import LineDistance, SafeSqrt
 from tsw.core._slices import with_batch_axis
 from tsw.core._validation import Measures
+from tsw.core.splits import split_masses
 from tsw.core.trees import ChainLines, ConcurrentLines, TreeSystem
 
 #: Up to this dimension the point-to-line distance is the norm of the cross product
@@ -118,37 +119,39 @@ def _line_coordinates(
     sources: Tensor,
     roots: Tensor | None = None,
     shift: Tensor | None = None,
+    normals: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """``<z - source_l, theta_l>`` for every line, from points and trees centred by :func:`centre`.
 
     ``supports`` (B, n_i, d) each, ``dirs`` (B|1, T, k, d), ``sources`` (B|1, T, k|1, d);
-    ``roots`` (B|1, T, d), optional, adds ``<z, x_tau>`` to the same matmul; ``shift``
-    (B|1, 1, d): the centre the points are translated by on the fly (``z`` above is
-    the translated point).
+    ``shift`` (B|1, 1, d): the centre the points are translated by on the fly (``z``
+    above is the translated point). The offsets ``<source_l, theta_l>`` are subtracted
+    inside the product (:func:`~tsw.core._gradients.grouped_products`). One of, optionally:
+    ``roots`` (B|1, T, d) adds ``<z, x_tau>``; ``normals`` (B|1, T, k, r, d) adds
+    ``<z - source_l, normal>`` for each of the ``r`` rows of every line.
 
     Returns
     -------
     coords : Tensor of shape (B, T, k, n)
-    zr : Tensor of shape (B, T, n) or None
-        ``<z, x_tau>`` when ``roots`` is given.
+    extra : Tensor of shape (B, T, n) (``roots``), (B, T, k, r, n) (``normals``) or None
     """
     T, k, d = dirs.shape[-3], dirs.shape[-2], dirs.shape[-1]
-    rows = dirs.reshape(dirs.shape[0], T * k, d)
-    zr = None
+    Bd = dirs.shape[0]
+    offset = (dirs * sources).sum(-1).flatten(-2)  # (B|1, Tk)
+    groups: list[tuple[Tensor, Tensor | None]] = [(dirs.reshape(Bd, T * k, d), offset)]
     if roots is not None:
-        # one matmul for the directions and the roots: (B|1, Tk + T, d); shared
-        # directions with roots translated to each item's centre are expanded per item
-        # (small) so that the points are read once
-        Bm = roots.shape[0] if rows.shape[0] == 1 else rows.shape[0]  # broadcast (B may be 0)
-        both = torch.cat([rows.expand(Bm, -1, -1), roots.expand(Bm, -1, -1)], dim=-2)
-        # split, not two slices: its backward is one concatenation, where the slices'
-        # would fill a zero gradient of the whole product and add into it
-        line_rows, zr = products(supports, both, shift).split([T * k, T], dim=-2)
-    else:
-        line_rows = products(supports, rows, shift)
-    B, n = line_rows.shape[0], line_rows.shape[-1]
-    offset = (dirs * sources).sum(-1).unsqueeze(-1)
-    return line_rows.view(B, T, k, n) - offset, zr
+        groups.append((roots, None))
+    elif normals is not None:
+        rows = normals.flatten(-4, -2)  # (B|1, T k r, d)
+        bias = (normals * sources.unsqueeze(-2)).sum(-1).flatten(-3)
+        groups.append((rows, bias))
+    # one product per group, each contiguous: no split (whose backward concatenates)
+    outs = grouped_products(supports, groups, shift)
+    B, n = outs[0].shape[0], outs[0].shape[-1]
+    coords = outs[0].view(B, T, k, n)
+    if normals is not None:
+        return coords, outs[1].view(B, T, k, normals.shape[-2], n)
+    return coords, (outs[1] if roots is not None else None)
 
 
 def offsets(measures: Measures, trees: ConcurrentLines) -> Offsets:
@@ -171,15 +174,15 @@ def offsets(measures: Measures, trees: ConcurrentLines) -> Offsets:
     roots = with_batch_axis(trees.roots, 2)  # (B|1, T, d)
     d = dirs.shape[-1]
     supports = (measures.X_s, measures.X_t)
+    sources = roots.unsqueeze(-2)
     if d <= EXPLICIT_RESIDUAL_MAX_DIM:
-        # the cross-product rows share the lines' matmul: (B|1, T, k (1 + r), d)
+        # the cross-product rows: a second group of rows of the same product
         normals = cross_rows(dirs)  # (B|1, T, k, r, d)
-        k, r = dirs.shape[-2], normals.shape[-2]
-        rows = torch.cat([dirs, normals.flatten(-3, -2)], dim=-2)
-        both, _ = _line_coordinates(supports, rows, roots.unsqueeze(-2), shift=measures.shift)
-        coords, perp = both.split([k, k * r], dim=2)  # one concatenation backward
-        return Offsets(coords, dirs, perp.unflatten(2, (k, r)), None)  # perp (B, T, k, r, n)
-    coords, zr = _line_coordinates(supports, dirs, roots.unsqueeze(-2), roots, measures.shift)
+        coords, perp = _line_coordinates(
+            supports, dirs, sources, shift=measures.shift, normals=normals
+        )
+        return Offsets(coords, dirs, perp, None)  # perp (B, T, k, r, n)
+    coords, zr = _line_coordinates(supports, dirs, sources, roots, measures.shift)
     if zr is None or measures.sq is None:  # not reached: roots given, points centred
         raise RuntimeError("offsets needs centred points and their root products")
     # |z - x_tau|^2 = |z|^2 - 2 <z, x_tau> + |x_tau|^2 on centred data, shape (B, T, n)
@@ -232,6 +235,21 @@ def line_distance(off: Offsets) -> Tensor:
         q = _perp_sq(off.perp)
         return torch.zeros_like(off.coords) if q is None else SafeSqrt.apply(q)
     return LineDistance.apply(off.sq, off.coords)
+
+
+def line_split(w: Tensor, delta: float, off: Offsets) -> Tensor:
+    """Split the signed masses ``w`` (B, n) over the lines by distance: (B, T, k, n).
+
+    :func:`~tsw.core.splits.split_masses` with the distances in the form its compiled
+    path forms itself: from ``|z - x|^2`` and the coordinates above ``d = 3``
+    (``line=``), from the coordinates along the normals in the plane (``signed=``);
+    in space (``d = 3``) and on a line, :func:`line_distance`.
+    """
+    if off.sq is not None:
+        return split_masses(w, delta, line=(off.sq, off.coords))
+    if off.perp is not None and off.perp.shape[-2] == 1:
+        return split_masses(w, delta, signed=off.perp.squeeze(-2))
+    return split_masses(w, delta, distances=line_distance(off))
 
 
 def point_distance(off: Offsets, u: Tensor | float) -> Tensor:
