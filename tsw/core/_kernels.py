@@ -254,25 +254,25 @@ class DistanceSplit(torch.autograd.Function):
         B, T, k, n = t.shape
         masses = torch.empty((B, T, k, n), dtype=t.dtype)
         alpha = torch.empty((B, T, k, n), dtype=t.dtype)
-        dist = torch.empty((B, T, k, n), dtype=t.dtype) if mode == LINE else alpha
         tn, wn = _rows(t, k, n), _rows(w)
         sqn = _rows(sq) if sq is not None else wn
         wrow = _row_map(torch.Size((B, 1, n)), torch.Size((B, T, n)))
-        mn, an, dn = (x.view(-1, k, n).numpy() for x in (masses, alpha, dist))
+        mn, an = (x.view(-1, k, n).numpy() for x in (masses, alpha))
         kernel = _kernels["split_forward"]
         int_type = np.int32 if t.dtype == torch.float32 else np.int64
 
         def part(s: slice) -> None:
             bits = np.empty(n, dtype=int_type)  # work space of each thread
             rows = sqn[s] if mode == LINE else sqn
-            kernel(rows, tn[s], wn, wrow[s], float(delta), mode, mn[s], an[s], dn[s], bits)
+            kernel(rows, tn[s], wn, wrow[s], float(delta), mode, mn[s], an[s], bits)
 
         _by_rows(part, tn.shape[0], _threads(tn.shape[0], tn.size))
         ctx.mode = mode
+        # the backward forms the distances again from sq and t (no (B, T, k, n) stored)
         if mode == LINE:
-            ctx.save_for_backward(alpha, w, dist, t)
+            ctx.save_for_backward(alpha, w, sq, t)
         elif mode == SIGNED:
-            ctx.save_for_backward(alpha, w, alpha, t)
+            ctx.save_for_backward(alpha, w, w, t)
         else:
             ctx.save_for_backward(alpha, w)
         ctx.delta = delta
@@ -285,8 +285,8 @@ class DistanceSplit(torch.autograd.Function):
         mode = int(ctx.mode)
 
         gm, an = _rows(grad, k, n), _rows(alpha, k, n)
-        dn, tn = (_rows(line[0], k, n), _rows(line[1], k, n)) if line else (an, an)
         wn, wrow = _rows(w), _row_map(torch.Size((B, 1, n)), torch.Size((B, T, n)))
+        sqn, tn = (_rows(line[0]), _rows(line[1], k, n)) if line else (wn, an)
         gsq = torch.empty((B, T, 1, n), dtype=alpha.dtype) if mode == LINE else None
         gt = torch.empty((B, T, k, n), dtype=alpha.dtype)
         gtn = gt.view(-1, k, n).numpy()
@@ -296,7 +296,8 @@ class DistanceSplit(torch.autograd.Function):
         delta = float(ctx.delta)
 
         def part(s: slice) -> None:
-            kernel(gm[s], an[s], dn[s], tn[s], wn, wrow[s], delta, tiny, mode, gsn[s], gtn[s])
+            rows = sqn[s] if mode == LINE else sqn
+            kernel(gm[s], an[s], rows, tn[s], wn, wrow[s], delta, tiny, mode, gsn[s], gtn[s])
 
         _by_rows(part, gm.shape[0], _threads(gm.shape[0], gm.size))
         needs = ctx.needs_input_grad

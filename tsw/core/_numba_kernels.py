@@ -183,19 +183,21 @@ def backward(c, idx, cmap, prefix, g, gm, gc, sq, rays, want_m, want_c):
             S = Sn
 
 
-@jit
-def split_backward(gm, alpha, dist, t, w, wrow, delta, tiny, mode, gsq, gt):
+@jit_fma
+def split_backward(gm, alpha, sq, t, w, wrow, delta, tiny, mode, gsq, gt):
     """Per row (one tree): the backward of Db-TSW's split of the masses.
 
     The forward is ``masses_l = alpha_l w`` with ``alpha = softmax_l(-delta dist_l)``.
     With ``g_l = gm_l w``: ``e_l = dC/ddist_l = -delta alpha_l (g_l - sum_j alpha_j g_j)``.
     ``mode`` is :func:`split_forward`'s: ``LINE`` (1), ``dist_l = sqrt(max(sq - t_l^2,
-    0))`` and, with ``q_l = e_l dist_l / (dist_l^2 + tiny)`` (0 on the line itself),
-    ``dC/dsq = (q_0 + ... + q_{k-1}) / 2`` goes to ``gsq`` and ``dC/dt_l = -q_l t_l`` to
-    ``gt``; ``SIGNED`` (2), ``dist_l = |t_l|`` and ``gt`` receives ``sign(t_l) e_l``
-    (0 on the line, as ``abs``' subgradient); ``DISTANCES`` (0), ``gt`` receives ``e``.
-    ``dist``, ``t`` and ``gsq`` are read and written only where the mode uses them. The
-    loops run over the atoms innermost, so that they are vectorised.
+    0))`` (formed again from ``sq`` (rows, n) and ``t``, as the forward formed it, rather
+    than stored) and, with ``q_l = e_l dist_l / (dist_l^2 + tiny)`` (0 on the line
+    itself), ``dC/dsq = (q_0 + ... + q_{k-1}) / 2`` goes to ``gsq`` and
+    ``dC/dt_l = -q_l t_l`` to ``gt``; ``SIGNED`` (2), ``dist_l = |t_l|`` and ``gt``
+    receives ``sign(t_l) e_l`` (0 on the line, as ``abs``' subgradient); ``DISTANCES``
+    (0), ``gt`` receives ``e``. ``sq``, ``t`` and ``gsq`` are read and written only where
+    the mode uses them. The loops run over the atoms innermost, so that they are
+    vectorised.
     """
     k, n = alpha.shape[1], alpha.shape[2]
     s = np.empty(n, dtype=alpha.dtype)
@@ -226,13 +228,14 @@ def split_backward(gm, alpha, dist, t, w, wrow, delta, tiny, mode, gsq, gt):
                     v = tr[line, i]
                     gtr[line, i] = e if v > zero else (-e if v < zero else zero)
             continue
-        dr = dist[r]
+        sr = sq[r]
         gsr = gsq[r]
         for i in range(n):
             gsr[i] = 0.0
         for line in range(k):
             for i in range(n):
-                d = dr[line, i]
+                v = sr[i] - tr[line, i] * tr[line, i]
+                d = np.sqrt(zero if v < zero else v)
                 q = c * ar[line, i] * (gmr[line, i] - s[i]) * wr[i] * d / (d * d + eps)
                 gsr[i] += half * q
                 gtr[line, i] = -q * tr[line, i]
@@ -438,16 +441,16 @@ def _ray_split(srt, th, delta, ar, top, total, bits):
 
 
 @jit_fma
-def split_forward(sq, t, w, wrow, delta, mode, masses, alpha, dist, bits):
+def split_forward(sq, t, w, wrow, delta, mode, masses, alpha, bits):
     """Per row (one tree): Db-TSW's masses ``alpha_l w``, ``alpha = softmax_l(-delta dist_l)``.
 
     ``t`` (rows, k, n) and ``mode``: ``LINE`` (1), ``t`` holds the coordinates on the
     lines and ``dist_l = sqrt(max(sq - t_l^2, 0))`` with ``sq`` (rows, n)
     (``LineDistance``'s formula; ``sq - t_l^2`` fused into one rounding where the CPU
     has FMA, as ``addcmul`` does: near a line the distance is a difference of nearly
-    equal numbers), written to ``dist``; ``SIGNED`` (2), ``dist_l = |t_l|`` (the plane's
-    coordinates along the normals); ``DISTANCES`` (0), ``t`` holds the distances. ``sq``
-    and ``dist`` are used by ``LINE`` only. ``w[wrow[r]]`` (n,) the signed masses.
+    equal numbers); ``SIGNED`` (2), ``dist_l = |t_l|`` (the plane's coordinates along
+    the normals); ``DISTANCES`` (0), ``t`` holds the distances. ``sq`` is read by
+    ``LINE`` only. ``w[wrow[r]]`` (n,) the signed masses.
     Writes ``alpha`` and ``masses`` (rows, k, n); ``bits`` (n,) is work space
     (:func:`_softmax_rows_`).
     """
@@ -462,15 +465,11 @@ def split_forward(sq, t, w, wrow, delta, mode, masses, alpha, dist, bits):
         ar = alpha[r]
         if mode == 1:
             sr = sq[r]
-            dr = dist[r]
             for line in range(k):
-                tl, al, dl = tr[line], ar[line], dr[line]
+                tl, al = tr[line], ar[line]
                 for j in range(n):
                     v = sr[j] - tl[j] * tl[j]
-                    v = zero if v < zero else v
-                    d = np.sqrt(v)
-                    dl[j] = d
-                    al[j] = c * d
+                    al[j] = c * np.sqrt(zero if v < zero else v)
         elif mode == 2:
             for line in range(k):
                 tl, al = tr[line], ar[line]
