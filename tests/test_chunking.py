@@ -296,7 +296,8 @@ def test_front_end_centres_the_points_once_per_call(monkeypatch, d, batched):
 
     With ``chunk_size=1`` and 5 trees, the squared norms are formed once per support
     (by the driver's front end, :func:`tsw.euclidean._lines.centre`), not once per block,
-    and every block reads the points with one product per support.
+    and every block reads each support once, in one ``Products`` call (one product
+    per group of rows).
     """
     import tsw.euclidean._lines as lines
 

@@ -185,7 +185,6 @@ def test_squared_norm_with_shift(monkeypatch, points_batch, shift_batch):
     from tsw.euclidean._lines import _SquaredNorm
 
     monkeypatch.setattr(_gradients, "_chunks", lambda m, d: range(0, m, 3))
-    monkeypatch.setattr("tsw.euclidean._lines._chunks", lambda m, d: range(0, m, 3))
     g = torch.Generator().manual_seed(points_batch * 10 + shift_batch)
     Y = torch.randn(points_batch, 8, 5, generator=g, dtype=F64, requires_grad=True)
     shift = 20.0 + torch.randn(shift_batch, 1, 5, generator=g, dtype=F64)
@@ -217,7 +216,6 @@ def test_front_end_holds_no_translated_copy(monkeypatch):
     assert _gradients._chunks(5000, 128).step == 8192
     assert _gradients._chunks(5000, 3072).step == 1024
     monkeypatch.setattr(_gradients, "_chunks", lambda m, d: range(0, m, 64))
-    monkeypatch.setattr("tsw.euclidean._lines._chunks", lambda m, d: range(0, m, 64))
     g = torch.Generator().manual_seed(0)
     X = torch.randn(300, 6, generator=g, dtype=F64) + 50.0
     Y = torch.randn(250, 6, generator=g, dtype=F64) + 50.5

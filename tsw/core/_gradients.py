@@ -28,7 +28,16 @@ from typing import cast
 import torch
 from torch import Tensor
 
-__all__ = ["Products", "grouped_products", "products", "route_into", "routed", "translated"]
+__all__ = [
+    "Products",
+    "grouped_products",
+    "products",
+    "route_into",
+    "routed",
+    "spans",
+    "translated",
+    "unbroadcast",
+]
 
 _ATTRIBUTE = "_tsw_gradient_into"
 
@@ -100,7 +109,8 @@ class Products(torch.autograd.Function):
 
     When ``Y`` is a block's support marked by the driver (:func:`route_into`), the
     gradient of ``Y`` is added into the driver's accumulator (``addmm_``, ``baddbmm_``
-    for batches) and not returned: no fresh (m, d) gradient is written and read back.
+    for batches; :func:`_add_points_gradient`) and not returned: no fresh (m, d)
+    gradient is written and read back (below ``NARROW_MAX_DIM``, only a small one).
     """
 
     @staticmethod
@@ -128,7 +138,7 @@ class Products(torch.autograd.Function):
         start = 0
         for Y in supports:
             m, d = Y.shape[1], Y.shape[2]
-            for i, j in _spans(m, d, shift):
+            for i, j in spans(m, d, shift):
                 part = translated(Y, shift, i, j)
                 cols = slice(start + i, start + j)
                 for r, bias, out in zip(rows, biases, outs, strict=True):
@@ -160,10 +170,8 @@ class Products(torch.autograd.Function):
                     _add_points_gradient(into, g[..., cols], r)
             elif needs[2 * G + index]:
                 for g, r in used:
-                    part = _points_gradient(g[..., cols], r)
+                    part = unbroadcast(_points_gradient(g[..., cols], r), Y)  # one item's Y
                     grad_Y = part if grad_Y is None else grad_Y.add_(part)
-                if grad_Y is not None and Y.shape[0] == 1 and grad_Y.shape[0] != 1:
-                    grad_Y = grad_Y.sum(0, keepdim=True)  # batched rows, one item
             grad_supports.append(grad_Y)
         grad_rows: list[Tensor | None] = [None] * G
         grad_biases: list[Tensor | None] = [None] * G
@@ -171,13 +179,13 @@ class Products(torch.autograd.Function):
             if grad is None:
                 continue
             if needs[index]:
-                grad_rows[index] = _unbroadcast(_rows_gradient(grad, supports, shift), r)
+                grad_rows[index] = unbroadcast(_rows_gradient(grad, supports, shift), r)
             if bias is not None and needs[G + index]:
-                grad_biases[index] = _unbroadcast(-grad.sum(-1), bias)
+                grad_biases[index] = unbroadcast(-grad.sum(-1), bias)
         return None, None, *grad_rows, *grad_biases, *grad_supports
 
 
-def _spans(m: int, d: int, shift: Tensor | None) -> list[tuple[int, int]]:
+def spans(m: int, d: int, shift: Tensor | None) -> list[tuple[int, int]]:
     """Return the spans ``[i, j)`` of atoms read at a time (:func:`_chunks`; one unshifted)."""
     if shift is None:
         return [(0, m)] if m else []
@@ -192,7 +200,7 @@ def _traced_products(
     blocks = [
         torch.matmul(rows, translated(Y, shift, i, j).transpose(-1, -2))
         for Y in supports
-        for i, j in _spans(Y.shape[1], Y.shape[2], shift)
+        for i, j in spans(Y.shape[1], Y.shape[2], shift)
     ]
     out = torch.cat(blocks, dim=-1) if blocks else rows.new_zeros(B, rows.shape[1], 0)
     if bias is not None:
@@ -200,7 +208,7 @@ def _traced_products(
     return out.expand(B, -1, -1).contiguous()
 
 
-def _unbroadcast(grad: Tensor, like: Tensor) -> Tensor:
+def unbroadcast(grad: Tensor, like: Tensor) -> Tensor:
     """Sum ``grad`` over the batch axis that ``like`` (batch 1) was broadcast along."""
     return grad.sum(0, keepdim=True) if like.shape[0] == 1 and grad.shape[0] != 1 else grad
 
@@ -210,7 +218,7 @@ def _rows_gradient(g: Tensor, supports: list[Tensor], shift: Tensor | None) -> T
     total: Tensor | None = None
     start = 0
     for Y in supports:
-        for i, j in _spans(Y.shape[1], Y.shape[2], shift):
+        for i, j in spans(Y.shape[1], Y.shape[2], shift):
             part = torch.matmul(g[..., start + i : start + j], translated(Y, shift, i, j))
             total = part if total is None else total.add_(part)
         start += Y.shape[1]
@@ -220,16 +228,15 @@ def _rows_gradient(g: Tensor, supports: list[Tensor], shift: Tensor | None) -> T
 
 
 def _add_points_gradient(into: Tensor, g: Tensor, rows: Tensor) -> None:
-    """``into += g^T @ rows`` (the driver's accumulator (B|1, m, d)), summed over ``g``'s batch."""
-    if into.shape[0] == 1 and g.shape[0] == 1:
-        if _narrow(rows):
-            into[0].add_(torch.mm(rows[0].T, g[0]).T)
-        else:
-            into[0].addmm_(g[0].T, rows[0])
-    elif into.shape[0] == 1:  # one item's points, batched by the shift
-        into[0].add_(_points_gradient(g, rows).sum(0))
-    elif _narrow(rows):
-        into.add_(_points_gradient(g, rows))
+    """``into += g^T @ rows`` (the driver's accumulator (B|1, m, d)), summed over ``g``'s batch.
+
+    Above ``NARROW_MAX_DIM`` with matching batches, the product is accumulated in place
+    (``addmm_`` / ``baddbmm_``); otherwise :func:`_points_gradient`'s (small) result is added.
+    """
+    if _narrow(rows) or into.shape[0] != g.shape[0]:  # or one item's points, batched by the shift
+        into.add_(unbroadcast(_points_gradient(g, rows), into))
+    elif into.shape[0] == 1:
+        into[0].addmm_(g[0].T, rows[0])
     else:
         into.baddbmm_(g.transpose(-1, -2), rows.expand(into.shape[0], -1, -1))
 

@@ -238,7 +238,8 @@ class DistanceSplit(torch.autograd.Function):
     gradient use the torch operators. The forward (about seven passes over (B, T, k, n)
     with torch operators, the softmax over the lines among them) and the backward (about
     twelve, five without the distance) are each one vectorised compiled loop per tree
-    (``_numba_kernels.split_forward``, ``split_backward``) with the formulas of
+    (``_numba_kernels.split_forward``, ``split_backward``; the backward forms the
+    distances again from ``sq`` and ``t`` rather than storing them) with the formulas of
     :class:`~tsw.core._safe.LineDistance`, :func:`~tsw.core.splits.distance_split` and
     their gradients, including the zero subgradient on a line.
     """
@@ -267,26 +268,22 @@ class DistanceSplit(torch.autograd.Function):
             kernel(rows, tn[s], wn, wrow[s], float(delta), mode, mn[s], an[s], bits)
 
         _by_rows(part, tn.shape[0], _threads(tn.shape[0], tn.size))
-        ctx.mode = mode
-        # the backward forms the distances again from sq and t (no (B, T, k, n) stored)
-        if mode == LINE:
-            ctx.save_for_backward(alpha, w, sq, t)
-        elif mode == SIGNED:
-            ctx.save_for_backward(alpha, w, w, t)
-        else:
-            ctx.save_for_backward(alpha, w)
-        ctx.delta = delta
+        ctx.mode, ctx.delta = mode, delta
+        # the backward forms the distances again from sq and t (no (B, T, k, n) stored);
+        # with the distances given, it needs neither
+        ctx.save_for_backward(alpha, w, sq, t if mode != DISTANCES else None)
         return masses
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        alpha, w, *line = ctx.saved_tensors
+        alpha, w, sq, t = ctx.saved_tensors
         B, T, k, n = alpha.shape
         mode = int(ctx.mode)
 
         gm, an = _rows(grad, k, n), _rows(alpha, k, n)
         wn, wrow = _rows(w), _row_map(torch.Size((B, 1, n)), torch.Size((B, T, n)))
-        sqn, tn = (_rows(line[0]), _rows(line[1], k, n)) if line else (wn, an)
+        sqn = _rows(sq) if sq is not None else wn  # placeholders where the mode reads none
+        tn = _rows(t, k, n) if t is not None else an
         gsq = torch.empty((B, T, 1, n), dtype=alpha.dtype) if mode == LINE else None
         gt = torch.empty((B, T, k, n), dtype=alpha.dtype)
         gtn = gt.view(-1, k, n).numpy()

@@ -12,7 +12,7 @@ from typing import Literal, NamedTuple, TypeVar, cast, overload
 import torch
 from torch import Tensor
 
-from tsw.core._gradients import _chunks, grouped_products, translated
+from tsw.core._gradients import grouped_products, spans, translated, unbroadcast
 from tsw.core._safe import LineDistance, SafeSqrt
 from tsw.core._slices import with_batch_axis
 from tsw.core._validation import Measures
@@ -21,7 +21,8 @@ from tsw.core.trees import ChainLines, ConcurrentLines, TreeSystem
 
 #: Up to this dimension the point-to-line distance is the norm of the cross product
 #: ``theta x (z - x)``, whose ``d - 1`` (d = 2) or 3 (d = 3) coordinates come from the
-#: same matmul as the line coordinates (O(T k n d) memory, no cancellation); above it
+#: same pass over the points as the line coordinates (a second group of rows of
+#: :func:`~tsw.core._gradients.grouped_products`; O(T k n d) memory, no cancellation); above it
 #: the identity ``|z|^2 - <z, theta>^2`` is used on centred data (O(T k n) memory).
 EXPLICIT_RESIDUAL_MAX_DIM = 3
 
@@ -67,17 +68,15 @@ class _SquaredNorm(torch.autograd.Function):
         ctx.save_for_backward(Y, shift)
         m, d = Y.shape[1], Y.shape[2]
         out = Y.new_empty(torch.broadcast_shapes(Y.shape[:1], shift.shape[:1])[0], m)
-        step = _chunks(m, d).step
-        for i in _chunks(m, d):
-            part = translated(Y, shift, i, i + step)
-            out[:, i : i + step] = torch.linalg.vector_norm(part, dim=-1).square_()
+        for i, j in spans(m, d, shift):
+            out[:, i:j] = torch.linalg.vector_norm(translated(Y, shift, i, j), dim=-1).square_()
         return out
 
     @staticmethod
     def backward(ctx, g: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         Y, shift = ctx.saved_tensors
         grad = torch.sub(Y, shift).mul_((2 * g).unsqueeze(-1))
-        return (grad.sum(0, keepdim=True) if Y.shape[0] == 1 and grad.shape[0] != 1 else grad), None
+        return unbroadcast(grad, Y), None
 
 
 def centre(measures: Measures, trees: Trees) -> tuple[Measures, Trees]:
