@@ -9,8 +9,9 @@ at N = 1e6, d = 128 (one thread, float32) the projections' backward product took
 
 So the driver marks each block's leaf support with :func:`route_into` (the view of the
 accumulator that the block's gradient belongs to), and an op whose gradient with respect
-to that exact tensor is a product (:class:`Products`, the projections of the
-Euclidean tree distances and of SW) asks
+to that exact tensor it can add in place (:class:`Products`, the projections of the
+Euclidean tree distances and of SW; the squared norms of the front end,
+``tsw.euclidean._lines._SquaredNorm``, whose leaves mark the whole accumulators) asks
 :func:`routed` in its forward pass and, in its backward pass, adds its gradient into the
 view and returns ``None`` for it. Every other op's gradient still reaches the driver
 through autograd and is added as before, so an op that ignores the mark stays correct.
@@ -168,10 +169,14 @@ class Products(torch.autograd.Function):
             if into is not None:
                 for g, r in used:
                     _add_points_gradient(into, g[..., cols], r)
-            elif needs[2 * G + index]:
+            elif needs[2 * G + index] and used:
+                # one buffer that owns its storage (not a view of a product): every
+                # group adds into it, and autograd adds the points' other gradients
+                # into it in place (the squared norms' in centre)
+                total = Y.new_zeros(Y.shape)
                 for g, r in used:
-                    part = unbroadcast(_points_gradient(g[..., cols], r), Y)  # one item's Y
-                    grad_Y = part if grad_Y is None else grad_Y.add_(part)
+                    _add_points_gradient(total, g[..., cols], r)
+                grad_Y = total
             grad_supports.append(grad_Y)
         grad_rows: list[Tensor | None] = [None] * G
         grad_biases: list[Tensor | None] = [None] * G
