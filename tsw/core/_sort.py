@@ -9,12 +9,16 @@ on this project's AMD EPYC machine (AVX-512), and 0.24 to 0.73x on (1000, 1000) 
 float64). So :func:`sort_last` takes NumPy's
 permutation on the CPU and torch's on other devices and under ``torch.compile``.
 
-On a CPU without AVX-512, NumPy's argsort is not vectorised but its sort of 64-bit
-integers is: there, with the compiled kernels loaded (``[fast]``), float32 rows are
-sorted as packed keys, each value's order-preserving 32 bits above its index
-(:func:`tsw.core._kernels.packed_argsort`): 0.18-0.56x ``np.argsort``'s time on (4, 2e6)
-to (1000, 1000) rows (AMD EPYC with AVX2 only), the permutation of NumPy's stable
-argsort. AVX-512 CPUs, float64 and runs without Numba keep ``np.argsort``.
+NumPy's sort of 64-bit integers is faster than its argsort of float32, and more so on a
+CPU without AVX-512, where the argsort is not vectorised. So, with the compiled kernels
+loaded (``[fast]``), float32 rows are sorted as packed keys, each value's
+order-preserving 32 bits above its index (:func:`tsw.core._kernels.packed_argsort`), which
+gives the permutation of NumPy's stable argsort. Against ``np.argsort``, one thread, on
+(1000, 1000) to (4, 2e6) rows: 0.18-0.56x its time on an AMD EPYC with AVX2 only, and
+0.69-0.78x on an AMD EPYC with AVX-512 (Zen 4), where Db-TSW's forward + backward took
+0.80-0.96x its time with ``np.argsort`` (250 x 4, N = 500-1e4, d = 2-3072). Not measured
+on an Intel CPU with AVX-512. float64 (no room for the index in 64 bits) and runs
+without Numba keep ``np.argsort``.
 
 The backward passes put sorted-order gradients back in the input order, a scatter by
 the permutation (:func:`unsort_last`). On long rows these are random writes over more
