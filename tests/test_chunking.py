@@ -189,15 +189,10 @@ def test_chunked_gradients_beyond_the_mean(case):
         torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("cache", [1100, 400, 60])
-@pytest.mark.parametrize("batched_trees", [False, True])
-def test_auto_blocks_of_items_and_trees(monkeypatch, cache, batched_trees):
-    # "auto" on the CPU groups whole items (cache 1100: 2 items a block, each 7 trees x 4 lines x
-    # 18 atoms = 504 elements), cuts one item's trees (400 and 60 elements), or, with
-    # batched trees, cuts the trees of all items: values and gradients equal the
-    # one-block evaluation, for the value and for a per-tree loss
-    monkeypatch.setattr(driver, "CACHE_BLOCK_ELEMENTS", cache)
-    monkeypatch.setattr(driver, "COMPILED_BLOCK_ELEMENTS", cache)
+def _auto_plan_of_five_items(monkeypatch, batched_trees: bool) -> list:
+    """The blocks of ``chunk_size="auto"`` for 5 items (7 trees x 4 lines x 18 atoms = 504
+    elements each), after checking that values and gradients equal the one-block
+    evaluation, for the value and for a per-tree loss."""
     g = torch.Generator().manual_seed(5)
     X = torch.randn(5, 10, 3, generator=g, dtype=F64)
     Y = torch.randn(5, 8, 3, generator=g, dtype=F64) + 0.5
@@ -219,13 +214,40 @@ def test_auto_blocks_of_items_and_trees(monkeypatch, cache, batched_trees):
         results.append((value, log["per_tree"], *torch.autograd.grad(loss, (Xs, Ys))))
         value2 = tsw.db_tsw(Xs, Ys, trees=trees, chunk_size=chunk_size)
         results[-1] += torch.autograd.grad(value2.sum(), (Xs, Ys))
-    assert len(plans[-1]) > 1
-    if not batched_trees and cache == 1100:
-        assert plans[-1] == [(0, 2, 0, 7), (2, 4, 0, 7), (4, 5, 0, 7)]
-    if batched_trees:
-        assert all(b[:2] == (0, 5) for b in plans[-1])
     for x, y in zip(results[1], results[0], strict=True):
         torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-14)
+    return plans[-1]
+
+
+@pytest.mark.parametrize("cache", [1100, 400, 60])
+@pytest.mark.parametrize("batched_trees", [False, True])
+def test_auto_blocks_of_items_and_trees(monkeypatch, cache, batched_trees):
+    # "auto" on the CPU groups whole items (cache 1100: 2 items a block), cuts one item's
+    # trees (400 and 60 elements), or, with batched trees, cuts the trees of all items
+    monkeypatch.setattr(driver, "CACHE_BLOCK_ELEMENTS", cache)
+    monkeypatch.setattr(driver, "COMPILED_BLOCK_ELEMENTS", cache)
+    plan = _auto_plan_of_five_items(monkeypatch, batched_trees)
+    assert len(plan) > 1
+    if not batched_trees and cache == 1100:
+        assert plan == [(0, 2, 0, 7), (2, 4, 0, 7), (4, 5, 0, 7)]
+    if batched_trees:
+        assert all(b[:2] == (0, 5) for b in plan)
+
+
+@pytest.mark.parametrize("batched_trees", [False, True])
+def test_auto_blocks_of_several_items_stay_under_the_group_cap(monkeypatch, batched_trees):
+    """A block of more than one item holds at most ``GROUP_BLOCK_ELEMENTS`` elements, even
+    where the cache cap would take every item at once (so that a batch's arrays stay under
+    glibc's mmap threshold); one item's block keeps the cache cap."""
+    monkeypatch.setattr(driver, "GROUP_BLOCK_ELEMENTS", 600)
+    plan = _auto_plan_of_five_items(monkeypatch, batched_trees)
+    if batched_trees:  # 5 items x 4 lines x 18 atoms = 360 elements a tree: 1 tree a block
+        assert plan == [(0, 5, t, t + 1) for t in range(7)]
+    else:  # 504 elements an item: one whole item a block
+        assert plan == [(i, i + 1, 0, 7) for i in range(5)]
+    X = torch.empty(1, 200, 64)  # a single item of 7 x 4 x 400 elements: one block
+    single = _planning_problem(X).plan_blocks((7, 4), (X, X, X[..., 0], X[..., 0]), None)
+    assert single == [(0, 1, 0, 7)]
 
 
 @pytest.mark.parametrize("line_kernel", ["numba", "torch"], indirect=True)
