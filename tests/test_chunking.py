@@ -234,20 +234,27 @@ def test_auto_blocks_of_items_and_trees(monkeypatch, cache, batched_trees):
         assert all(b[:2] == (0, 5) for b in plan)
 
 
-@pytest.mark.parametrize("batched_trees", [False, True])
-def test_auto_blocks_of_several_items_stay_under_the_group_cap(monkeypatch, batched_trees):
-    """A block of more than one item holds at most ``GROUP_BLOCK_ELEMENTS`` elements, even
-    where the cache cap would take every item at once (so that a batch's arrays stay under
-    glibc's mmap threshold); one item's block keeps the cache cap."""
-    monkeypatch.setattr(driver, "GROUP_BLOCK_ELEMENTS", 600)
-    plan = _auto_plan_of_five_items(monkeypatch, batched_trees)
-    if batched_trees:  # 5 items x 4 lines x 18 atoms = 360 elements a tree: 1 tree a block
-        assert plan == [(0, 5, t, t + 1) for t in range(7)]
-    else:  # 504 elements an item: one whole item a block
-        assert plan == [(i, i + 1, 0, 7) for i in range(5)]
-    X = torch.empty(1, 200, 64)  # a single item of 7 x 4 x 400 elements: one block
-    single = _planning_problem(X).plan_blocks((7, 4), (X, X, X[..., 0], X[..., 0]), None)
-    assert single == [(0, 1, 0, 7)]
+@pytest.mark.parametrize(
+    ("shape", "lines", "plan"),
+    [
+        # 16 items of 250 x 4 lines x 400 atoms (4e5 elements): 5 whole items a block
+        ((16, 200, 64), (250, 4), [(i, min(i + 5, 16), 0, 250) for i in range(0, 16, 5)]),
+        # one item of 250 x 4 x 2e4 = 2e7 elements: 26 trees (2.08e6 elements) a block
+        ((1, 10_000, 64), (250, 4), [(0, 1, t, min(t + 26, 250)) for t in range(0, 250, 26)]),
+    ],
+)
+def test_auto_blocks_of_the_compiled_path_stay_under_the_mmap_threshold(shape, lines, plan):
+    """Where the closed form runs compiled, a block's (line x atom) elements stay under
+    2^21, so that its int64 permutation (16 MiB) stays under glibc's largest dynamic mmap
+    threshold (32 MiB) and its memory is reused instead of faulted in on every call."""
+    pytest.importorskip("numba")
+    X = torch.empty(shape)
+    problem = _planning_problem(X)
+    assert problem.cache_elements(X, None) == 2**21
+    got = problem.plan_blocks(lines, (X, X, X[..., 0], X[..., 0]), None)
+    assert got == plan
+    atoms = 2 * shape[1]
+    assert all((i1 - i0) * (t1 - t0) * lines[1] * atoms * 8 < 32 * 2**20 for i0, i1, t0, t1 in got)
 
 
 @pytest.mark.parametrize("line_kernel", ["numba", "torch"], indirect=True)

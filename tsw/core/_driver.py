@@ -166,22 +166,19 @@ MEMORY_BUDGET = 2 * 2**30
 CACHE_BLOCK_ELEMENTS = 2**20
 #: the same cap where the closed form runs as compiled loops (:mod:`tsw.core._kernels`:
 #: trees on the CPU, float32/float64, p in {1, 2}, Numba installed). Those loops stream
-#: each row once, so small blocks only add their per-block work (the product, the
-#: leaves' set-up, about 3 ms a block at N = 2000, d = 64). Measured on Db-TSW, float32,
-#: one thread, 250 x 4, ratio to the lower limit side by side (AMD EPYC): 2^20 / 2^22 /
-#: 2^24 read 1.19 / 1.15 / 1.07 at N = 1e4, d = 64, 1.13 / 1.18 / 1.09 at d = 784,
-#: 1.02 / 0.99 / 1.03 at N = 5e4 (3 rounds), and 1.64 / 1.47 / 1.39 for a batch of
-#: 16 x 200 points
-COMPILED_BLOCK_ELEMENTS = 2**24
-#: on the CPU, ``chunk_size="auto"`` caps a block that holds more than one batch item at
-#: this many (line x atom) elements, below either cap above. A block's largest arrays (the
-#: permutation, 8 bytes an element) then stay under 32 MiB, glibc's largest dynamic mmap
-#: threshold, so that their memory is reused from one block and one call to the next
-#: instead of being mapped afresh (page faults). Measured on Db-TSW, a batch of 16 x 200
-#: points, d = 64, 250 x 4, float32, one thread, default malloc, side by side: one block
-#: of 6.4e6 elements 1.19x the loop over the items (25495 page faults a call); blocks of
-#: 2^20 elements 1.00x (none)
-GROUP_BLOCK_ELEMENTS = 2**20
+#: each row once, so cache-sized blocks gain nothing and small blocks only add their
+#: per-block work (the product, the leaves' set-up, about 3 ms a block at N = 2000,
+#: d = 64). What bounds it is glibc's malloc: a block's largest array (the permutation,
+#: 8 bytes an element, 16 MiB here) stays under 32 MiB, the largest dynamic mmap
+#: threshold, so that its memory is reused from block to block and call to call instead
+#: of being mapped afresh. Measured on Db-TSW, float32, one thread, 250 x 4, side by side
+#: in one process, default malloc, time against 2^24 elements: 0.64 (N = 1e4, d = 2),
+#: 0.73 (d = 64; 176491 page faults a call at 2^24, 2004 here), 0.83 (d = 784), 0.82
+#: (N = 5e4, d = 64); with page faults ruled out (``MALLOC_MMAP_THRESHOLD_=1073741824
+#: MALLOC_TRIM_THRESHOLD_=4294967296``) 1.01 at N = 1e4, d = 64. A batch of 16 x 200
+#: points (5 items a block instead of all 16) went from 1.34x to 0.97x the time of a
+#: loop over its items (2^22 elements: 0.63-0.82 against 2^24, more page faults)
+COMPILED_BLOCK_ELEMENTS = 2**21
 #: working elements per (line x atom) of a block, forward and backward: measured about
 #: 54 bytes (13.5 float32 elements) for Db-TSW at d = 64; rounded up
 WORK_ELEMENTS_PER_LINE_POINT = 16
@@ -276,12 +273,11 @@ chunk_size : int, "auto" or None, default "auto"
     4 blocks), and on the CPU also blocks of about 2^20 (line x atom) elements, at least
     ``d / 3`` lines, whose passes run in cache (faster than one block: measured
     1.2-1.45x at N = 2000 and 1e4, within noise at 1e5); where the closed form runs as
-    compiled loops (trees, p in {1, 2}, Numba installed) the blocks go up to 2^24
-    elements instead, since those loops gain nothing from cache-sized blocks. A block
-    of more than one batch item holds at most 2^20 elements, so small batched problems
-    run a few whole items at a time in memory that is reused from block to block (one
-    block of a whole batch was 1.19-1.55x slower than a loop over its items under
-    glibc's default malloc, from page faults). Under grad mode each block's
+    compiled loops (trees, p in {1, 2}, Numba installed) the blocks go up to 2^21
+    elements instead, since those loops gain nothing from cache-sized blocks, and blocks
+    of that size are reused from call to call by glibc's malloc instead of being mapped
+    afresh (2^24 was 1.2-1.6x slower under the default malloc, from page faults); small
+    batched problems then run a few whole items at a time. Under grad mode each block's
     gradient is formed during the forward pass and its graph freed, so the peak working
     memory is that of one block and no forward is recomputed (a block that closes over
     other tensors requiring grad, such as a learnable ``alpha``, is checkpointed
@@ -879,8 +875,7 @@ class Problem:
         at once. ``"auto"``: blocks under :data:`MEMORY_BUDGET`; on the CPU also under
         :meth:`cache_elements` (line x atom) elements, grouping whole batch items
         when one item's slices fit (so a batch of small problems runs item by item in
-        cache) and cutting one item's slices otherwise; a block of more than one item
-        also under :data:`GROUP_BLOCK_ELEMENTS`. Items are only grouped when the
+        cache) and cutting one item's slices otherwise. Items are only grouped when the
         slices are shared by the batch (not batched trees).
         """
         T, k = counts
@@ -902,17 +897,16 @@ class Problem:
         # 8-line blocks were 3.6x slower than 40-line ones, before the front end)
         min_trees = -(-X.shape[-1] // (3 * k))
         cache = self.cache_elements(X, slices)
-        group = cache if B == 1 else min(cache, GROUP_BLOCK_ELEMENTS)  # blocks of items
         item = T * k * atoms  # elements of one item's slices
-        if B * item <= 2 * group and memory_trees >= T:
+        if B * item <= 2 * cache and memory_trees >= T:
             return [(0, B, 0, T)]
         shared = not any(x.shape[0] != B for x in inputs) and _unbatched(slices)
         if not shared:
-            trees = max(min_trees, group // max(B * k * atoms, 1))
+            trees = max(min_trees, cache // max(B * k * atoms, 1))
             trees = max(1, min(memory_trees, trees))
             return [(0, B, t, min(t + trees, T)) for t in range(0, T, trees)]
         if item <= cache and per_tree * T <= MEMORY_BUDGET:
-            per = max(1, min(group // item, MEMORY_BUDGET // (per_tree * T)))
+            per = max(1, min(cache // item, MEMORY_BUDGET // (per_tree * T)))
             return [(i, min(i + per, B), 0, T) for i in range(0, B, per)]
         trees = max(min_trees, cache // (k * atoms))
         trees = max(1, min(trees, MEMORY_BUDGET // per_tree))
