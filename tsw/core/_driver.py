@@ -169,9 +169,12 @@ CACHE_BLOCK_ELEMENTS = 2**20
 #: each row once, so cache-sized blocks gain nothing and small blocks only add their
 #: per-block work (the product, the leaves' set-up, about 3 ms a block at N = 2000,
 #: d = 64). What bounds it is glibc's malloc: a block's largest array (the permutation,
-#: 8 bytes an element, 16 MiB here) stays under 32 MiB, the largest dynamic mmap
+#: 8 bytes an element, 16 MiB at this cap) stays under 32 MiB, the largest dynamic mmap
 #: threshold, so that its memory is reused from block to block and call to call instead
-#: of being mapped afresh. Measured on Db-TSW, float32, one thread, 250 x 4, side by side
+#: of being mapped afresh. (A problem of up to twice the cap runs as one block rather
+#: than two, so its permutation may reach 32 MiB; a block of ``d / 3`` lines, the least
+#: a block takes, or of one tree across all items of a batch with batched trees, may
+#: exceed the cap.) Measured on Db-TSW, float32, one thread, 250 x 4, side by side
 #: in one process, default malloc, time against 2^24 elements: 0.64 (N = 1e4, d = 2),
 #: 0.73 (d = 64; 176491 page faults a call at 2^24, 2004 here), 0.83 (d = 784), 0.82
 #: (N = 5e4, d = 64); with page faults ruled out (``MALLOC_MMAP_THRESHOLD_=1073741824
