@@ -293,9 +293,9 @@ def test_radius_zero_sorts_once_per_tree(d, monkeypatch):
             shapes.append(tuple(x.shape))
             return sort_last(x)
 
-        def recorded_arg(x, shapes=shapes):  # the compiled kernels' sort (tsw.core._kernels)
+        def recorded_arg(x, compact=False, shapes=shapes):  # the compiled kernels' sort
             shapes.append(tuple(x.shape))
-            return argsort_last(x)
+            return argsort_last(x, compact)
 
         monkeypatch.setattr(closed_form, "sort_last", recorded)
         monkeypatch.setattr(closed_form, "argsort_last", recorded_arg)

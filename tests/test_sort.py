@@ -202,6 +202,111 @@ def test_packed_sort_is_numpy_stable_argsort(shape, monkeypatch):
         torch.set_num_threads(threads)
 
 
+def _narrow_rows(kind: str, n_rows: int, n: int):
+    """float32 rows whose 32-bit keys (bucket, index) need more or less settling."""
+    import numpy as np
+
+    g = np.random.default_rng(len(kind) * 1000 + n)
+    shape = (n_rows, n)
+    if kind == "gaussian":  # buckets of one atom, a few shared
+        x = g.standard_normal(shape)
+    elif kind == "clusters":  # ten clusters of width 1e-4: long runs out of order
+        x = g.integers(0, 10, size=shape) + 1e-4 * g.standard_normal(shape)
+    elif kind == "heavy tail":  # the bulk in a few buckets of the row's range
+        x = g.standard_cauchy(shape)
+    elif kind == "ties":  # runs of equal values, already in index order
+        x = np.round(g.standard_normal(shape) * 8) / 8
+    elif kind == "pairs":  # every value twice, 1e-6 apart: runs of two out of order
+        half = g.standard_normal((n_rows, (n + 1) // 2))
+        x = np.concatenate([half + 1e-6, half], axis=1)[:, :n]
+    elif kind == "ulps":  # a range of a few ulps: every atom in one of a few buckets
+        x = np.nextafter(np.float32(1.0), np.float32(2.0)) * np.ones(shape, np.float32)
+        x[:, ::3] = np.float32(1.0)
+        x[:, 1::7] = np.nextafter(np.float32(1.0), np.float32(0.0))
+    elif kind == "span":  # a range of 6e38: (x - min) * scale overflows float32
+        x = g.uniform(-1, 1, shape) * 3e38
+        x[:, 0], x[:, 1] = -3.4e38, 3.4e38
+    elif kind == "signed zeros":  # -0.0 ties with 0.0, subnormals next to them
+        x = g.integers(-2, 3, size=shape).astype(np.float32)
+        x[x == 2] = -0.0
+        x[x == -2] = 1e-40
+    elif kind == "constant":
+        x = np.full(shape, 3.0)
+    else:
+        raise ValueError(kind)
+    return np.ascontiguousarray(x.astype(np.float32))
+
+
+_KINDS = ["gaussian", "clusters", "heavy tail", "ties", "pairs", "ulps", "span",
+          "signed zeros", "constant"]  # fmt: skip
+
+
+@pytest.mark.parametrize("n", [257, 300, 1000, 4096, 16384])
+@pytest.mark.parametrize("kind", _KINDS)
+def test_narrow_keys_give_the_stable_argsort(kind, n):
+    """Rows of 257 to 16384 atoms take 32-bit keys (a bucket of the value, then the
+    index) and settle each bucket on the exact values: the permutation is NumPy's stable
+    argsort for clustered, heavy-tailed, tied, nearly tied, overflowing and constant
+    rows, whether the rows are settled, sent back to 64-bit keys, or the call moves to
+    64-bit keys once crowded."""
+    import numpy as np
+
+    from tsw.core import _kernels
+
+    pytest.importorskip("numba")
+    assert _kernels._NARROW[0] < n <= _kernels._NARROW[1]
+    x = _narrow_rows(kind, 40 if n < 4096 else 6, n)
+    want = np.argsort(x, axis=-1, kind="stable")
+    out = np.empty(x.shape, dtype=np.int64)
+    _kernels.packed_argsort(x, out)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_narrow_keys_send_unsettled_rows_to_wide_keys(monkeypatch):
+    """Rows with an infinity or a NaN, and rows with a run out of order longer than
+    ``_RUN_MAX``, are sorted again with 64-bit keys; settled rows are not. A crowded
+    probe moves the rest of the call to 64-bit keys; an uncrowded one does not."""
+    import numpy as np
+
+    from tsw.core import _kernels
+
+    pytest.importorskip("numba")
+    wide_rows: list[int] = []
+    real_wide = _kernels._wide
+
+    def spy(rows, out, keys):
+        wide_rows.append(rows.shape[0])
+        real_wide(rows, out, keys)
+
+    monkeypatch.setattr(_kernels, "_wide", spy)
+    x = _narrow_rows("gaussian", 8, 1000)
+    x[2, 5], x[5, 7] = np.inf, np.nan  # NaN not first: min and max would skip it
+    out = np.empty(x.shape, dtype=np.int64)
+    _kernels.packed_argsort(x, out)
+    np.testing.assert_array_equal(out, np.argsort(x, axis=-1, kind="stable"))
+    assert wide_rows == [2]  # rows 2 and 5 only
+
+    wide_rows.clear()
+    monkeypatch.setattr(_kernels, "_RUN_MAX", 1)  # every run out of order is too long
+    x = _narrow_rows("pairs", 8, 1000)
+    _kernels.packed_argsort(x, out)
+    np.testing.assert_array_equal(out, np.argsort(x, axis=-1, kind="stable"))
+    assert wide_rows == [8]
+
+    monkeypatch.setattr(_kernels, "_RUN_MAX", 64)
+    monkeypatch.setattr(_kernels, "_PROBE_ELEMENTS", 3 * 1000)
+    for kind, crowded in [("clusters", True), ("gaussian", False)]:
+        wide_rows.clear()
+        x = _narrow_rows(kind, 20, 1000)
+        out = np.empty(x.shape, dtype=np.int64)
+        _kernels.packed_argsort(x, out)
+        np.testing.assert_array_equal(out, np.argsort(x, axis=-1, kind="stable"))
+        if crowded:  # the 17 rows after the 3 probed ones (some of those may be redone)
+            assert wide_rows[-1] == 17, wide_rows
+        else:
+            assert wide_rows == []
+
+
 def test_packed_sort_only_for_float32_with_the_kernels(monkeypatch):
     """float32 rows take the packed sort on every CPU once the kernels load; float64 and
     runs without Numba keep ``np.argsort``."""
@@ -216,3 +321,18 @@ def test_packed_sort_only_for_float32_with_the_kernels(monkeypatch):
     monkeypatch.setenv("TSW_NUMBA", "0")
     monkeypatch.setattr(_kernels, "_kernels", {})
     assert not _kernels.packs(rows)
+
+
+def test_compact_permutation_is_int32_where_the_packed_sort_writes_it():
+    """``argsort_last(x, compact=True)``: the same permutation, int32 for float32 rows
+    sorted as packed keys (narrow and wide), int64 otherwise (float64, no kernels)."""
+    pytest.importorskip("numba")
+    g = torch.Generator().manual_seed(3)
+    for n in (5, 300, 20000):  # 64-bit keys, 32-bit keys, 64-bit keys
+        x = torch.randn(3, 2, n, generator=g)
+        got = _sort.argsort_last(x, compact=True)
+        assert got.dtype == torch.int32
+        assert torch.equal(got.long(), _sort.argsort_last(x))
+        assert torch.equal(got.long(), torch.sort(x, dim=-1, stable=True).indices)
+    x64 = torch.randn(4, 300, generator=g, dtype=torch.float64)
+    assert _sort.argsort_last(x64, compact=True).dtype == torch.int64

@@ -17,8 +17,9 @@ closed form on the tree's rays together (``tsw.sphere._geometry._SplitRayCost``)
 :func:`s2_angles_backward` the backward of its angles. The softmaxes use an
 exponential the compiler vectorises (``_numba_kernels.exp32_`` / ``exp64_``).
 
-:func:`packed_argsort` sorts float32 rows as packed 64-bit keys for
-:mod:`tsw.core._sort` (:func:`packs`; see that module's notes for the times measured).
+:func:`packed_argsort` sorts float32 rows as packed 64-bit keys, or 32-bit keys whose
+buckets are then settled on the values, for :mod:`tsw.core._sort` (:func:`packs`; see
+that module's notes for the times measured).
 
 Used when Numba (an optional dependency: ``pip install torch-tsw[fast]``) can be
 imported, the tensors are float32 or float64 on the CPU, ``p`` is 1 or 2 (line cost),
@@ -94,6 +95,8 @@ def _load() -> bool:
         s2_angles_backward=_numba_kernels.s2_angles_backward,
         pack_keys=_numba_kernels.pack_keys,
         unpack_order=_numba_kernels.unpack_order,
+        pack_keys32=_numba_kernels.pack_keys32,
+        unpack_order32=_numba_kernels.unpack_order32,
     )
     return True
 
@@ -121,9 +124,9 @@ def warm_up() -> bool:
     for dtype in (torch.float32, torch.float64):
         c = torch.tensor([[-1.0, 2.0]], dtype=dtype)
         if usable(c, p=1.0):
-            idx = torch.tensor([[0, 1]])
-            cost, prefix, _ = line_cost_forward(c, idx, c, 1.0, False)
-            line_cost_backward(c, idx, prefix, cost, 1.0, False, True, True)
+            for idx in (torch.tensor([[0, 1]]), torch.tensor([[0, 1]], dtype=torch.int32)):
+                cost, prefix, _ = line_cost_forward(c, idx, c, 1.0, False)
+                line_cost_backward(c, idx, prefix, cost, 1.0, False, True, True)
             t = c.abs().unsqueeze(0)  # STSW on S^2: one tree, one ray, two atoms
             cost, saved = ray_split_forward(t, t, t[..., :1], t, c, None, 1.0, 1.0)
             ray_split_backward(saved, cost, 1.0, 1.0, True)
@@ -131,6 +134,12 @@ def warm_up() -> bool:
             DistanceSplit.apply(c.abs()[None, None], lines, c, 1.0, LINE).sum().backward()
             s2_angles_backward(t.unsqueeze(-2).expand(1, 1, 3, 2), t, t, t, t, t)
             ok = True
+    if ok:  # the packed sorts (float32): 32-bit keys with a run to settle, 64-bit keys
+        rows = np.linspace(0.0, 1.0, 600, dtype=np.float32).reshape(2, 300)[:, ::-1]
+        rows[:, :2] = [1e-9, 0.0]
+        packed_argsort(rows, np.empty(rows.shape, dtype=np.int64))
+        rows = np.zeros((1, 3), dtype=np.float32)
+        packed_argsort(rows, np.empty(rows.shape, dtype=np.int64))
     return ok
 
 
@@ -320,7 +329,7 @@ def ray_split_forward(
     """
     B, T, n = t.shape
     k = theta.shape[-1]
-    idx = argsort_last(t)
+    idx = argsort_last(t, compact=True)  # read by the kernels only
     tn, pn, sn, ixn = _rows(t), _rows(polar), _rows(scale), _rows(idx)
     thn, wn = _rows(theta), _rows(w)
     trow = _row_map(torch.Size((*theta.shape[:-1], 1)), torch.Size((B, T, 1)))
@@ -439,36 +448,108 @@ def s2_angles_backward(
     return gA, gq
 
 
-#: rows sorted as packed keys at a time: at most this many elements (a 32 MiB buffer)
+#: rows sorted as packed keys at a time: at most this many elements (a 32 MiB buffer of
+#: 64-bit keys)
 _PACK_ELEMENTS = 1 << 22
+
+#: rows of ``_NARROW[0] < n <= _NARROW[1]`` atoms are sorted as 32-bit keys first
+#: (:func:`packed_argsort`): up to 256, NumPy's 64-bit sort is as fast (a sorting
+#: network), and beyond 2^14 the buckets grow crowded
+_NARROW = (256, 1 << 14)
+
+#: the rows of the first block sorted as 32-bit keys: about this many elements
+_PROBE_ELEMENTS = 1 << 16
+
+#: a block whose runs to settle hold more than this share of its atoms is crowded, and
+#: the rest of the call sorts 64-bit keys
+_CROWDED = 1.0 / 16
+
+#: a run of one bucket out of order and longer than this sends its row to 64-bit keys
+_RUN_MAX = 64
 
 
 def packs(rows: Any) -> bool:
     """Whether :func:`packed_argsort` sorts these NumPy rows (see :mod:`tsw.core._sort`).
 
     float32 rows shorter than 2^32 (the index takes the low 32 bits of a key), with the
-    kernels loaded. It measured faster than ``np.argsort`` on CPUs with and without
-    AVX-512 (0.18-0.78x); it was not measured on an Intel CPU with AVX-512.
+    kernels loaded. With 64-bit keys it measured faster than ``np.argsort`` on CPUs with
+    and without AVX-512 (0.18-0.78x); it was not measured on an Intel CPU with AVX-512.
     """
     return rows.dtype == np.float32 and rows.shape[-1] < 2**32 and _load()
 
 
-def packed_argsort(rows: Any, out: Any) -> None:
-    """``out`` (rows, n) int64 <- the permutation sorting each float32 row of ``rows``.
+def _wide(rows: Any, out: Any, keys: list[Any]) -> None:
+    """``out`` <- the permutations of ``rows``, sorted as 64-bit keys.
 
-    The values and their indices are packed into one 64-bit key each
-    (``_numba_kernels.pack_keys``), NumPy sorts the keys (``np.sort`` of 64-bit
-    integers is vectorised on AVX2, unlike ``np.argsort``), and the indices come back
-    from the low bits. Ties come out in the order of their indices, -0.0 ties with 0.0,
-    NaN comes last. At most :data:`_PACK_ELEMENTS` keys are held at once.
+    ``keys`` holds the keys' buffer once one is made (none is, in calls that never sort
+    64-bit keys: an untouched buffer changes where later arrays are placed, and with
+    them the page faults).
+    """
+    if not keys or keys[0].shape[0] < rows.shape[0]:
+        keys[:] = [np.empty(rows.shape, dtype=np.uint64)]
+    k = keys[0][: rows.shape[0]]
+    _kernels["pack_keys"](rows, k)
+    k.sort(axis=-1)
+    _kernels["unpack_order"](k, out)
+
+
+def _narrow(rows: Any, out: Any, keys: Any, wide: list[Any]) -> float:
+    """``out`` <- the permutations of ``rows``, sorted as 32-bit keys; how crowded it was.
+
+    Rows that the 32-bit keys could not settle (an infinity or a NaN, or a long run of
+    one bucket out of order) are sorted again with 64-bit keys in ``wide``.
+    """
+    n_rows, n = rows.shape
+    bits = max(1, (n - 1).bit_length())
+    k = keys[:n_rows]
+    ok = np.empty(n_rows, dtype=np.bool_)
+    _kernels["pack_keys32"](rows, k, bits, ok)
+    k.sort(axis=-1)
+    crowd = _kernels["unpack_order32"](rows, k, out, bits, ok, _RUN_MAX)
+    if not ok.all():
+        redo = np.flatnonzero(~ok)
+        order = np.empty((redo.size, n), dtype=out.dtype)
+        _wide(np.ascontiguousarray(rows[redo]), order, wide)
+        out[redo] = order
+    return crowd / max(rows.size, 1)
+
+
+def packed_argsort(rows: Any, out: Any) -> None:
+    """``out`` (rows, n) int64 or int32 <- the permutation sorting each float32 row.
+
+    The permutation of NumPy's stable argsort: ties in the order of their indices,
+    -0.0 tied with 0.0, NaN last. Two ways, which give the same permutation:
+
+    * **64-bit keys**: each value's order-preserving 32 bits above its index
+      (``_numba_kernels.pack_keys``); NumPy sorts the keys (its sort of 64-bit integers
+      is vectorised on AVX2, unlike ``np.argsort``), and the indices come back from the
+      low bits.
+    * **32-bit keys**, for rows of ``_NARROW`` lengths (257 to 16384 atoms): a bucket of
+      the value on a grid across the row's range above its index
+      (``pack_keys32``), which NumPy sorts 2 to 6 times faster than 64-bit keys on an
+      AVX-512 CPU. The keys order the buckets; the atoms that share a bucket are then
+      put in the order of their values (``unpack_order32``). Rows the buckets cannot
+      settle cheaply (an infinity or a NaN, a long run of one bucket out of order) are
+      sorted again with 64-bit keys. The first block holds about ``_PROBE_ELEMENTS``
+      elements; once a block is crowded (more than ``_CROWDED`` of its atoms in runs to
+      settle: clustered or heavy-tailed rows), the rest of the call takes 64-bit keys.
+
+    The choice changes the time only, never the permutation. At most
+    :data:`_PACK_ELEMENTS` keys are held at once.
     """
     rows = np.ascontiguousarray(rows)
     n_rows, n = rows.shape
     per = max(1, _PACK_ELEMENTS // max(n, 1))
-    keys = np.empty((min(per, n_rows), n), dtype=np.uint64)
-    for r0 in range(0, n_rows, per):
-        r1 = min(r0 + per, n_rows)
-        k = keys[: r1 - r0]
-        _kernels["pack_keys"](rows[r0:r1], k)
-        k.sort(axis=-1)
-        _kernels["unpack_order"](k, out[r0:r1])
+    wide: list[Any] = []  # the 64-bit keys' buffer, made by the first call that needs it
+    narrow = _NARROW[0] < n <= _NARROW[1]
+    keys = np.empty((min(per, n_rows), n), dtype=np.uint32) if narrow else None
+    r0 = 0
+    while r0 < n_rows:
+        if narrow:
+            step = per if r0 else max(1, min(per, _PROBE_ELEMENTS // n))
+            r1 = min(r0 + step, n_rows)
+            narrow = _narrow(rows[r0:r1], out[r0:r1], keys, wide) <= _CROWDED
+        else:
+            r1 = min(r0 + per, n_rows)
+            _wide(rows[r0:r1], out[r0:r1], wide)
+        r0 = r1

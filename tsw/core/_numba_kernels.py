@@ -12,7 +12,9 @@ processes without compiling again.
   (``tsw.core.splits.split_masses``), one row per tree; ``wrow[r]`` is the row of the
   signed masses ``w`` that tree row ``r`` reads.
 * ``pack_keys`` / ``unpack_order``: float32 rows sorted as 64-bit keys (the value's
-  order-preserving 32 bits, then the index), for ``tsw.core._sort``.
+  order-preserving 32 bits, then the index), for ``tsw.core._sort``;
+  ``pack_keys32`` / ``unpack_order32``: the same as 32-bit keys (a bucket of the value,
+  then the index), with the order inside a bucket settled on the exact values.
 * ``ray_split_forward`` / ``ray_split_backward``: STSW on S^2, the split and the closed
   form on the rays together, one row per tree; ``s2_angles_backward``: the backward of
   its angles; ``exp32_`` / ``exp64_``: an exponential that the compiler vectorises.
@@ -730,3 +732,118 @@ def unpack_order(keys, order):
         orr = order[r]
         for j in range(keys.shape[1]):
             orr[j] = np.int64(kr[j] & low)
+
+
+@jit
+def pack_keys32(x, keys, bits, ok):
+    """``keys[r, j] = (q(x[r, j]) << bits) | j`` for float32 rows ``x`` of n <= 2^bits.
+
+    ``q`` is a bucket: ``(x - min) * scale`` rounded down, on a grid of ``2^(32 - bits)``
+    (at most 2^24) steps across the row's range, so non-decreasing in ``x``. Sorting the
+    keys sorts the buckets, each bucket's atoms in index order; ``unpack_order32``
+    settles the order inside a bucket. Rows holding an infinity or a NaN get
+    ``ok[r] = False`` (the caller sorts them otherwise) and keys in index order.
+    """
+    v_bits = min(32 - bits, 24)
+    top = np.float32((1 << v_bits) - 1)
+    n = x.shape[1]
+    sh = np.uint32(bits)
+    for r in range(x.shape[0]):
+        xr = x[r]
+        kr = keys[r]
+        lo = xr[0]
+        hi = xr[0]
+        nan = np.float32(0)  # x - x is NaN exactly for an infinity or a NaN
+        for j in range(n):
+            v = xr[j]
+            lo = min(lo, v)
+            hi = max(hi, v)
+            nan += v - v
+        good = nan == 0
+        ok[r] = good
+        if not good:
+            for j in range(n):
+                kr[j] = np.uint32(j)
+            continue
+        span = np.float64(hi) - np.float64(lo)
+        scale = np.float32(top / span) if span > 0 else np.float32(0)
+        for j in range(n):  # (x - lo) * scale may round to inf only if span > 3.4e38
+            q = min((xr[j] - lo) * scale, top)
+            kr[j] = (np.uint32(np.int32(q)) << sh) | np.uint32(j)
+
+
+@jit
+def _sort_run(xr, orr, a, b, xv, run_max):
+    """Order ``orr[a:b]`` by ``(xr[orr], orr)``: 0 if it already was, else its length.
+
+    -1 (nothing changed) when it was not and is longer than ``run_max``.
+    """
+    for t in range(a, b - 1):
+        if xr[orr[t + 1]] < xr[orr[t]]:
+            break
+    else:
+        return 0
+    if b - a > run_max:
+        return -1
+    for t in range(a, b):
+        xv[t - a] = xr[orr[t]]
+    for t in range(1, b - a):  # insertion sort: stable, as the run is in index order
+        v = xv[t]
+        i = orr[a + t]
+        p = t - 1
+        while p >= 0 and xv[p] > v:
+            xv[p + 1] = xv[p]
+            orr[a + p + 1] = orr[a + p]
+            p -= 1
+        xv[p + 1] = v
+        orr[a + p + 1] = i
+    return b - a
+
+
+@jit
+def unpack_order32(x, keys, order, bits, ok, run_max):
+    """``order[r]``: the permutation sorting ``x[r]`` from its sorted ``pack_keys32`` keys.
+
+    The index is in the low ``bits`` bits. Every run of keys with one bucket is put in
+    the order of its values (ties stay in index order, -0.0 ties with 0.0), so that
+    ``order`` is NumPy's stable argsort. A run out of order and longer than ``run_max``
+    sets ``ok[r] = False`` and the row is left to the caller. Returns how crowded the
+    rows were: the atoms of the runs that had to be sorted, plus ``n`` for every row
+    that is not ok.
+    """
+    n = x.shape[1]
+    mask = np.uint32((1 << bits) - 1)
+    sh = np.uint32(bits)
+    xv = np.empty(max(run_max, 1), x.dtype)
+    crowd = 0
+    for r in range(x.shape[0]):
+        xr = x[r]
+        kr = keys[r]
+        orr = order[r]
+        for j in range(n):
+            orr[j] = np.int64(kr[j] & mask)
+        if not ok[r]:
+            crowd += n
+            continue
+        shared = 0
+        for j in range(n - 1):
+            shared += (kr[j + 1] >> sh) == (kr[j] >> sh)
+        if shared == 0:
+            continue
+        j = 0
+        while j < n - 1:
+            bucket = kr[j] >> sh
+            if (kr[j + 1] >> sh) != bucket:
+                j += 1
+                continue
+            b = j + 2
+            while b < n and (kr[b] >> sh) == bucket:
+                b += 1
+            moved = _sort_run(xr, orr, j, b, xv, run_max)
+            if moved < 0:
+                ok[r] = False
+                crowd += n
+                break
+            crowd += moved
+            j = b
+    return crowd

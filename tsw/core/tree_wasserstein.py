@@ -139,7 +139,9 @@ class _LineCost(torch.autograd.Function):
         ctx.rays = rays
         ctx.fused = _kernels.usable(coords, masses, p=p)
         if ctx.fused:  # compiled loops (tsw.core._kernels), the sorted values among them
-            idx = argsort_last(coords)
+            # int32 where the sort writes it (read by the kernels only; gathering shared
+            # coordinates takes int64)
+            idx = argsort_last(coords, compact=coords.shape == masses.shape)
             cost, prefix, c = _kernels.line_cost_forward(coords, idx, masses, p, rays)
             ctx.save_for_backward(c, idx, prefix)
             return cost
