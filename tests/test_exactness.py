@@ -529,6 +529,61 @@ class TestReductions:
         lp = ot.emd2(uw[0, 0], vw[0, 0], np.abs(u[0, 0][:, None] - v[0, 0][None]) ** p)
         assert_close(got[0, 0], lp)
 
+    @pytest.mark.parametrize("p", [1, 1.5, 2, 3])
+    @pytest.mark.parametrize("given", ["none", "uniform", "constant 2/n", "varying"])
+    def test_wasserstein_1d_equal_sizes_equals_pot(self, p, given, monkeypatch):
+        """n = m atoms of one weight take the sorted shortcut (two sorts, no search of
+        the cumulative weights); other weights the general path. Both equal POT and the
+        LP, ties among the values included."""
+        from tsw.core import wasserstein_1d as w1d
+
+        taken = []
+        real = w1d._one_weight
+        monkeypatch.setattr(w1d, "_one_weight", lambda *a: taken.append(real(*a)) or taken[-1])
+        rng = np.random.default_rng(7450)
+        n = 7
+        u, v = rng.normal(size=(2, 3, n)), rng.normal(size=(2, 3, n)) + 0.5
+        u[..., :2] = v[..., 3:5] = 0.25  # ties within and across the measures
+        uw = vw = None
+        if given == "uniform":
+            uw, vw = np.full((2, 3, n), 1 / n), np.full((2, 3, n), 1 / n)
+        elif given == "constant 2/n":
+            uw, vw = np.full((2, 3, n), 2 / n), np.full((2, 3, n), 2 / n)
+        elif given == "varying":
+            uw, vw = weights(rng, (2, 3, n), 0.0), weights(rng, (2, 3, n), 0.0)
+        got = tsw.wasserstein_1d(
+            t64(u), t64(v), *(None if z is None else t64(z) for z in (uw, vw)), p=p
+        )
+        assert (taken[-1] is None) == (given == "varying")
+        ones = np.full((2, 3, n), 1 / n)
+        a, b = (ones, ones) if uw is None else (uw, vw)
+        pot = ot.wasserstein_1d(*(z.reshape(6, -1).T for z in (u, v, a, b)), p=p)
+        assert_close(got, pot.reshape(2, 3))
+        lp = ot.emd2(a[1, 2], b[1, 2], np.abs(u[1, 2][:, None] - v[1, 2][None]) ** p)
+        assert_close(got[1, 2], lp)
+
+    @pytest.mark.parametrize("p", [1, 2])
+    def test_sorted_shortcut_gradient_equals_the_general_path(self, p):
+        """The values' gradient of the shortcut equals the general path's (taken when
+        the weights need a gradient), at distinct values."""
+        rng = np.random.default_rng(7460)
+        u, v = t64(rng.normal(size=(4, 9))), t64(rng.normal(size=(4, 9)))
+        grads = []
+        for need in (False, True):
+            uu = u.clone().requires_grad_(True)
+            w = torch.full_like(u, 1 / 9).requires_grad_(need)
+            tsw.wasserstein_1d(uu, v, w, torch.full_like(v, 1 / 9), p=p).sum().backward()
+            grads.append(uu.grad)
+        assert_close(grads[0], grads[1])
+
+    @pytest.mark.parametrize("p", [1, 2, 3])
+    def test_sw_equal_sizes_equals_pot(self, p):
+        rng = np.random.default_rng(7470 + p)
+        X, Y = rng.normal(size=(15, 4)), rng.normal(size=(15, 4)) + 0.3
+        P = unit_rows(rng, 25, 4).T
+        expected = ot.sliced_wasserstein_distance(X, Y, projections=P, p=p)
+        assert_close(tsw.sw(t64(X), t64(Y), projections=t64(P), p=p), expected)
+
 
 # --------------------------------------------------------------------------- 8. max-SW
 
