@@ -170,7 +170,7 @@ def quantile_cost(
     if w is not None:
         diff = (sort_last(u_values)[0] - sort_last(v_values)[0]).abs()
         total = (diff if p == 1.0 else diff.pow(p)).sum(-1)
-        return total * (w if isinstance(w, float) else w.squeeze(-1))
+        return total * (w.squeeze(-1) if isinstance(w, Tensor) else w)
     if u_weights is None:
         u_weights = torch.full_like(u_values, 1.0 / n)
     if v_weights is None:
