@@ -462,7 +462,7 @@ _PROBE_ELEMENTS = 1 << 16
 
 #: a block whose runs to settle hold more than this share of its atoms is crowded, and
 #: the rest of the call sorts 64-bit keys
-_CROWDED = 1.0 / 16
+_CROWDED = 0.1
 
 #: a run of one bucket out of order and longer than this sends its row to 64-bit keys
 _RUN_MAX = 64
