@@ -243,7 +243,7 @@ _KINDS = ["gaussian", "clusters", "heavy tail", "ties", "pairs", "ulps", "span",
 
 @pytest.mark.parametrize("n", [257, 300, 1000, 4096, 16384])
 @pytest.mark.parametrize("kind", _KINDS)
-def test_narrow_keys_give_the_stable_argsort(kind, n):
+def test_narrow_keys_give_the_stable_argsort(kind, n, monkeypatch):
     """Rows of 257 to 16384 atoms take 32-bit keys (a bucket of the value, then the
     index) and settle each bucket on the exact values: the permutation is NumPy's stable
     argsort for clustered, heavy-tailed, tied, nearly tied, overflowing and constant
@@ -256,10 +256,21 @@ def test_narrow_keys_give_the_stable_argsort(kind, n):
     pytest.importorskip("numba")
     assert _kernels._NARROW[0] < n <= _kernels._NARROW[1]
     x = _narrow_rows(kind, 40 if n < 4096 else 6, n)
+    assert _kernels.packs(x)  # (which loads the kernels)
     want = np.argsort(x, axis=-1, kind="stable")
     out = np.empty(x.shape, dtype=np.int64)
     _kernels.packed_argsort(x, out)
     np.testing.assert_array_equal(out, want)
+    if n == 300:  # rows shared among two threads, each probing its own, int32 out
+        monkeypatch.setattr(_sort, "_PARALLEL_MIN", 1)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(2)
+        try:
+            got = _sort.argsort_last(torch.from_numpy(x), compact=True)
+        finally:
+            torch.set_num_threads(threads)
+        assert got.dtype == torch.int32
+        np.testing.assert_array_equal(got.numpy(), want)
 
 
 def test_narrow_keys_send_unsettled_rows_to_wide_keys(monkeypatch):
@@ -280,6 +291,7 @@ def test_narrow_keys_send_unsettled_rows_to_wide_keys(monkeypatch):
 
     monkeypatch.setattr(_kernels, "_wide", spy)
     x = _narrow_rows("gaussian", 8, 1000)
+    assert _kernels.packs(x)  # (which loads the kernels)
     x[2, 5], x[5, 7] = np.inf, np.nan  # NaN not first: min and max would skip it
     out = np.empty(x.shape, dtype=np.int64)
     _kernels.packed_argsort(x, out)
