@@ -530,7 +530,9 @@ class TestReductions:
         assert_close(got[0, 0], lp)
 
     @pytest.mark.parametrize("p", [1, 1.5, 2, 3])
-    @pytest.mark.parametrize("given", ["none", "uniform", "constant 2/n", "varying"])
+    @pytest.mark.parametrize(
+        "given", ["none", "uniform", "constant 2/n", "one constant per item", "varying"]
+    )
     def test_wasserstein_1d_equal_sizes_equals_pot(self, p, given, monkeypatch):
         """n = m atoms of one weight take the sorted shortcut (two sorts, no search of
         the cumulative weights); other weights the general path. Both equal POT and the
@@ -549,6 +551,9 @@ class TestReductions:
             uw, vw = np.full((2, 3, n), 1 / n), np.full((2, 3, n), 1 / n)
         elif given == "constant 2/n":
             uw, vw = np.full((2, 3, n), 2 / n), np.full((2, 3, n), 2 / n)
+        elif given == "one constant per item":  # totals 1 and 3: one weight per item
+            uw = np.full((2, 3, n), 1 / n) * np.array([1.0, 3.0])[:, None, None]
+            vw = uw.copy()
         elif given == "varying":
             uw, vw = weights(rng, (2, 3, n), 0.0), weights(rng, (2, 3, n), 0.0)
         got = tsw.wasserstein_1d(
