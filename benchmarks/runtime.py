@@ -21,6 +21,9 @@ d = 64, float32, one thread), with CircularTSW (r = 0 and r = 0.01) and SpatialT
 lines and circular / Db-TSW at equal trees and lines.
 ``python -m benchmarks.runtime --sweep n``: times as a function of N with a log-log plot
 (``--grid 50000,100000`` chooses the values).
+``python -m benchmarks.runtime --sweep sort``: the float32 sort of the closed forms on
+rows of 128 to 16384 atoms of seven kinds (Gaussian to clustered), with its 32-bit keys
+against 64-bit keys only and ``np.argsort``.
 ``--memory``: peak resident memory of each method, each in a fresh subprocess.
 ``python -m benchmarks.runtime --sweep chunk --n 100000 --d 128 --trees 1000 --grid
 auto,250,100 --memory``: db_tsw's time and peak memory against ``chunk_size``
@@ -38,6 +41,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import torch
 
 import tsw
@@ -310,6 +314,79 @@ def batch_vs_loop(args) -> list[dict]:
     return [row]
 
 
+#: the kinds of rows of ``--sweep sort``: what the 32-bit keys' buckets make of them
+SORT_KINDS = ("gaussian", "uniform", "student t3", "pairs", "cauchy", "clusters", "ties")
+
+
+def sort_rows(kind: str, n_rows: int, n: int, seed: int = 0) -> np.ndarray:
+    """float32 rows of one kind for ``--sweep sort`` (NumPy, C-contiguous)."""
+    g = np.random.default_rng(seed)
+    shape = (n_rows, n)
+    if kind == "gaussian":
+        x = g.standard_normal(shape)
+    elif kind == "uniform":
+        x = g.uniform(-1.0, 1.0, shape)
+    elif kind == "student t3":
+        x = g.standard_t(3, shape)
+    elif kind == "pairs":  # every value twice, 1e-5 apart: a flow that has converged
+        half = g.standard_normal((n_rows, (n + 1) // 2))
+        x = np.concatenate([half, half + 1e-5 * g.standard_normal(half.shape)], axis=1)[:, :n]
+    elif kind == "cauchy":
+        x = g.standard_cauchy(shape)
+    elif kind == "clusters":  # ten clusters of width 1e-4
+        x = g.integers(0, 10, size=shape) + 1e-4 * g.standard_normal(shape)
+    elif kind == "ties":  # a 1/8 grid: runs of equal values
+        x = np.round(g.standard_normal(shape) * 8) / 8
+    else:
+        raise ValueError(f"kind must be one of {SORT_KINDS}; got {kind!r}")
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def sort_sweep(args) -> list[dict]:
+    """The float32 sort of the closed forms (``tsw.core._sort.argsort_last``) on rows of
+    ``--grid`` atoms of every kind of :data:`SORT_KINDS`, with its 32-bit keys, with
+    64-bit keys only (``tsw.core._kernels._NARROW`` set empty) and ``np.argsort``,
+    interleaved round by round. Each result is checked against NumPy's stable argsort.
+    """
+    from tsw.core import _kernels
+    from tsw.core._sort import argsort_last
+
+    if not _kernels.warm_up():
+        raise SystemExit("--sweep sort needs the compiled kernels (pip install torch-tsw[fast])")
+    narrow = _kernels._NARROW
+    lengths = [int(v) for v in (args.grid or "128,300,1000,4000,8192,16384").split(",")]
+    rows = []
+    for kind in SORT_KINDS:
+        for n in lengths:
+            x = sort_rows(kind, max(1, min(1000, (1 << 22) // n)), n)
+            t = torch.from_numpy(x)
+            want = np.argsort(x, axis=-1, kind="stable")
+            if not np.array_equal(argsort_last(t).numpy(), want):  # pragma: no cover
+                raise AssertionError(f"argsort_last differs from np.argsort on {kind} rows")
+
+            def keys(wide: bool, t=t) -> None:
+                _kernels._NARROW = (0, 0) if wide else narrow
+                try:
+                    argsort_last(t)
+                finally:
+                    _kernels._NARROW = narrow
+
+            work = {
+                "32-bit keys": partial(keys, False),
+                "64-bit keys": partial(keys, True),
+                "np.argsort": partial(np.argsort, x, axis=-1),
+            }
+            times = interleaved(work, rounds=args.rounds)
+            row: dict[str, float | str] = {"kind": kind, "rows": x.shape[0], "atoms": n}
+            for name in work:
+                row[f"{name} [s]"] = median(times[name])
+            row["32-bit / 64-bit keys"] = ratio(times, "32-bit keys", "64-bit keys")
+            row["32-bit keys / np.argsort"] = ratio(times, "32-bit keys", "np.argsort")
+            rows.append(row)
+            print(f"done {kind} n={n}", file=sys.stderr, flush=True)
+    return rows
+
+
 def print_rows(rows: list[dict]) -> None:
     keys = list(rows[0].keys())
     for r in rows:
@@ -350,10 +427,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument(
         "--sweep",
-        choices=["n", "d", "lines", "chunk", "grid", "batch"],
+        choices=["n", "d", "lines", "chunk", "grid", "batch", "sort"],
         help="sweep one parameter (chunk: db_tsw's chunk_size, with --memory its peak RSS;"
         " grid: every (N, d) of --grid-n x --grid-d; batch: --batch problems of --n points"
-        " batched against a loop)",
+        " batched against a loop; sort: the float32 sort on rows of --grid atoms of"
+        " several kinds, with 32-bit keys, 64-bit keys and np.argsort)",
     )
     ap.add_argument("--batch", type=int, default=16, help="problems of --sweep batch")
     ap.add_argument("--grid-n", default="500,2000,10000,50000", help="N values of --sweep grid")
@@ -394,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = grid_sweep(args)
     elif args.sweep == "batch":
         rows = batch_vs_loop(args)
+    elif args.sweep == "sort":
+        rows = sort_sweep(args)
     else:
         grid = {
             "n": [250, 500, 1000, 2000, 5000, 10000] + ([] if args.quick else [20000]),
