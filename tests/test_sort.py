@@ -230,6 +230,8 @@ def _narrow_rows(kind: str, n_rows: int, n: int):
         x = g.integers(-2, 3, size=shape).astype(np.float32)
         x[x == 2] = -0.0
         x[x == -2] = 1e-40
+    elif kind == "subnormal span":  # (max - min) of 4e-45: the grid's scale overflows
+        x = g.integers(-3, 4, size=shape) * np.float32(1.4e-45)
     elif kind == "constant":
         x = np.full(shape, 3.0)
     else:
@@ -238,7 +240,7 @@ def _narrow_rows(kind: str, n_rows: int, n: int):
 
 
 _KINDS = ["gaussian", "clusters", "heavy tail", "ties", "pairs", "ulps", "span",
-          "signed zeros", "constant"]  # fmt: skip
+          "signed zeros", "subnormal span", "constant"]  # fmt: skip
 
 
 @pytest.mark.parametrize("n", [257, 300, 1000, 4096, 16384])

@@ -766,7 +766,8 @@ def pack_keys32(x, keys, bits, ok):
                 kr[j] = np.uint32(j)
             continue
         span = np.float64(hi) - np.float64(lo)
-        scale = np.float32(top / span) if span > 0 else np.float32(0)
+        # finite, so that (x - lo) * scale is never 0 * inf (a span of subnormals)
+        scale = np.float32(min(top / span, 3e38)) if span > 0 else np.float32(0)
         for j in range(n):  # (x - lo) * scale may round to inf only if span > 3.4e38
             q = min((xr[j] - lo) * scale, top)
             kr[j] = (np.uint32(np.int32(q)) << sh) | np.uint32(j)
