@@ -567,19 +567,26 @@ class TestReductions:
         lp = ot.emd2(a[1, 2], b[1, 2], np.abs(u[1, 2][:, None] - v[1, 2][None]) ** p)
         assert_close(got[1, 2], lp)
 
-    @pytest.mark.parametrize("p", [1, 2])
-    def test_sorted_shortcut_gradient_equals_the_general_path(self, p):
-        """The values' gradient of the shortcut equals the general path's (taken when
-        the weights need a gradient), at distinct values."""
+    @pytest.mark.parametrize("p", [1, 1.5, 2])
+    def test_sorted_shortcut_gradient(self, p):
+        """The values' gradient of the shortcut, at distinct values, equals the closed
+        form ``w p |u_i - v_s(i)|^(p-1) sign(u_i - v_s(i))`` (``v_s(i)`` the atom of v of
+        u_i's rank), and the general path's (taken when the weights need a gradient)."""
         rng = np.random.default_rng(7460)
-        u, v = t64(rng.normal(size=(4, 9))), t64(rng.normal(size=(4, 9)))
+        u, v = rng.normal(size=(4, 9)), rng.normal(size=(4, 9))
+        ranks = np.argsort(np.argsort(u, axis=-1), axis=-1)
+        matched = np.take_along_axis(np.sort(v, axis=-1), ranks, axis=-1)
+        diff = u - matched
+        expected = p * np.abs(diff) ** (p - 1) * np.sign(diff) / 9
         grads = []
         for need in (False, True):
-            uu = u.clone().requires_grad_(True)
-            w = torch.full_like(u, 1 / 9).requires_grad_(need)
-            tsw.wasserstein_1d(uu, v, w, torch.full_like(v, 1 / 9), p=p).sum().backward()
+            uu = t64(u).requires_grad_(True)
+            w = torch.full_like(uu, 1 / 9).requires_grad_(need)
+            vv = t64(v)
+            tsw.wasserstein_1d(uu, vv, w, torch.full_like(vv, 1 / 9), p=p).sum().backward()
             grads.append(uu.grad)
-        assert_close(grads[0], grads[1])
+        assert_close(grads[0], expected)
+        assert_close(grads[1], expected)
 
     @pytest.mark.parametrize("p", [1, 2, 3])
     def test_sw_equal_sizes_equals_pot(self, p):

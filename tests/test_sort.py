@@ -203,20 +203,22 @@ def test_packed_sort_is_numpy_stable_argsort(shape, monkeypatch):
 
 
 def _narrow_rows(kind: str, n_rows: int, n: int):
-    """float32 rows whose 32-bit keys (bucket, index) need more or less settling."""
+    """float32 rows whose 32-bit keys (bucket, index) need more or less settling.
+
+    The benchmark's kinds (``benchmarks.runtime.sort_rows``): Gaussian (buckets of one
+    atom, a few shared), clusters (long runs out of order), Cauchy (the bulk in a few
+    buckets of the row's range), ties (runs of equal values, already in index order);
+    and edge cases of the grid's arithmetic below.
+    """
     import numpy as np
 
+    from benchmarks.runtime import SORT_KINDS, sort_rows
+
+    if kind in SORT_KINDS:
+        return sort_rows(kind, n_rows, n, seed=n)
     g = np.random.default_rng(len(kind) * 1000 + n)
     shape = (n_rows, n)
-    if kind == "gaussian":  # buckets of one atom, a few shared
-        x = g.standard_normal(shape)
-    elif kind == "clusters":  # ten clusters of width 1e-4: long runs out of order
-        x = g.integers(0, 10, size=shape) + 1e-4 * g.standard_normal(shape)
-    elif kind == "heavy tail":  # the bulk in a few buckets of the row's range
-        x = g.standard_cauchy(shape)
-    elif kind == "ties":  # runs of equal values, already in index order
-        x = np.round(g.standard_normal(shape) * 8) / 8
-    elif kind == "pairs":  # every value twice, 1e-6 apart: runs of two out of order
+    if kind == "pairs":  # every value twice, 1e-6 apart: runs of two out of order
         half = g.standard_normal((n_rows, (n + 1) // 2))
         x = np.concatenate([half + 1e-6, half], axis=1)[:, :n]
     elif kind == "ulps":  # a range of a few ulps: every atom in one of a few buckets
@@ -239,7 +241,7 @@ def _narrow_rows(kind: str, n_rows: int, n: int):
     return np.ascontiguousarray(x.astype(np.float32))
 
 
-_KINDS = ["gaussian", "clusters", "heavy tail", "ties", "pairs", "ulps", "span",
+_KINDS = ["gaussian", "clusters", "cauchy", "ties", "pairs", "ulps", "span",
           "signed zeros", "subnormal span", "constant"]  # fmt: skip
 
 
@@ -337,16 +339,20 @@ def test_packed_sort_only_for_float32_with_the_kernels(monkeypatch):
     assert not _kernels.packs(rows)
 
 
-def test_compact_permutation_is_int32_where_the_packed_sort_writes_it():
-    """``argsort_last(x, compact=True)``: the same permutation, int32 for float32 rows
-    sorted as packed keys (narrow and wide), int64 otherwise (float64, no kernels)."""
+def test_compact_permutation_is_int32_where_the_packed_sort_writes_it(monkeypatch):
+    """``argsort_last(x, compact=True)``: torch's stable permutation, int32 for float32
+    rows sorted as packed keys (narrow and wide), int64 otherwise (float64, and float32
+    without the kernels)."""
+    from tsw.core import _kernels
+
     pytest.importorskip("numba")
     g = torch.Generator().manual_seed(3)
     for n in (5, 300, 20000):  # 64-bit keys, 32-bit keys, 64-bit keys
         x = torch.randn(3, 2, n, generator=g)
         got = _sort.argsort_last(x, compact=True)
         assert got.dtype == torch.int32
-        assert torch.equal(got.long(), _sort.argsort_last(x))
         assert torch.equal(got.long(), torch.sort(x, dim=-1, stable=True).indices)
     x64 = torch.randn(4, 300, generator=g, dtype=torch.float64)
     assert _sort.argsort_last(x64, compact=True).dtype == torch.int64
+    monkeypatch.setattr(_kernels, "packs", lambda rows: False)
+    assert _sort.argsort_last(torch.randn(4, 300, generator=g), compact=True).dtype == torch.int64

@@ -134,12 +134,13 @@ def warm_up() -> bool:
             DistanceSplit.apply(c.abs()[None, None], lines, c, 1.0, LINE).sum().backward()
             s2_angles_backward(t.unsqueeze(-2).expand(1, 1, 3, 2), t, t, t, t, t)
             ok = True
-    if ok:  # the packed sorts (float32): 32-bit keys with a run to settle, 64-bit keys
-        rows = np.linspace(0.0, 1.0, 600, dtype=np.float32).reshape(2, 300)[:, ::-1]
-        rows[:, :2] = [1e-9, 0.0]
-        packed_argsort(rows, np.empty(rows.shape, dtype=np.int64))
-        rows = np.zeros((1, 3), dtype=np.float32)
-        packed_argsort(rows, np.empty(rows.shape, dtype=np.int64))
+    if ok:  # the packed sorts (float32): 32-bit keys with a run to settle, 64-bit keys,
+        # into int64 and int32 (``argsort_last(..., compact=True)``) permutations
+        narrow = np.linspace(0.0, 1.0, 600, dtype=np.float32).reshape(2, 300)[:, ::-1]
+        narrow[:, :2] = [1e-9, 0.0]
+        for rows in (narrow, np.zeros((1, 3), dtype=np.float32)):
+            for index in (np.int64, np.int32):
+                packed_argsort(rows, np.empty(rows.shape, dtype=index))
     return ok
 
 
@@ -172,7 +173,11 @@ def line_cost_forward(
     xn, ixn = _rows(coords), _rows(idx)
     cmap = _row_map(coords.shape, masses.shape)
     sort_c = coords.shape == masses.shape
-    c = torch.empty(coords.shape, dtype=coords.dtype) if sort_c else torch.gather(coords, -1, idx)
+    c = (  # (torch.gather takes int64 indices; the kernels take int32 or int64)
+        torch.empty(coords.shape, dtype=coords.dtype)
+        if sort_c
+        else torch.gather(coords, -1, idx.long())
+    )
     cn = c.view(-1, m.shape[1]).numpy()
     prefix = torch.empty(masses.shape, dtype=masses.dtype)
     cost = torch.empty(masses.shape[:-1], dtype=masses.dtype)

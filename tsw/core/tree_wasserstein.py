@@ -139,9 +139,7 @@ class _LineCost(torch.autograd.Function):
         ctx.rays = rays
         ctx.fused = _kernels.usable(coords, masses, p=p)
         if ctx.fused:  # compiled loops (tsw.core._kernels), the sorted values among them
-            # int32 where the sort writes it (read by the kernels only; gathering shared
-            # coordinates takes int64)
-            idx = argsort_last(coords, compact=coords.shape == masses.shape)
+            idx = argsort_last(coords, compact=True)  # int32 where the sort writes it
             cost, prefix, c = _kernels.line_cost_forward(coords, idx, masses, p, rays)
             ctx.save_for_backward(c, idx, prefix)
             return cost
