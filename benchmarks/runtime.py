@@ -13,6 +13,12 @@ torch.sort's time at this size); ``lower limit (torch.sort)`` is the same work w
 ``torch.sort``, the limit as measured before tsw sorted with NumPy (and the sort POT's
 torch backend uses).
 
+``projections`` times the product alone: the (N + M, d) points on the ``L`` directions
+forward, and the (N, L) x (L, d) product of the source points' gradient backward. Every
+sliced method forms it, POT's SW and the lower limit included, so ``projections / POT``
+is the least share of POT's time that any of them can take; where it exceeds a target
+ratio to POT, no exact float32 method meets that target on this machine.
+
 Examples
 --------
 ``python -m benchmarks.runtime``: the reference setting (Db-TSW 250 x 4, N = M = 2000,
@@ -88,8 +94,18 @@ def methods(X, Y, trees, chains, proj) -> dict[str, Callable[[], object]]:
         prefix = torch.gather(w.expand_as(c), -1, idx).cumsum(-1)
         return (cs * prefix).sum()
 
+    proj_grad = torch.ones(n, proj.shape[1], dtype=X.dtype, device=X.device)  # dense
+
+    def projections():
+        Xs = X.detach().requires_grad_(True)
+        torch.matmul(Xs, proj).backward(proj_grad)
+        torch.matmul(Y, proj)
+        if X.is_cuda:
+            torch.cuda.synchronize(X.device)
+
     out = {
         "lower limit": run(lower),
+        "projections": projections,
         "lower limit (torch.sort)": run(partial(lower, sort=partial(torch.sort, dim=-1))),
         "db_tsw": run(lambda Xs: tsw.db_tsw(Xs, Y, trees=trees, validate=False)),
         "tsw_sl chain": run(lambda Xs: tsw.tsw_sl(Xs, Y, trees=chains, validate=False)),
@@ -160,7 +176,7 @@ def time_one(args, n: int, d: int, lines: int) -> dict[str, float | str]:
 
 
 #: the methods of ``--sweep grid`` unless ``--methods`` names others
-GRID_METHODS = "lower limit,lower limit (torch.sort),db_tsw,POT sw p=2"
+GRID_METHODS = "lower limit,lower limit (torch.sort),projections,db_tsw,POT sw p=2"
 
 
 def _selected(text: str, fns: dict) -> list[str]:

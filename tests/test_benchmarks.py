@@ -7,6 +7,7 @@ import json
 import sys
 
 import pytest
+import torch
 
 from benchmarks import gradient_flow, runtime
 
@@ -42,6 +43,7 @@ def test_runtime_grid(tmp_path):
     for r in rows:  # the grid's methods only, each against both limits
         assert float(r["db_tsw / lower"]) > 0
         assert float(r["db_tsw / lower limit (torch.sort)"]) > 0
+        assert float(r["projections / POT"]) > 0  # the floor shared by every method
         assert "tsw_sl chain [s]" not in r
         assert float(r["db_tsw page faults"]) >= 0  # recorded next to each time
         assert r["malloc"]  # "default" or the MALLOC_* variables set
@@ -201,3 +203,20 @@ def test_runtime_sort_sweep(tmp_path):
     rows = json.loads((tmp_path / "runtime_sort.json").read_text())["rows"]
     assert len(rows) == 2 * len(runtime.SORT_KINDS)
     assert all(r["32-bit / 64-bit keys"] > 0 and r["32-bit keys / np.argsort"] > 0 for r in rows)
+
+
+def test_runtime_projections_form_the_points_gradient():
+    """``projections`` is the product every sliced method forms: forward on both
+    measures, backward the (N, L) x (L, d) product of the source points' gradient."""
+    X, Y, trees, chains, proj = runtime.make_problem(6, 3, 2, 2, torch.float64, "cpu")
+    seen = []
+    real = torch.Tensor.backward
+
+    def spy(self, gradient=None, *a, **k):
+        seen.append((self.shape, None if gradient is None else gradient.shape))
+        return real(self, gradient, *a, **k)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.Tensor, "backward", spy)
+        runtime.methods(X, Y, trees, chains, proj)["projections"]()
+    assert seen == [((6, 4), (6, 4))]
