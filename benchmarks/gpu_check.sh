@@ -4,6 +4,12 @@
 #
 # On the device machine (CUDA torch, no POT): carry POT's wheel in .whl (see the device
 # tool's notes) and name .whl in `carry`; this script installs it to /tmp/site first.
+# The wheel for its Python 3.12 (33 MB; tried from this project's CPU machine):
+#   echo /.whl/ >> .git/info/exclude
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_28_x86_64 -d .whl pot==0.9.7.post1
+# Without it, the grid leaves out its POT column and the test modules that import POT
+# fail to collect; the others still run (--continue-on-collection-errors).
 # Each step has its own time limit, so that one hang cannot eat the whole budget.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +35,7 @@ status=0
 timeout 200 python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider --device cuda \
   2>&1 | tee "$OUT/test_gpu.txt" || status=1
 timeout 150 python3 -m pytest tests -q -p no:cacheprovider --device cuda -k cuda \
-  --ignore=tests/test_notebooks.py --ignore=tests/test_benchmarks.py \
+  --continue-on-collection-errors --ignore=tests/test_notebooks.py --ignore=tests/test_benchmarks.py \
   --ignore=tests/test_distributed.py 2>&1 | tee "$OUT/test_device.txt" || status=1
 # 2. the runtime on CUDA: the reference cell, an N sweep to 1e5, and the issue's grid
 #    d in {2, 64, 784, 3072} x N in {500, 2000, 1e4, 5e4} (ratios side by side in one run)

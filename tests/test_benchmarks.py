@@ -220,3 +220,37 @@ def test_runtime_projections_form_the_points_gradient():
         mp.setattr(torch.Tensor, "backward", spy)
         runtime.methods(X, Y, trees, chains, proj)["projections"]()
     assert seen == [((6, 4), (6, 4))]
+
+
+def test_gpu_check_commands_run_on_the_cpu_without_pot(tmp_path, monkeypatch):
+    """Every benchmark command of ``benchmarks/gpu_check.sh`` runs, in small, on the CPU.
+
+    The script has never run on a GPU here: this checks that its options exist and that
+    its code paths run, with ``--device cpu`` and tiny sizes appended (argparse takes the
+    last value), and without POT, which the GPU machine lacks unless its wheel is
+    carried (the grid then leaves out its POT column).
+    """
+    import importlib
+    import re
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "benchmarks" / "gpu_check.sh").read_text()
+    text = text.replace("\\\n", " ")
+    commands = re.findall(r"python3 -m (benchmarks\.\w+)([^|\n]*)", text)
+    assert sorted({m for m, _ in commands}) == ["benchmarks.largest", "benchmarks.runtime"]
+    small = {
+        "benchmarks.runtime": "--n 30 --d 3 --trees 2 --rounds 1 --grid 20,30 --grid-n 20 "
+        "--grid-d 2,3 --max-rounds-s 1",
+        "benchmarks.largest": "--start 40 --max-n 80 --d 4 --trees 2 --budget-s 5",
+    }
+    monkeypatch.setattr(runtime, "ot", None)
+    for module, options in commands:
+        argv = shlex.split(options.split("2>&1")[0].replace("$OUT", str(tmp_path)))
+        argv = ["cpu" if a == "cuda" else a for a in argv]
+        assert "--device" in argv
+        assert importlib.import_module(module).main([*argv, *small[module].split()]) == 0
+    rows = list(csv.DictReader((tmp_path / "runtime_grid" / "runtime_grid.csv").open()))
+    assert [(r["N=M"], r["d"]) for r in rows] == [("20", "2"), ("20", "3")]
+    assert "db_tsw / lower" in rows[0]
+    assert not any("POT" in k for k in rows[0])
