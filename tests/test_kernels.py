@@ -252,6 +252,114 @@ def test_split_takes_the_torch_path_for_learnable_weights(monkeypatch):
     assert torch.isfinite(ga).all()
 
 
+# ------------------------------------------------------- Db-TSW's split and line cost together
+
+
+def _split_line_inputs(name: str, seed: int = 5):
+    """``_split_inputs`` with two atoms at a tree's root, and a gradient per line."""
+    sq, t, w, _ = _split_inputs(name, seed)
+    t = t.clone()
+    t[1, 2, :, :2] = 0.0  # two atoms at a root (sq stays >= t^2)
+    g = torch.Generator().manual_seed(seed + 100)
+    up = torch.randn(2, 3, 4, generator=g, dtype=F64).to(t.dtype)
+    return sq, t, w, up
+
+
+def _split_line_costs(sq, t, w, up, p, together: bool):
+    s, c = sq.clone().requires_grad_(True), t.clone().requires_grad_(True)
+    if together:
+        cost = _kernels.SplitLineCost.apply(s, c, w, 1.5, p)
+    else:
+        cost = line_cost(c, _kernels.DistanceSplit.apply(s, c, w, 1.5, _kernels.LINE), p)
+    return (cost.detach(), *torch.autograd.grad(cost, (s, c), up))
+
+
+@pytest.mark.parametrize("name", ["float32", "float64"])
+@pytest.mark.parametrize("p", [1.0, 2.0])
+def test_split_line_cost_is_the_two_kernels_bit_for_bit(name, p):
+    """``SplitLineCost``: ``line_cost`` of ``DistanceSplit``'s masses, the value and the
+    gradients of ``sq`` and of the coordinates (through both) bit for bit, with an atom
+    on a line, atoms at a root and a batch of two items."""
+    sq, t, w, up = _split_line_inputs(name)
+    together = _split_line_costs(sq, t, w, up, p, True)
+    apart = _split_line_costs(sq, t, w, up, p, False)
+    for a, b in zip(together, apart, strict=True):
+        assert a.dtype == b.dtype
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0])
+def test_split_line_cost_equals_torch(p, monkeypatch):
+    """Against the torch operators (``LineDistance``, ``distance_split``, ``_LineCost``'s
+    torch path) with autograd: an implementation that shares no kernel."""
+    from tsw.core._safe import LineDistance
+    from tsw.core.splits import distance_split
+
+    sq, t, w, up = _split_line_inputs("float64", seed=8)
+    got = _split_line_costs(sq, t, w, up, p, True)
+    with monkeypatch.context() as mp:
+        mp.setattr(_kernels, "usable", lambda *tensors, **kw: False)
+        s, c = sq.clone().requires_grad_(True), t.clone().requires_grad_(True)
+        masses = distance_split(LineDistance.apply(s, c), 1.5) * w[:, None, None, :]
+        cost = line_cost(c, masses, p)
+        want = (cost.detach(), *torch.autograd.grad(cost, (s, c), up))
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_split_line_cost_gradcheck():
+    sq, t, w, _ = _split_inputs("float64", seed=6)
+    sq = sq + 0.5  # away from the lines: the distance is smooth there
+    for p in (1.0, 2.0):
+        assert torch.autograd.gradcheck(
+            lambda s, c, p=p: _kernels.SplitLineCost.apply(s, c, w, 0.7, p),
+            (sq.clone().requires_grad_(True), t.clone().requires_grad_(True)),
+        )
+
+
+@pytest.mark.parametrize(
+    ("d", "learnable", "p", "together"),
+    [
+        (5, False, 2, True),
+        (5, False, 1, True),
+        (5, True, 2, False),  # weights with a gradient: the torch split
+        (5, False, 1.5, False),  # p outside {1, 2}: the torch line cost
+        (3, False, 2, False),  # distances from cross products in space
+        (2, False, 2, False),  # signed distances in the plane
+    ],
+)
+def test_db_tsw_runs_split_and_line_cost_together_where_it_can(d, learnable, p, together):
+    """Where ``SplitLineCost`` runs, db_tsw's value and gradients equal those of the
+    split and the line cost apart (the projection forced apart)."""
+    import tsw.euclidean._db_tsw as db
+
+    g = torch.Generator().manual_seed(9)
+    X = torch.randn(20, d, generator=g, dtype=F64)
+    Y = torch.randn(15, d, generator=g, dtype=F64) + 0.2
+    a = torch.full((20,), 1 / 20, dtype=F64, requires_grad=learnable)
+    trees = tsw.sample_concurrent_lines(d, n_trees=5, n_lines=3, seed=0, dtype=F64)
+    real_apply, real_projection = _kernels.SplitLineCost.apply, db.db_projection
+    results = []
+    for apart in (False, True):
+        calls = []
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(
+                _kernels.SplitLineCost,
+                "apply",
+                lambda *x, calls=calls: calls.append(1) or real_apply(*x),
+            )
+            if apart:
+                mp.setattr(
+                    db, "db_projection", lambda *x, together=False, **k: real_projection(*x, **k)
+                )
+            Xs = X.clone().requires_grad_(True)
+            v = tsw.db_tsw(Xs, Y, a=a, trees=trees, p=p, chunk_size=2)
+            results.append((v.detach(), *torch.autograd.grad(v, Xs)))
+        assert bool(calls) == (together and not apart)
+    for x, y in zip(*results, strict=True):
+        assert torch.equal(x, y)
+
+
 def test_a_failing_numba_falls_back_with_a_warning(monkeypatch):
     """Numba installed but unable to load (say, no writable cache): warn, use torch."""
     import builtins
@@ -302,8 +410,9 @@ def test_wrapped_angle_split_gradcheck():
             n_trees=6,
             seed=0,
         ),
+        lambda X, Y: tsw.spatial_tsw(X, Y, n_trees=6, seed=0),  # SplitLineCost
     ],
-    ids=["circular", "circular_image", "stsw_s3"],
+    ids=["circular", "circular_image", "stsw_s3", "spatial"],
 )
 def test_split_masses_callers_equal_with_either_kernel(fn, monkeypatch):
     g = torch.Generator().manual_seed(10)

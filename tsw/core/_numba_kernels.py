@@ -10,7 +10,8 @@ processes without compiling again.
   says that every coordinate is >= 0.
 * ``split_forward`` / ``split_backward``: the distance-based split
   (``tsw.core.splits.split_masses``), one row per tree; ``wrow[r]`` is the row of the
-  signed masses ``w`` that tree row ``r`` reads.
+  signed masses ``w`` that tree row ``r`` reads. ``split_line_forward`` /
+  ``split_line_backward``: the split and the line cost together, one tree at a time.
 * ``pack_keys`` / ``unpack_order``: float32 rows sorted as 64-bit keys (the value's
   order-preserving 32 bits, then the index), for ``tsw.core._sort``;
   ``pack_keys32`` / ``unpack_order32``: the same as 32-bit keys (a bucket of the value,
@@ -263,6 +264,71 @@ def split_backward(gm, alpha, sq, t, w, wrow, delta, tiny, mode, gsq, gt):
                 q = c * ar[line, i] * (gmr[line, i] - s[i]) * wr[i] * d / (d * d + eps)
                 gsr[i] += half * q
                 gtr[line, i] = -q * tr[line, i]
+
+
+@jit
+def split_line_forward(sq, t, w, wrow, delta, idx, sq_p, alpha, c, prefix, cost, bits):
+    """Per tree: :func:`split_forward` (``LINE``), then :func:`forward` on its ``k`` lines.
+
+    ``t``, ``idx`` (trees, k, n): the coordinates on the lines and the permutations that
+    sort them; ``sq`` (trees, n) and ``w[wrow[r]]`` (n,) as for :func:`split_forward`.
+    The tree's masses go to a (k, n) work space, read at once by the line cost while in
+    the cache, instead of a (trees, k, n) array written and read back. Writes the split
+    ``alpha``, the sorted coordinates ``c``, the prefix sums and the cost (trees, k):
+    the same values as the two kernels one after the other.
+    """
+    k, n = t.shape[1], t.shape[2]
+    masses = np.empty((1, k, n), dtype=t.dtype)
+    lines = np.arange(k)
+    for r in range(t.shape[0]):
+        split_forward(
+            sq[r : r + 1],
+            t[r : r + 1],
+            w,
+            wrow[r : r + 1],
+            delta,
+            1,
+            masses,
+            alpha[r : r + 1],
+            bits,
+        )
+        forward(t[r], c[r], idx[r], lines, masses[0], prefix[r], cost[r], sq_p, False, True)
+
+
+@jit
+def split_line_backward(c, idx, prefix, g, alpha, sq, t, w, wrow, delta, tiny, sq_p, gsq, gt):
+    """Per tree: :func:`backward` on its ``k`` lines, then :func:`split_backward` (``LINE``).
+
+    The gradients of the tree's masses and of its coordinates through the line cost go
+    to (k, n) work spaces; the split's backward reads the first, and the second is added
+    to the coordinates' gradient through the split (``gt``) while both are in the cache,
+    instead of two (trees, k, n) arrays that autograd adds. ``g`` (trees, k) is the
+    gradient of the cost. Writes ``gsq`` (trees, n) and ``gt`` (trees, k, n).
+    """
+    k, n = t.shape[1], t.shape[2]
+    gm = np.empty((1, k, n), dtype=t.dtype)
+    gc = np.empty((k, n), dtype=t.dtype)
+    lines = np.arange(k)
+    for r in range(t.shape[0]):
+        backward(c[r], idx[r], lines, prefix[r], g[r], gm[0], gc, sq_p, False, True, True)
+        split_backward(
+            gm,
+            alpha[r : r + 1],
+            sq[r : r + 1],
+            t[r : r + 1],
+            w,
+            wrow[r : r + 1],
+            delta,
+            tiny,
+            1,
+            gsq[r : r + 1],
+            gt[r : r + 1],
+        )
+        gtr = gt[r]
+        for line in range(k):
+            a, b = gtr[line], gc[line]
+            for i in range(n):
+                a[i] += b[i]
 
 
 @jit

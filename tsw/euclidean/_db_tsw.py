@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, NamedTuple, overload
 
 import torch
 from torch import Tensor
 
-from tsw.core._driver import STAR, Problem, Projection, Result, driver_options, signed_masses
+from tsw.core import _kernels
+from tsw.core._driver import (
+    STAR,
+    Problem,
+    Projection,
+    Result,
+    closed_form,
+    driver_options,
+    signed_masses,
+)
 from tsw.core._slices import path_directions, resolve_trees
 from tsw.core._validation import (
     OPTION_CHECKS,
@@ -17,7 +26,7 @@ from tsw.core._validation import (
     check_choice,
     check_nonnegative_float,
 )
-from tsw.core.splits import uniform_split
+from tsw.core.splits import split_masses, uniform_split
 from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
 from tsw.euclidean._lines import centre, line_split, offsets, project
 
@@ -208,7 +217,8 @@ def db_tsw(
         sampling=sampling,
         directions=directions,
     )
-    return problem.evaluate(partial(db_projection, delta=delta), trees, front=centre)
+    project = partial(db_projection, delta=delta, together=True)
+    return problem.evaluate(project, trees, cost=db_cost, front=centre)
 
 
 def resolve_db_trees(
@@ -256,16 +266,68 @@ def resolve_db_trees(
     return ConcurrentLines(drawn.roots, theta, validate=False)
 
 
-def db_projection(measures: Measures, trees: ConcurrentLines, delta: float) -> Projection:
+class SplitLines(NamedTuple):
+    r"""Db-TSW's lines before the split, for :func:`db_cost` to split and solve together.
+
+    ``coords`` (B, T, k, n) the atoms' coordinates on the lines, ``sq`` (B, T, 1, n)
+    their squared distances to the trees' roots (the distance to line ``l`` is
+    ``sqrt(max(sq - coords_l^2, 0))``), ``w`` (B, n) the signed masses (no gradient),
+    ``delta != 0``.
+    """
+
+    coords: Tensor
+    sq: Tensor
+    w: Tensor
+    delta: float
+
+
+@overload
+def db_projection(
+    measures: Measures, trees: ConcurrentLines, delta: float, *, together: Literal[False] = ...
+) -> Projection: ...
+
+
+@overload
+def db_projection(
+    measures: Measures, trees: ConcurrentLines, delta: float, *, together: bool
+) -> Projection | SplitLines: ...
+
+
+def db_projection(
+    measures: Measures, trees: ConcurrentLines, delta: float, *, together: bool = False
+) -> Projection | SplitLines:
     r"""Db-TSW's projection: line coordinates and the distance-based split of the masses.
 
     ``softmax_l(-delta * dist(y, line l))`` (uniform for ``delta = 0``, with no distance
     computed). The measures' totals need not agree: an imbalance is absorbed at each
-    tree's root (as :func:`tsw.partial_tsw` uses).
+    tree's root (as :func:`tsw.partial_tsw` uses). With ``together``, where the
+    distances come from the squared distances to the roots (``d > 3``) and the weights
+    need no gradient, the masses are not formed here: the :class:`SplitLines` returned
+    leaves the split to :func:`db_cost`, which runs it with the closed form.
     """
     w = signed_masses(measures)
     if delta == 0:
         coords, _ = project(measures, trees, distances=False)
         return Projection(coords, uniform_split(trees.n_lines, coords) * w[:, None, None, :], STAR)
     off = offsets(measures, trees)
+    if together and off.sq is not None and not w.requires_grad:
+        return SplitLines(off.coords, off.sq, w, delta)
     return Projection(off.coords, line_split(w, delta, off), STAR)
+
+
+def db_cost(projection: Projection | SplitLines, p: float) -> Tensor:
+    """Cost per tree (B, T) of :func:`db_projection`'s result.
+
+    :class:`SplitLines`: on the CPU with the compiled kernels and ``p`` in {1, 2}, the
+    split and the line cost of each tree run together
+    (:class:`~tsw.core._kernels.SplitLineCost`, the same values and gradients bit for
+    bit); otherwise the masses are split (:func:`~tsw.core.splits.split_masses`) and the
+    shared closed form runs, as for a :class:`~tsw.core._driver.Projection`.
+    """
+    if not isinstance(projection, SplitLines):
+        return closed_form(projection, p)
+    coords, sq, w, delta = projection
+    if _kernels.usable(coords, sq, w, p=p):
+        return _kernels.SplitLineCost.apply(sq, coords, w, delta, p).sum(-1)
+    masses = split_masses(w, delta, line=(sq, coords))
+    return closed_form(Projection(coords, masses, STAR), p)

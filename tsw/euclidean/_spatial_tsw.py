@@ -12,7 +12,7 @@ from torch import Tensor
 from tsw.core._driver import Problem, Result, driver_options
 from tsw.core._validation import check_nonnegative_float
 from tsw.core.trees import ConcurrentLines
-from tsw.euclidean._db_tsw import db_projection, resolve_db_trees
+from tsw.euclidean._db_tsw import db_cost, db_projection, resolve_db_trees
 from tsw.euclidean._lines import centre
 from tsw.euclidean.mappings import map_measures, resolve_mapping
 
@@ -175,4 +175,5 @@ def spatial_tsw(
         root_std=root_std,
         sampling=sampling,
     )
-    return problem.evaluate(partial(db_projection, delta=delta), trees, front=centre)
+    project = partial(db_projection, delta=delta, together=True)
+    return problem.evaluate(project, trees, cost=db_cost, front=centre)
