@@ -255,54 +255,75 @@ def test_split_takes_the_torch_path_for_learnable_weights(monkeypatch):
 # ------------------------------------------------------- Db-TSW's split and line cost together
 
 
-def _split_line_inputs(name: str, seed: int = 5):
-    """``_split_inputs`` with two atoms at a tree's root, and a gradient per line."""
+def _split_line_inputs(name: str, given: str, seed: int = 5):
+    """``_split_inputs`` with two atoms at a tree's root and a gradient per line; for
+    ``given`` other than ``"line"``, the distances' input ``t`` and coordinates ``x``
+    apart (signed distances with atoms on a line, or distances)."""
     sq, t, w, _ = _split_inputs(name, seed)
     t = t.clone()
     t[1, 2, :, :2] = 0.0  # two atoms at a root (sq stays >= t^2)
     g = torch.Generator().manual_seed(seed + 100)
     up = torch.randn(2, 3, 4, generator=g, dtype=F64).to(t.dtype)
-    return sq, t, w, up
+    if given == "line":
+        return sq, t, t, w, up, _kernels.LINE
+    x = torch.randn(t.shape, generator=g, dtype=F64).to(t.dtype)
+    if given == "signed":
+        t[0, 1, 2, :3] = 0.0  # atoms on a line
+        return None, t, x, w, up, _kernels.SIGNED
+    return None, t.abs() + 0.1, x, w, up, _kernels.DISTANCES
 
 
-def _split_line_costs(sq, t, w, up, p, together: bool):
-    s, c = sq.clone().requires_grad_(True), t.clone().requires_grad_(True)
+def _split_line_costs(sq, t, x, w, up, mode, p, together: bool):
+    s = sq.clone().requires_grad_(True) if sq is not None else None
+    c = t.clone().requires_grad_(True)
+    y = c if mode == _kernels.LINE else x.clone().requires_grad_(True)
     if together:
-        cost = _kernels.SplitLineCost.apply(s, c, w, 1.5, p)
+        cost = _kernels.SplitLineCost.apply(s, c, y, w, 1.5, mode, p)
     else:
-        cost = line_cost(c, _kernels.DistanceSplit.apply(s, c, w, 1.5, _kernels.LINE), p)
-    return (cost.detach(), *torch.autograd.grad(cost, (s, c), up))
+        cost = line_cost(y, _kernels.DistanceSplit.apply(s, c, w, 1.5, mode), p)
+    inputs = [v for v in (s, c, y if y is not c else None) if v is not None]
+    return (cost.detach(), *torch.autograd.grad(cost, inputs, up))
 
 
 @pytest.mark.parametrize("name", ["float32", "float64"])
 @pytest.mark.parametrize("p", [1.0, 2.0])
-def test_split_line_cost_is_the_two_kernels_bit_for_bit(name, p):
-    """``SplitLineCost``: ``line_cost`` of ``DistanceSplit``'s masses, the value and the
-    gradients of ``sq`` and of the coordinates (through both) bit for bit, with an atom
-    on a line, atoms at a root and a batch of two items."""
-    sq, t, w, up = _split_line_inputs(name)
-    together = _split_line_costs(sq, t, w, up, p, True)
-    apart = _split_line_costs(sq, t, w, up, p, False)
+@pytest.mark.parametrize("given", ["line", "signed", "distance"])
+def test_split_line_cost_is_the_two_kernels_bit_for_bit(name, p, given):
+    """``SplitLineCost``: ``line_cost`` of ``DistanceSplit``'s masses, the value and every
+    gradient (``sq``, the distances' input, the coordinates; for ``"line"`` the
+    coordinates through both) bit for bit, with atoms at a root and on a line, and a
+    batch of two items."""
+    sq, t, x, w, up, mode = _split_line_inputs(name, given)
+    together = _split_line_costs(sq, t, x, w, up, mode, p, True)
+    apart = _split_line_costs(sq, t, x, w, up, mode, p, False)
+    assert len(together) == 3  # the value and two gradients
     for a, b in zip(together, apart, strict=True):
         assert a.dtype == b.dtype
         assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("p", [1.0, 2.0])
-def test_split_line_cost_equals_torch(p, monkeypatch):
-    """Against the torch operators (``LineDistance``, ``distance_split``, ``_LineCost``'s
-    torch path) with autograd: an implementation that shares no kernel."""
+@pytest.mark.parametrize("given", ["line", "signed", "distance"])
+def test_split_line_cost_equals_torch(p, given, monkeypatch):
+    """Against the torch operators (``LineDistance``, ``abs``, ``distance_split``,
+    ``_LineCost``'s torch path) with autograd: an implementation that shares no kernel."""
     from tsw.core._safe import LineDistance
     from tsw.core.splits import distance_split
 
-    sq, t, w, up = _split_line_inputs("float64", seed=8)
-    got = _split_line_costs(sq, t, w, up, p, True)
+    sq, t, x, w, up, mode = _split_line_inputs("float64", given, seed=8)
+    got = _split_line_costs(sq, t, x, w, up, mode, p, True)
     with monkeypatch.context() as mp:
         mp.setattr(_kernels, "usable", lambda *tensors, **kw: False)
-        s, c = sq.clone().requires_grad_(True), t.clone().requires_grad_(True)
-        masses = distance_split(LineDistance.apply(s, c), 1.5) * w[:, None, None, :]
-        cost = line_cost(c, masses, p)
-        want = (cost.detach(), *torch.autograd.grad(cost, (s, c), up))
+        s = sq.clone().requires_grad_(True) if sq is not None else None
+        c = t.clone().requires_grad_(True)
+        y = c if mode == _kernels.LINE else x.clone().requires_grad_(True)
+        if mode == _kernels.LINE:
+            dist = LineDistance.apply(s, c)
+        else:
+            dist = c.abs() if mode == _kernels.SIGNED else c
+        cost = line_cost(y, distance_split(dist, 1.5) * w[:, None, None, :], p)
+        inputs = [v for v in (s, c, y if y is not c else None) if v is not None]
+        want = (cost.detach(), *torch.autograd.grad(cost, inputs, up))
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
 
@@ -310,27 +331,44 @@ def test_split_line_cost_equals_torch(p, monkeypatch):
 def test_split_line_cost_gradcheck():
     sq, t, w, _ = _split_inputs("float64", seed=6)
     sq = sq + 0.5  # away from the lines: the distance is smooth there
+    x = t.detach() * 1.3 + 0.1
+    signed = t.detach() + 0.05 * t.detach().sign()  # off the lines
     for p in (1.0, 2.0):
         assert torch.autograd.gradcheck(
-            lambda s, c, p=p: _kernels.SplitLineCost.apply(s, c, w, 0.7, p),
+            lambda s, c, p=p: _kernels.SplitLineCost.apply(s, c, c, w, 0.7, _kernels.LINE, p),
             (sq.clone().requires_grad_(True), t.clone().requires_grad_(True)),
         )
+        for mode, dist in ((_kernels.SIGNED, signed), (_kernels.DISTANCES, signed.abs())):
+            assert torch.autograd.gradcheck(
+                lambda c, y, p=p, mode=mode: _kernels.SplitLineCost.apply(
+                    None, c, y, w, 0.7, mode, p
+                ),
+                (dist.clone().requires_grad_(True), x.clone().requires_grad_(True)),
+            )
+
+
+def test_split_line_cost_checks_its_form():
+    sq, t, w, _ = _split_inputs("float64")
+    with pytest.raises(ValueError, match="exactly for mode"):
+        _kernels.SplitLineCost.apply(sq, t, t.clone(), w, 1.0, _kernels.LINE, 1.0)
+    with pytest.raises(ValueError, match="exactly for mode"):
+        _kernels.SplitLineCost.apply(sq, t, t, w, 1.0, _kernels.SIGNED, 1.0)
 
 
 @pytest.mark.parametrize(
     ("d", "learnable", "p", "together"),
     [
-        (5, False, 2, True),
+        (5, False, 2, True),  # |z - x|^2 and the coordinates
         (5, False, 1, True),
+        (3, False, 2, True),  # distances from cross products in space
+        (2, False, 1, True),  # signed distances in the plane
         (5, True, 2, False),  # weights with a gradient: the torch split
         (5, False, 1.5, False),  # p outside {1, 2}: the torch line cost
-        (3, False, 2, False),  # distances from cross products in space
-        (2, False, 2, False),  # signed distances in the plane
     ],
 )
 def test_db_tsw_runs_split_and_line_cost_together_where_it_can(d, learnable, p, together):
     """Where ``SplitLineCost`` runs, db_tsw's value and gradients equal those of the
-    split and the line cost apart (the projection forced apart)."""
+    split and the line cost apart (the projection forced apart), bit for bit."""
     import tsw.euclidean._db_tsw as db
 
     g = torch.Generator().manual_seed(9)
@@ -341,7 +379,7 @@ def test_db_tsw_runs_split_and_line_cost_together_where_it_can(d, learnable, p, 
     real_apply, real_projection = _kernels.SplitLineCost.apply, db.db_projection
     results = []
     for apart in (False, True):
-        calls = []
+        calls: list[int] = []
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(
                 _kernels.SplitLineCost,

@@ -138,8 +138,11 @@ def warm_up() -> bool:
             ray_split_backward(saved, cost, 1.0, 1.0, True)
             lines = c[None, None].clone().requires_grad_(True)  # Db-TSW's split
             DistanceSplit.apply(c.abs()[None, None], lines, c, 1.0, LINE).sum().backward()
-            for p in (1.0, 2.0):
-                SplitLineCost.apply(c.abs()[None, None], lines, c, 1.0, p).sum().backward()
+            for p in (1.0, 2.0):  # the split and the line cost together, in each form
+                sq = c.abs()[None, None]
+                SplitLineCost.apply(sq, lines, lines, c, 1.0, LINE, p).sum().backward()
+                for mode in (SIGNED, DISTANCES):
+                    SplitLineCost.apply(None, lines, lines * 1, c, 1.0, mode, p).sum().backward()
             s2_angles_backward(t.unsqueeze(-2).expand(1, 1, 3, 2), t, t, t, t, t)
             ok = True
     if ok:  # the packed sorts (float32): 32-bit keys with a run to settle, 64-bit keys,
@@ -464,43 +467,62 @@ def s2_angles_backward(
 class SplitLineCost(torch.autograd.Function):
     r"""Db-TSW's split and the line cost together: the cost of every line, (B, T, k).
 
-    ``SplitLineCost.apply(sq, t, w, delta, p)``: ``t`` (B, T, k, n) the coordinates on
-    the lines of each tree through its root, ``sq`` (B, T, 1, n) :math:`|z - x_\tau|^2`,
-    ``w`` (B, n) the signed masses (no gradient), ``delta != 0``, ``p`` in {1, 2}. The
-    value is ``tree_wasserstein.line_cost(t, DistanceSplit.apply(sq, t, w, delta, LINE),
-    p)``, and so are the gradients of ``sq`` and ``t``, bit for bit: the same kernels run
-    (``_numba_kernels.split_line_forward`` / ``split_line_backward``), one tree at a
-    time. A tree's masses, and the two gradients of its coordinates (through the cost
-    and through the split), live in (k, n) work spaces while the tree is in the cache
-    instead of (B, T, k, n) arrays, and the gradients are added there rather than by
-    autograd. On this project's AMD EPYC (Zen 4), one thread, float32, 250 trees x 4
-    lines, the sort, split and line cost forward and backward took 0.84-0.85x the time
-    of the two functions at 1000 and 4000 atoms.
+    ``SplitLineCost.apply(sq, t, x, w, delta, mode, p)``: the distances to the lines as
+    :class:`DistanceSplit` takes them (``sq``, ``t`` and ``mode``: ``LINE``, where ``t``
+    is the coordinates and ``sq`` (B, T, 1, n) :math:`|z - x_\tau|^2`; ``SIGNED`` or
+    ``DISTANCES``, ``sq`` None), ``x`` (B, T, k, n) the coordinates on the lines (pass
+    ``t`` itself for ``LINE``), ``w`` (B, n) the signed masses (no gradient),
+    ``delta != 0``, ``p`` in {1, 2}. The value is ``tree_wasserstein.line_cost(x,
+    DistanceSplit.apply(sq, t, w, delta, mode), p)``, and so are the gradients, bit for
+    bit: the same kernels run (``_numba_kernels.split_line_forward`` /
+    ``split_line_backward``), one tree at a time. A tree's masses and their gradient
+    live in (k, n) work spaces while the tree is in the cache instead of (B, T, k, n)
+    arrays; for ``LINE`` so does the coordinates' gradient through the cost, added there
+    to the one through the split rather than by autograd. On this project's AMD EPYC
+    (Zen 4), one thread, float32, 250 trees x 4 lines, ``LINE``: the sort, split and
+    line cost forward and backward took 0.84-0.85x the time of the two functions at
+    1000 and 4000 atoms.
     """
 
     @staticmethod
-    def forward(ctx, sq: Tensor, t: Tensor, w: Tensor, delta: float, p: float) -> Tensor:  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+    def forward(  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        ctx,
+        sq: Tensor | None,
+        t: Tensor,
+        x: Tensor,
+        w: Tensor,
+        delta: float,
+        mode: int,
+        p: float,
+    ) -> Tensor:
         if not _load():
             raise RuntimeError("SplitLineCost needs the compiled kernels (see usable())")
+        if (sq is not None) != (mode == LINE) or (mode == LINE and x is not t):
+            raise ValueError(f"SplitLineCost: sq is given, and x is t, exactly for mode={LINE}")
         B, T, k, n = t.shape
-        idx = argsort_last(t, compact=True)  # int32 where the sort writes it
+        idx = argsort_last(x, compact=True)  # int32 where the sort writes it
         alpha, c, prefix = (torch.empty((B, T, k, n), dtype=t.dtype) for _ in range(3))
         cost = torch.empty((B, T, k), dtype=t.dtype)
-        tn, ixn, sqn, wn = _rows(t, k, n), _rows(idx, k, n), _rows(sq), _rows(w)
+        tn, xn, ixn, wn = _rows(t, k, n), _rows(x, k, n), _rows(idx, k, n), _rows(w)
+        sqn = _rows(sq) if sq is not None else wn  # a placeholder where the mode reads none
         wrow = _row_map(torch.Size((B, 1, n)), torch.Size((B, T, n)))
-        an, cn, pn = (x.view(-1, k, n).numpy() for x in (alpha, c, prefix))
+        an, cn, pn = (y.view(-1, k, n).numpy() for y in (alpha, c, prefix))
         con = cost.view(-1, k).numpy()
         kernel = _kernels["split_line_forward"]
         int_type = np.int32 if t.dtype == torch.float32 else np.int64
+        delta = float(delta)
 
         def part(s: slice) -> None:
             bits = np.empty(n, dtype=int_type)  # work space of each thread
+            rows = sqn[s] if mode == LINE else sqn
             kernel(
-                sqn[s],
+                rows,
                 tn[s],
+                xn[s],
                 wn,
                 wrow[s],
-                float(delta),
+                delta,
+                mode,
                 ixn[s],
                 p == 2.0,
                 an[s],
@@ -512,7 +534,7 @@ class SplitLineCost(torch.autograd.Function):
 
         _by_rows(part, tn.shape[0], _threads(tn.shape[0], tn.size))
         ctx.save_for_backward(c, idx, prefix, alpha, sq, t, w)
-        ctx.delta, ctx.p = delta, p
+        ctx.delta, ctx.mode, ctx.p = delta, mode, p
         return cost
 
     @staticmethod
@@ -520,38 +542,54 @@ class SplitLineCost(torch.autograd.Function):
     def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         c, idx, prefix, alpha, sq, t, w = ctx.saved_tensors
         B, T, k, n = t.shape
+        mode = int(ctx.mode)
         g = grad.detach().expand(B, T, k).reshape(-1, k).contiguous().numpy()
-        cn, ixn, pn, an, tn = (_rows(x, k, n) for x in (c, idx, prefix, alpha, t))
-        sqn, wn = _rows(sq), _rows(w)
+        cn, ixn, pn, an, tn = (_rows(y, k, n) for y in (c, idx, prefix, alpha, t))
+        wn = _rows(w)
+        sqn = _rows(sq) if sq is not None else wn
         wrow = _row_map(torch.Size((B, 1, n)), torch.Size((B, T, n)))
-        gsq = torch.empty((B, T, 1, n), dtype=t.dtype)
         gt = torch.empty((B, T, k, n), dtype=t.dtype)
-        gsn, gtn = gsq.view(-1, n).numpy(), gt.view(-1, k, n).numpy()
+        gsq = torch.empty((B, T, 1, n), dtype=t.dtype) if mode == LINE else None
+        gx = torch.empty((B, T, k, n), dtype=t.dtype) if mode != LINE else None
+        gtn = gt.view(-1, k, n).numpy()
+        gsn = gsq.view(-1, n).numpy() if gsq is not None else gtn[:1, 0]
+        gxn = gx.view(-1, k, n).numpy() if gx is not None else gtn[:1]
         tiny = float(torch.finfo(t.dtype).tiny)
         kernel = _kernels["split_line_backward"]
         delta, sq_p = float(ctx.delta), ctx.p == 2.0
 
         def part(s: slice) -> None:
+            line = mode == LINE
             kernel(
                 cn[s],
                 ixn[s],
                 pn[s],
                 g[s],
                 an[s],
-                sqn[s],
+                sqn[s] if line else sqn,
                 tn[s],
                 wn,
                 wrow[s],
                 delta,
                 tiny,
+                mode,
                 sq_p,
-                gsn[s],
+                gsn[s] if line else gsn,
                 gtn[s],
+                gxn if line else gxn[s],
             )
 
         _by_rows(part, tn.shape[0], _threads(tn.shape[0], tn.size))
         needs = ctx.needs_input_grad
-        return (gsq if needs[0] else None), (gt if needs[1] else None), None, None, None
+        return (
+            gsq if needs[0] else None,
+            gt if needs[1] else None,
+            gx if needs[2] else None,
+            None,
+            None,
+            None,
+            None,
+        )
 
 
 #: rows sorted as packed keys at a time: at most this many elements (a 32 MiB buffer of

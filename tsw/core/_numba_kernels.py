@@ -267,13 +267,15 @@ def split_backward(gm, alpha, sq, t, w, wrow, delta, tiny, mode, gsq, gt):
 
 
 @jit
-def split_line_forward(sq, t, w, wrow, delta, idx, sq_p, alpha, c, prefix, cost, bits):
-    """Per tree: :func:`split_forward` (``LINE``), then :func:`forward` on its ``k`` lines.
+def split_line_forward(sq, t, x, w, wrow, delta, mode, idx, sq_p, alpha, c, prefix, cost, bits):
+    """Per tree: :func:`split_forward`, then :func:`forward` on the tree's ``k`` lines.
 
-    ``t``, ``idx`` (trees, k, n): the coordinates on the lines and the permutations that
-    sort them; ``sq`` (trees, n) and ``w[wrow[r]]`` (n,) as for :func:`split_forward`.
-    The tree's masses go to a (k, n) work space, read at once by the line cost while in
-    the cache, instead of a (trees, k, n) array written and read back. Writes the split
+    ``t`` (trees, k, n) and ``mode`` give the distances as for :func:`split_forward`
+    (``sq`` (trees, n) read by ``LINE`` only; a placeholder row otherwise); ``x``
+    (trees, k, n) holds the coordinates on the lines (``t`` itself for ``LINE``) and
+    ``idx`` the permutations that sort them; ``w[wrow[r]]`` (n,) the signed masses. The
+    tree's masses go to a (k, n) work space, read at once by the line cost while in the
+    cache, instead of a (trees, k, n) array written and read back. Writes the split
     ``alpha``, the sorted coordinates ``c``, the prefix sums and the cost (trees, k):
     the same values as the two kernels one after the other.
     """
@@ -281,54 +283,62 @@ def split_line_forward(sq, t, w, wrow, delta, idx, sq_p, alpha, c, prefix, cost,
     masses = np.empty((1, k, n), dtype=t.dtype)
     lines = np.arange(k)
     for r in range(t.shape[0]):
+        s = r if mode == 1 else 0
         split_forward(
-            sq[r : r + 1],
+            sq[s : s + 1],
             t[r : r + 1],
             w,
             wrow[r : r + 1],
             delta,
-            1,
+            mode,
             masses,
             alpha[r : r + 1],
             bits,
         )
-        forward(t[r], c[r], idx[r], lines, masses[0], prefix[r], cost[r], sq_p, False, True)
+        forward(x[r], c[r], idx[r], lines, masses[0], prefix[r], cost[r], sq_p, False, True)
 
 
 @jit
-def split_line_backward(c, idx, prefix, g, alpha, sq, t, w, wrow, delta, tiny, sq_p, gsq, gt):
-    """Per tree: :func:`backward` on its ``k`` lines, then :func:`split_backward` (``LINE``).
+def split_line_backward(
+    c, idx, prefix, g, alpha, sq, t, w, wrow, delta, tiny, mode, sq_p, gsq, gt, gx
+):
+    """Per tree: :func:`backward` on the tree's ``k`` lines, then :func:`split_backward`.
 
-    The gradients of the tree's masses and of its coordinates through the line cost go
-    to (k, n) work spaces; the split's backward reads the first, and the second is added
-    to the coordinates' gradient through the split (``gt``) while both are in the cache,
-    instead of two (trees, k, n) arrays that autograd adds. ``g`` (trees, k) is the
-    gradient of the cost. Writes ``gsq`` (trees, n) and ``gt`` (trees, k, n).
+    The gradient of the tree's masses goes to a (k, n) work space, which the split's
+    backward reads while in the cache. The coordinates' gradient through the line cost
+    goes to ``gx`` (trees, k, n), except for ``LINE``, where the coordinates are ``t``:
+    it then goes to a (k, n) work space and is added to the gradient through the split
+    (``gt``) there, instead of two (trees, k, n) arrays that autograd adds. ``g``
+    (trees, k) is the gradient of the cost. Writes ``gt`` (trees, k, n) and, for
+    ``LINE``, ``gsq`` (trees, n) (placeholder rows of ``gsq`` and ``gx`` otherwise).
     """
     k, n = t.shape[1], t.shape[2]
     gm = np.empty((1, k, n), dtype=t.dtype)
     gc = np.empty((k, n), dtype=t.dtype)
     lines = np.arange(k)
     for r in range(t.shape[0]):
-        backward(c[r], idx[r], lines, prefix[r], g[r], gm[0], gc, sq_p, False, True, True)
+        s = r if mode == 1 else 0
+        gcr = gc if mode == 1 else gx[r]
+        backward(c[r], idx[r], lines, prefix[r], g[r], gm[0], gcr, sq_p, False, True, True)
         split_backward(
             gm,
             alpha[r : r + 1],
-            sq[r : r + 1],
+            sq[s : s + 1],
             t[r : r + 1],
             w,
             wrow[r : r + 1],
             delta,
             tiny,
-            1,
-            gsq[r : r + 1],
+            mode,
+            gsq[s : s + 1],
             gt[r : r + 1],
         )
-        gtr = gt[r]
-        for line in range(k):
-            a, b = gtr[line], gc[line]
-            for i in range(n):
-                a[i] += b[i]
+        if mode == 1:
+            gtr = gt[r]
+            for line in range(k):
+                a, b = gtr[line], gc[line]
+                for i in range(n):
+                    a[i] += b[i]
 
 
 @jit

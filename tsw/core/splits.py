@@ -135,11 +135,20 @@ def split_masses(
     if sum(given) != 1:
         raise TypeError("split_masses takes exactly one of distances=, line= and signed=")
     if line is not None:
-        sq, t, mode = line[0], line[1], _kernels.LINE
-    elif signed is not None:
-        sq, t, mode = None, signed, _kernels.SIGNED
-    else:
-        sq, t, mode = None, cast(Tensor, distances), _kernels.DISTANCES
+        return split_by_form(w, delta, line[0], line[1], _kernels.LINE)
+    if signed is not None:
+        return split_by_form(w, delta, None, signed, _kernels.SIGNED)
+    return split_by_form(w, delta, None, cast(Tensor, distances), _kernels.DISTANCES)
+
+
+def split_by_form(w: Tensor, delta: float, sq: Tensor | None, t: Tensor, mode: int) -> Tensor:
+    """:func:`split_masses` with its distances given as ``(sq, t, mode)``.
+
+    ``mode`` is ``tsw.core._kernels.LINE`` (``sq`` and the coordinates ``t``, as
+    ``line=``), ``SIGNED`` (``t`` as ``signed=``, ``sq`` None) or ``DISTANCES`` (``t`` as
+    ``distances=``, ``sq`` None): the form :class:`~tsw.core._kernels.DistanceSplit` and
+    :class:`~tsw.core._kernels.SplitLineCost` take.
+    """
     if delta != 0 and not w.requires_grad and _kernels.usable(t, w):
         return _kernels.DistanceSplit.apply(sq, t, w, delta, mode)
     if mode == _kernels.LINE:

@@ -26,9 +26,9 @@ from tsw.core._validation import (
     check_choice,
     check_nonnegative_float,
 )
-from tsw.core.splits import split_masses, uniform_split
+from tsw.core.splits import split_by_form, uniform_split
 from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
-from tsw.euclidean._lines import centre, line_split, offsets, project
+from tsw.euclidean._lines import centre, offsets, project, split_form
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -269,14 +269,16 @@ def resolve_db_trees(
 class SplitLines(NamedTuple):
     r"""Db-TSW's lines before the split, for :func:`db_cost` to split and solve together.
 
-    ``coords`` (B, T, k, n) the atoms' coordinates on the lines, ``sq`` (B, T, 1, n)
-    their squared distances to the trees' roots (the distance to line ``l`` is
-    ``sqrt(max(sq - coords_l^2, 0))``), ``w`` (B, n) the signed masses (no gradient),
-    ``delta != 0``.
+    ``coords`` (B, T, k, n) the atoms' coordinates on the lines; ``sq``, ``t``, ``mode``
+    their distances to the lines in the form of
+    :func:`~tsw.euclidean._lines.split_form` (``t`` is ``coords`` for ``LINE``); ``w``
+    (B, n) the signed masses (no gradient); ``delta != 0``.
     """
 
     coords: Tensor
-    sq: Tensor
+    sq: Tensor | None
+    t: Tensor
+    mode: int
     w: Tensor
     delta: float
 
@@ -300,8 +302,7 @@ def db_projection(
 
     ``softmax_l(-delta * dist(y, line l))`` (uniform for ``delta = 0``, with no distance
     computed). The measures' totals need not agree: an imbalance is absorbed at each
-    tree's root (as :func:`tsw.partial_tsw` uses). With ``together``, where the
-    distances come from the squared distances to the roots (``d > 3``) and the weights
+    tree's root (as :func:`tsw.partial_tsw` uses). With ``together``, where the weights
     need no gradient, the masses are not formed here: the :class:`SplitLines` returned
     leaves the split to :func:`db_cost`, which runs it with the closed form.
     """
@@ -310,9 +311,10 @@ def db_projection(
         coords, _ = project(measures, trees, distances=False)
         return Projection(coords, uniform_split(trees.n_lines, coords) * w[:, None, None, :], STAR)
     off = offsets(measures, trees)
-    if together and off.sq is not None and not w.requires_grad:
-        return SplitLines(off.coords, off.sq, w, delta)
-    return Projection(off.coords, line_split(w, delta, off), STAR)
+    sq, t, mode = split_form(off)
+    if together and not w.requires_grad:
+        return SplitLines(off.coords, sq, t, mode, w, delta)
+    return Projection(off.coords, split_by_form(w, delta, sq, t, mode), STAR)
 
 
 def db_cost(projection: Projection | SplitLines, p: float) -> Tensor:
@@ -321,13 +323,14 @@ def db_cost(projection: Projection | SplitLines, p: float) -> Tensor:
     :class:`SplitLines`: on the CPU with the compiled kernels and ``p`` in {1, 2}, the
     split and the line cost of each tree run together
     (:class:`~tsw.core._kernels.SplitLineCost`, the same values and gradients bit for
-    bit); otherwise the masses are split (:func:`~tsw.core.splits.split_masses`) and the
+    bit); otherwise the masses are split (:func:`~tsw.core.splits.split_by_form`) and the
     shared closed form runs, as for a :class:`~tsw.core._driver.Projection`.
     """
     if not isinstance(projection, SplitLines):
         return closed_form(projection, p)
-    coords, sq, w, delta = projection
-    if _kernels.usable(coords, sq, w, p=p):
-        return _kernels.SplitLineCost.apply(sq, coords, w, delta, p).sum(-1)
-    masses = split_masses(w, delta, line=(sq, coords))
+    coords, sq, t, mode, w, delta = projection
+    given = [x for x in (sq, t, coords, w) if x is not None]
+    if _kernels.usable(*given, p=p):
+        return _kernels.SplitLineCost.apply(sq, t, coords, w, delta, mode, p).sum(-1)
+    masses = split_by_form(w, delta, sq, t, mode)
     return closed_form(Projection(coords, masses, STAR), p)

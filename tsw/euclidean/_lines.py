@@ -12,11 +12,12 @@ from typing import Literal, NamedTuple, TypeVar, cast, overload
 import torch
 from torch import Tensor
 
+from tsw.core import _kernels
 from tsw.core._gradients import grouped_products, routed, spans, translated, unbroadcast
 from tsw.core._safe import LineDistance, SafeSqrt
 from tsw.core._slices import with_batch_axis
 from tsw.core._validation import Measures
-from tsw.core.splits import split_masses
+from tsw.core.splits import split_by_form
 from tsw.core.trees import ChainLines, ConcurrentLines, TreeSystem
 
 #: Up to this dimension the point-to-line distance is the norm of the cross product
@@ -247,19 +248,28 @@ def line_distance(off: Offsets) -> Tensor:
     return LineDistance.apply(off.sq, off.coords)
 
 
+def split_form(off: Offsets) -> tuple[Tensor | None, Tensor, int]:
+    """Return the distances to the lines in the form the compiled split takes them.
+
+    ``(sq, coords, LINE)`` above ``d = 3`` (``|z - x|^2`` and the coordinates), ``(None,
+    the coordinates along the normals, SIGNED)`` in the plane, and ``(None, the
+    distances, DISTANCES)`` in space and on a line (:func:`line_distance`): the
+    arguments of :func:`~tsw.core.splits.split_by_form` after ``(w, delta)``.
+    """
+    if off.sq is not None:
+        return off.sq, off.coords, _kernels.LINE
+    if off.perp is not None and off.perp.shape[-2] == 1:
+        return None, off.perp.squeeze(-2), _kernels.SIGNED
+    return None, line_distance(off), _kernels.DISTANCES
+
+
 def line_split(w: Tensor, delta: float, off: Offsets) -> Tensor:
     """Split the signed masses ``w`` (B, n) over the lines by distance: (B, T, k, n).
 
     :func:`~tsw.core.splits.split_masses` with the distances in the form its compiled
-    path forms itself: from ``|z - x|^2`` and the coordinates above ``d = 3``
-    (``line=``), from the coordinates along the normals in the plane (``signed=``);
-    in space (``d = 3``) and on a line, :func:`line_distance`.
+    path forms itself (:func:`split_form`).
     """
-    if off.sq is not None:
-        return split_masses(w, delta, line=(off.sq, off.coords))
-    if off.perp is not None and off.perp.shape[-2] == 1:
-        return split_masses(w, delta, signed=off.perp.squeeze(-2))
-    return split_masses(w, delta, distances=line_distance(off))
+    return split_by_form(w, delta, *split_form(off))
 
 
 def point_distance(off: Offsets, u: Tensor | float) -> Tensor:
