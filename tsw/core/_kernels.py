@@ -11,9 +11,9 @@ loop per line.
 :class:`DistanceSplit` is Db-TSW's split of the masses (``softmax_l(-delta dist_l) w``):
 its forward and its backward are each one vectorised loop per tree instead of about
 seven and twelve torch passes (forward measured 0.56-0.59x the torch operators' time).
-:class:`SplitLineCost` runs that split (distances from the lines' coordinates) and the
-line cost of the tree's lines one tree at a time, so that the masses and the two
-gradients of the coordinates stay in the cache (Db-TSW's compiled path).
+:class:`SplitLineCost` runs that split and the line cost of the tree's lines one tree
+at a time, so that the masses and their gradient stay in the cache (Db-TSW's and
+SpatialTSW's compiled path).
 
 :func:`ray_split_forward` / :func:`ray_split_backward` are STSW's split on S^2 and the
 closed form on the tree's rays together (``tsw.sphere._geometry._SplitRayCost``), and
