@@ -696,3 +696,40 @@ def test_s2_angles_gradcheck():
     frames = geo._frames(trees)[0][None].clone().requires_grad_()
     Z = torch.randn(2, 5, 3, generator=g, dtype=F64).requires_grad_()
     assert torch.autograd.gradcheck(lambda Z, F: geo._S2Angles.apply(Z, F), (Z, frames))
+
+
+@pytest.mark.parametrize(
+    ("d", "k", "threads"),
+    [(7, 1, 1), (2, 3, 1), (3, 2, 1), (7, 4, 2)],  # 2 threads: rows shared among them
+)
+def test_split_line_cost_batched_trees_and_threads(d, k, threads):
+    """A batch of items with trees of their own, one line a tree, and rows shared among
+    two threads (above the sort's threshold): db_tsw with the split and the line cost
+    together equals them apart, bit for bit, for both measures' gradients."""
+    import tsw.euclidean._db_tsw as db
+
+    g = torch.Generator().manual_seed(12)
+    n = 40000 if threads > 1 else 30
+    X = torch.randn(2, n, d, generator=g)
+    Y = torch.randn(2, n - 3, d, generator=g) + 0.3
+    trees = tsw.sample_concurrent_lines(d, n_trees=4, n_lines=k, seed=1, center=torch.zeros(2, d))
+    real_projection = db.db_projection
+    before = torch.get_num_threads()
+    results = []
+    try:
+        torch.set_num_threads(threads)
+        for apart in (False, True):
+            with pytest.MonkeyPatch.context() as mp:
+                if apart:
+                    mp.setattr(
+                        db,
+                        "db_projection",
+                        lambda *x, together=False, **kw: real_projection(*x, **kw),
+                    )
+                Xs, Ys = X.clone().requires_grad_(True), Y.clone().requires_grad_(True)
+                v = tsw.db_tsw(Xs, Ys, trees=trees, p=2, chunk_size=3)
+                results.append((v.detach(), *torch.autograd.grad(v.sum(), (Xs, Ys))))
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
