@@ -71,26 +71,6 @@ def first_nonnegative(cr, n):
     return lo
 
 
-@numba.njit(inline="always")
-def warm(x):
-    """Read one element of every 64-byte line of the row ``x``; return their sum.
-
-    Called on a row just before it is read in sorted order, that is at random places:
-    the reads in order stream the row into the cache first, so that the random reads
-    find it there. The sum means nothing; the callers store it where the row's own
-    results overwrite it (so that the reads are not removed as unused). On this
-    project's AMD EPYC (Zen 4), one thread, (1000, n) float32 rows out of cache: the
-    line cost's forward loop took 0.73-0.78x its time for n = 1000-4000 (a loop
-    alone), and the line cost with its sort and backward 0.96-0.97x. The same reads
-    before the backward's writes in sorted order, and before STSW's gathers
-    (:func:`ray_split_forward`), gained nothing there and were left out.
-    """
-    s = 0.0
-    for j in range(0, x.shape[0], max(1, 64 // x.itemsize)):
-        s += x[j]
-    return s
-
-
 @jit
 def forward(x, c, idx, cmap, m, prefix, cost, sq, rays, sort_c):
     """Per row: the prefix sums ``P_j = sum_{i <= j} m[idx[i]]`` and the cost.
@@ -108,14 +88,12 @@ def forward(x, c, idx, cmap, m, prefix, cost, sq, rays, sort_c):
         acc = 0.0
         if sort_c:
             xr = x[r]
-            pr[0] = warm(xr) + warm(mr)  # (overwritten below)
             for j in range(n):
                 k = ir[j]
                 cr[j] = xr[k]
                 acc += mr[k]
                 pr[j] = acc
         else:
-            pr[0] = warm(mr)  # (overwritten below)
             for j in range(n):
                 acc += mr[ir[j]]
                 pr[j] = acc
