@@ -272,7 +272,7 @@ class SplitLines(NamedTuple):
     ``coords`` (B, T, k, n) the atoms' coordinates on the lines; ``sq``, ``t``, ``mode``
     their distances to the lines in the form of
     :func:`~tsw.euclidean._lines.split_form` (``t`` is ``coords`` for ``LINE``); ``w``
-    (B, n) the signed masses (no gradient); ``delta != 0``.
+    (B, n) the signed masses; ``delta != 0``.
     """
 
     coords: Tensor
@@ -302,9 +302,9 @@ def db_projection(
 
     ``softmax_l(-delta * dist(y, line l))`` (uniform for ``delta = 0``, with no distance
     computed). The measures' totals need not agree: an imbalance is absorbed at each
-    tree's root (as :func:`tsw.partial_tsw` uses). With ``together``, where the weights
-    need no gradient, the masses are not formed here: the :class:`SplitLines` returned
-    leaves the split to :func:`db_cost`, which runs it with the closed form.
+    tree's root (as :func:`tsw.partial_tsw` uses). With ``together`` (and ``delta !=
+    0``), the masses are not formed here: the :class:`SplitLines` returned leaves the
+    split to :func:`db_cost`, which runs it with the closed form.
     """
     w = signed_masses(measures)
     if delta == 0:
@@ -312,7 +312,7 @@ def db_projection(
         return Projection(coords, uniform_split(trees.n_lines, coords) * w[:, None, None, :], STAR)
     off = offsets(measures, trees)
     sq, t, mode = split_form(off)
-    if together and not w.requires_grad:
+    if together:
         return SplitLines(off.coords, sq, t, mode, w, delta)
     return Projection(off.coords, split_by_form(w, delta, sq, t, mode), STAR)
 
@@ -320,8 +320,8 @@ def db_projection(
 def db_cost(projection: Projection | SplitLines, p: float) -> Tensor:
     """Cost per tree (B, T) of :func:`db_projection`'s result.
 
-    :class:`SplitLines`: on the CPU with the compiled kernels and ``p`` in {1, 2}, the
-    split and the line cost of each tree run together
+    :class:`SplitLines`: on the CPU with the compiled kernels, ``p`` in {1, 2} and
+    weights that need no gradient, the split and the line cost of each tree run together
     (:class:`~tsw.core._kernels.SplitLineCost`, the same values and gradients bit for
     bit); otherwise the masses are split (:func:`~tsw.core.splits.split_by_form`) and the
     shared closed form runs, as for a :class:`~tsw.core._driver.Projection`.
@@ -330,7 +330,7 @@ def db_cost(projection: Projection | SplitLines, p: float) -> Tensor:
         return closed_form(projection, p)
     coords, sq, t, mode, w, delta = projection
     given = [x for x in (sq, t, coords, w) if x is not None]
-    if _kernels.usable(*given, p=p):
+    if not w.requires_grad and _kernels.usable(*given, p=p):
         return _kernels.SplitLineCost.apply(sq, t, coords, w, delta, mode, p).sum(-1)
     masses = split_by_form(w, delta, sq, t, mode)
     return closed_form(Projection(coords, masses, STAR), p)
