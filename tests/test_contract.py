@@ -195,6 +195,28 @@ def _registry() -> list[Entry]:
                 degree=1 / p,
             )
         )
+    # TS-Sobolev: Db-TSW's trees and split, Sobolev weights beta_e = int (1 + lambda)^(1-p)
+    # over the edge. The weights depend on the span of the measures (the tree is cut at
+    # the outermost atoms) and on the length scale of the "1 +": no homogeneity; a
+    # negative delta (mass to the farther lines) is a split as valid as a positive one.
+    # No triangle inequality: each pair cuts the trees at its own span, so a third
+    # measure with a tiny far atom shrinks the weights of its two sides
+    # (tests/test_baselines.py::test_ts_sobolev_triangle_fails_with_shared_trees)
+    sobolev_props = (COMMON | EXPLICIT | {TREE_DEGENERATE}) - {TRIANGLE}
+    for delta, orthogonal, p in ((2.0, False, 2), (-1.0, True, 3)):
+        k = 2 if orthogonal else K
+        out.append(
+            Entry(
+                f"ts_sobolev[delta={delta:g},orth={orthogonal},p={p}]",
+                tsw.ts_sobolev,
+                {"n_trees": T, "n_lines": k, "delta": delta, "orthogonal": orthogonal, "p": p},
+                sobolev_props,
+                "concurrent",
+                True,
+                min_dim=k if orthogonal else 1,
+                p=float(p),
+            )
+        )
     # CircularTSW: E(d)-invariant splits (rigid motions with the trees, translations in
     # law), homogeneous once radius -> c radius and delta -> delta / c; with r = 0 no
     # radius to rescale (and with delta = 0 too, plainly homogeneous)
@@ -492,6 +514,19 @@ def _registry() -> list[Entry]:
                 p=p,
             )
         )
+    out.append(
+        Entry(
+            "TSSobolevLoss",
+            _module_call(tsw.nn.TSSobolevLoss),
+            {"n_trees": T, "n_lines": K},
+            COMMON | {TRANSLATION_LAW, GRADCHECK},
+            None,
+            True,
+            module=tsw.nn.TSSobolevLoss,
+            function=tsw.ts_sobolev,
+            p=2.0,
+        )
+    )
     # SpatialTSWLoss: "pow" keeps d_theta = d (the shared centre lives there); no
     # translation invariance
     out.append(

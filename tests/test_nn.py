@@ -21,6 +21,7 @@ COMMON = {"reduction": "mean", "seed": None, "resample": True}
 FUNCTIONS = {
     "TSWSLLoss": tsw.tsw_sl,
     "DbTSWLoss": tsw.db_tsw,
+    "TSSobolevLoss": tsw.ts_sobolev,
     "CircularTSWLoss": tsw.circular_tsw,
     "SpatialTSWLoss": tsw.spatial_tsw,
     "PartialTSWLoss": tsw.partial_tsw,
@@ -115,6 +116,7 @@ def _sphere(*shape, seed=0, dtype=torch.float64):
 SMALL = {
     "TSWSLLoss": ({"n_trees": 4, "n_lines": 3}, False),
     "DbTSWLoss": ({"n_trees": 4, "n_lines": 3}, False),
+    "TSSobolevLoss": ({"n_trees": 4, "n_lines": 3}, False),
     "CircularTSWLoss": ({"radius": 0.5, "n_trees": 4, "n_lines": 3}, False),
     "SpatialTSWLoss": ({"n_trees": 4, "n_lines": 3}, False),
     "PartialTSWLoss": ({"n_trees": 4, "n_lines": 3, "mass_t": 0.8}, False),

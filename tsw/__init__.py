@@ -40,6 +40,7 @@ from tsw.euclidean._circular_tsw import circular_tsw
 from tsw.euclidean._db_tsw import db_tsw
 from tsw.euclidean._partial_tsw import partial_tsw
 from tsw.euclidean._spatial_tsw import spatial_tsw
+from tsw.euclidean._ts_sobolev import ts_sobolev
 from tsw.euclidean._tsw_sl import tsw_sl
 from tsw.sliced._s3w import s3w, s3w_map, s3w_unif, sample_rotations
 from tsw.sliced._ssw import sample_sphere_projections, ssw, ssw_unif
@@ -118,6 +119,7 @@ __all__ = [
     "sw",
     "tree_wasserstein",
     "trees_needed",
+    "ts_sobolev",
     "tsw_sl",
     "unbalanced_sw",
     "wasserstein_1d",

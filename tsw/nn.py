@@ -51,6 +51,7 @@ from tsw.euclidean._circular_tsw import circular_tsw
 from tsw.euclidean._db_tsw import db_tsw
 from tsw.euclidean._partial_tsw import partial_tsw
 from tsw.euclidean._spatial_tsw import spatial_tsw
+from tsw.euclidean._ts_sobolev import ts_sobolev
 from tsw.euclidean._tsw_sl import tsw_sl
 from tsw.euclidean.mappings import resolve_mapping
 from tsw.sliced._s3w import s3w, s3w_unif, sample_rotations
@@ -74,6 +75,7 @@ __all__ = [
     "SWLoss",
     "SpatialSTSWLoss",
     "SpatialTSWLoss",
+    "TSSobolevLoss",
     "TSWSLLoss",
 ]
 
@@ -393,6 +395,20 @@ DbTSWLoss: type[_Loss] = _loss_from(
     >>> loss = tsw.nn.DbTSWLoss(n_trees=50, n_lines=4, delta=2.0, seed=0, reduction="none")
     >>> loss(torch.randn(3, 10, 5), torch.randn(3, 8, 5)).shape
     torch.Size([3])
+    """,
+)
+
+TSSobolevLoss: type[_Loss] = _loss_from(
+    ts_sobolev,
+    "TSSobolevLoss",
+    "TS-Sobolev loss: the tree-sliced Sobolev IPM of order ``p`` on Db-TSW's trees.",
+    """
+    >>> import torch, tsw
+    >>> loss = tsw.nn.TSSobolevLoss(n_trees=50, n_lines=4, p=2, seed=0)
+    >>> X = torch.randn(10, 3, requires_grad=True)
+    >>> loss(X, torch.randn(12, 3)).backward()
+    >>> X.grad.shape
+    torch.Size([10, 3])
     """,
 )
 
