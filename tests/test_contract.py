@@ -317,6 +317,57 @@ def _registry() -> list[Entry]:
                 p=float(p),
             )
         )
+    # LCV-SW: SW minus a control variate of known mean, the coefficient estimated from
+    # the same directions. Symmetric, rigid, homogeneous (the coefficient scales as
+    # c^(p-2), the variate as c^2); not a metric of the measures (the correction depends
+    # on the pair: no triangle), and d(mu, mu + t) is corrected towards its expectation,
+    # not the slices' average (no translation closed form)
+    lcv_props = (COMMON | EXPLICIT | {HOMOGENEOUS}) - {TRIANGLE}
+    for variate, coefficient, p in (("lower", "pooled", 2), ("upper", "leave_one_out", 1)):
+        out.append(
+            Entry(
+                f"lcv_sw[{variate},{coefficient},p={p}]",
+                tsw.lcv_sw,
+                {
+                    "n_projections": 12,
+                    "p": p,
+                    "variate": variate,
+                    "coefficient": coefficient,
+                    "orthogonal": False,
+                },
+                lcv_props,
+                "projections",
+                p=float(p),
+            )
+        )
+    # EB-SW (importance-sampling form): the weights follow the costs, so no triangle and
+    # no translation closed form; e^x is not scale-free (homogeneous with f(x) = x only);
+    # the weights are detached as in the authors' code, so the gradient is not the value's
+    # derivative (no gradcheck; tests/test_baselines.py checks the gradient's formula)
+    eb_props = (COMMON | EXPLICIT) - {TRIANGLE, GRADCHECK}
+    for energy, p in (("exp", 2), ("identity", 1)):
+        out.append(
+            Entry(
+                f"eb_sw[{energy},p={p}]",
+                tsw.eb_sw,
+                {"n_projections": 12, "p": p, "energy": energy, "orthogonal": False},
+                eb_props | ({HOMOGENEOUS} if energy == "identity" else set()),
+                "projections",
+                p=float(p),
+            )
+        )
+    # RP-SW: directions x_i - y_j of random pairs, drawn from the data (detached): no
+    # explicit slices of its own (with projections= it is sw), not symmetric (the pairs
+    # are drawn from a, then b), no finite-difference gradient (the directions move with
+    # the data); invariant in law under translations and scalings. The pairs are drawn by
+    # inverse CDF in the atoms' order, so splitting or moving an atom changes the draws
+    # (not their law): no weight semantics
+    rp_props = (COMMON - {SYMMETRIC, WEIGHTS}) | {TRANSLATION_LAW, HOMOGENEOUS_LAW, GENERATOR}
+    for kw in ({"p": 2}, {"p": 1, "kappa": 10.0}):
+        label = ",".join(f"{k}={v:g}" for k, v in kw.items())
+        out.append(
+            Entry(f"rp_sw[{label}]", tsw.rp_sw, {"n_projections": 12, **kw}, rp_props, p=kw["p"])
+        )
     # SUOT baseline: POT's Frank-Wolfe stops after n_iter = 10 steps, far from converged,
     # at an iterate that depends on tie-breaking in the 1-D dual (weights 1/6 vs
     # 1/6 * (1 + 1e-15) change the value by 5%) and on the order of the arguments. So no
@@ -391,6 +442,29 @@ def _registry() -> list[Entry]:
             {"n_iter": 0, "n_init": 6, "p": 1},
             max_props | {GRADCHECK},
             scale=1e3,
+        )
+    )
+    # MaxTSW-SL: an ascent per pair from TSW-SL's trees (as max-SW: no shared slices).
+    # With n_iter=0 it is TSW-SL on the starting trees, explicit ones included
+    out.append(
+        Entry(
+            "max_tsw_sl[n_iter=5]",
+            tsw.max_tsw_sl,
+            {"n_trees": 2, "n_lines": K, "n_iter": 5, "lr": 0.05},
+            max_props,
+            None,
+            True,
+            scale=1e3,
+        )
+    )
+    out.append(
+        Entry(
+            "max_tsw_sl[n_iter=0,concurrent]",
+            tsw.max_tsw_sl,
+            {"n_trees": T, "n_lines": K, "n_iter": 0, "tree": "concurrent"},
+            COMMON | EXPLICIT | {HOMOGENEOUS},
+            "concurrent",
+            True,
         )
     )
     # on the sphere: no translations or scalings, rotations of data and slices instead
@@ -509,6 +583,47 @@ def _registry() -> list[Entry]:
                 mod_props,
                 None,
                 center,
+                module=cls,
+                function=fn,
+                p=p,
+            )
+        )
+    for cls, fn, kw, props, p, scale in (
+        (
+            tsw.nn.LCVSWLoss,
+            tsw.lcv_sw,
+            {"n_projections": 12},
+            COMMON | {TRANSLATION_LAW, GRADCHECK},
+            2.0,
+            1.0,
+        ),
+        (tsw.nn.EBSWLoss, tsw.eb_sw, {"n_projections": 12}, COMMON | {TRANSLATION_LAW}, 2.0, 1.0),
+        (
+            tsw.nn.RPSWLoss,
+            tsw.rp_sw,
+            {"n_projections": 12, "kappa": 20.0},
+            (COMMON - {SYMMETRIC, WEIGHTS}) | {TRANSLATION_LAW},
+            2.0,
+            1.0,
+        ),
+        (
+            tsw.nn.MaxTSWSLLoss,
+            tsw.max_tsw_sl,
+            {"n_lines": K, "n_iter": 5},
+            COMMON | {TRANSLATION_LAW},
+            1.0,
+            1e3,
+        ),
+    ):
+        out.append(
+            Entry(
+                cls.__name__,
+                _module_call(cls),
+                kw,
+                props,
+                None,
+                fn is tsw.max_tsw_sl,
+                scale=scale,
                 module=cls,
                 function=fn,
                 p=p,

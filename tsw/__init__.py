@@ -38,10 +38,14 @@ from tsw.core.wasserstein_1d import wasserstein_1d
 from tsw.euclidean import mappings
 from tsw.euclidean._circular_tsw import circular_tsw
 from tsw.euclidean._db_tsw import db_tsw
+from tsw.euclidean._max_tsw_sl import max_tsw_sl
 from tsw.euclidean._partial_tsw import partial_tsw
 from tsw.euclidean._spatial_tsw import spatial_tsw
 from tsw.euclidean._ts_sobolev import ts_sobolev
 from tsw.euclidean._tsw_sl import tsw_sl
+from tsw.sliced._eb_sw import eb_sw
+from tsw.sliced._lcv_sw import lcv_sw
+from tsw.sliced._rp_sw import rp_sw
 from tsw.sliced._s3w import s3w, s3w_map, s3w_unif, sample_rotations
 from tsw.sliced._ssw import sample_sphere_projections, ssw, ssw_unif
 from tsw.sliced._sw import max_sw, sample_projections, sw
@@ -94,13 +98,17 @@ __all__ = [
     "circular_tsw",
     "datasets",
     "db_tsw",
+    "eb_sw",
+    "lcv_sw",
     "line_system_cost",
     "mappings",
     "max_sw",
+    "max_tsw_sl",
     "metrics",
     "nn",
     "partial_sw",
     "partial_tsw",
+    "rp_sw",
     "s3w",
     "s3w_map",
     "s3w_unif",

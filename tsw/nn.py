@@ -49,11 +49,15 @@ from tsw.core._validation import (
 )
 from tsw.euclidean._circular_tsw import circular_tsw
 from tsw.euclidean._db_tsw import db_tsw
+from tsw.euclidean._max_tsw_sl import max_tsw_sl
 from tsw.euclidean._partial_tsw import partial_tsw
 from tsw.euclidean._spatial_tsw import spatial_tsw
 from tsw.euclidean._ts_sobolev import ts_sobolev
 from tsw.euclidean._tsw_sl import tsw_sl
 from tsw.euclidean.mappings import resolve_mapping
+from tsw.sliced._eb_sw import eb_sw
+from tsw.sliced._lcv_sw import lcv_sw
+from tsw.sliced._rp_sw import rp_sw
 from tsw.sliced._s3w import s3w, s3w_unif, sample_rotations
 from tsw.sliced._ssw import ssw, ssw_unif
 from tsw.sliced._sw import max_sw, sw
@@ -64,8 +68,12 @@ __all__ = [
     "ARIS3WLoss",
     "CircularTSWLoss",
     "DbTSWLoss",
+    "EBSWLoss",
+    "LCVSWLoss",
     "MaxSWLoss",
+    "MaxTSWSLLoss",
     "PartialTSWLoss",
+    "RPSWLoss",
     "S3WLoss",
     "S3WUnifLoss",
     "SSWLoss",
@@ -485,6 +493,56 @@ MaxSWLoss: type[_Loss] = _loss_from(
     """
     >>> import torch, tsw
     >>> loss = tsw.nn.MaxSWLoss(n_iter=10, seed=0)
+    >>> loss(torch.zeros(4, 3), torch.ones(5, 3)).item() > 0
+    True
+    """,
+)
+
+MaxTSWSLLoss: type[_Loss] = _loss_from(
+    max_tsw_sl,
+    "MaxTSWSLLoss",
+    "MaxTSW-SL loss: TSW-SL on trees moved uphill by an ascent at every call.",
+    """
+    >>> import torch, tsw
+    >>> loss = tsw.nn.MaxTSWSLLoss(n_lines=4, n_iter=20, seed=0)
+    >>> loss(torch.zeros(4, 2), torch.ones(5, 2)).item() > 0
+    True
+    """,
+)
+
+LCVSWLoss: type[_Loss] = _loss_from(
+    lcv_sw,
+    "LCVSWLoss",
+    'Control-variate SW loss (LCV-SW; UCV-SW with ``variate="upper"``).',
+    """
+    >>> import torch, tsw
+    >>> loss = tsw.nn.LCVSWLoss(n_projections=50, seed=0)
+    >>> X = torch.randn(10, 3, requires_grad=True)
+    >>> loss(X, torch.randn(12, 3) + 1).backward()
+    >>> X.grad.shape
+    torch.Size([10, 3])
+    """,
+)
+
+EBSWLoss: type[_Loss] = _loss_from(
+    eb_sw,
+    "EBSWLoss",
+    "Energy-based SW loss (importance-sampling estimate, IS-EBSW).",
+    """
+    >>> import torch, tsw
+    >>> loss = tsw.nn.EBSWLoss(n_projections=50, seed=0)
+    >>> float(loss(torch.zeros(4, 3), torch.zeros(5, 3)))
+    0.0
+    """,
+)
+
+RPSWLoss: type[_Loss] = _loss_from(
+    rp_sw,
+    "RPSWLoss",
+    "Random-path SW loss: directions along random pairs of atoms, drawn at every call.",
+    """
+    >>> import torch, tsw
+    >>> loss = tsw.nn.RPSWLoss(n_projections=50, kappa=50.0, seed=0)
     >>> loss(torch.zeros(4, 3), torch.ones(5, 3)).item() > 0
     True
     """,

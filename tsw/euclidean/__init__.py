@@ -4,8 +4,9 @@ One private module per method, named after its function with a leading underscor
 that no function shadows its module): ``_tsw_sl`` (:func:`tsw.tsw_sl`, TSW-SL),
 ``_db_tsw`` (:func:`tsw.db_tsw`, Db-TSW and Db-TSW⊥), ``_circular_tsw``
 (:func:`tsw.circular_tsw`), ``_spatial_tsw`` (:func:`tsw.spatial_tsw`, with the maps of
-the public :mod:`tsw.euclidean.mappings`) and ``_partial_tsw`` (:func:`tsw.partial_tsw`,
-unequal masses). Each holds its projection and its public function, re-exported by
-:mod:`tsw`; the private ``_lines`` holds the geometry they share (coordinates on lines,
-distances to lines).
+the public :mod:`tsw.euclidean.mappings`), ``_partial_tsw`` (:func:`tsw.partial_tsw`,
+unequal masses), ``_ts_sobolev`` (:func:`tsw.ts_sobolev`, TS-Sobolev) and
+``_max_tsw_sl`` (:func:`tsw.max_tsw_sl`, MaxTSW-SL). Each holds its projection and its
+public function, re-exported by :mod:`tsw`; the private ``_lines`` holds the geometry
+they share (coordinates on lines, distances to lines).
 """

@@ -6,13 +6,18 @@ One private module per baseline, re-exported by :mod:`tsw`:
   :func:`sample_projections`, also importable from here);
 * ``_ssw``: spherical SW (:func:`tsw.ssw`, POT-backed) and SSW to the uniform measure;
 * ``_s3w``: S3W, RI-S3W, ARI-S3W (:func:`tsw.s3w`: SW after a map of the sphere into a ball);
-* ``_unbalanced_sw``: sliced partial and unbalanced OT (POT's solvers).
+* ``_unbalanced_sw``: sliced partial and unbalanced OT (POT's solvers);
+* ``_lcv_sw``, ``_eb_sw``, ``_rp_sw``: the SW variants the tree-sliced papers compare
+  against (control-variate, energy-based and random-path SW).
 
 SW is the degenerate case of the driver (one line per slice, no split); the POT-backed
 baselines and the max-SW ascent use the driver for everything but their solver (each
 module says why).
 """
 
+from tsw.sliced._eb_sw import eb_sw
+from tsw.sliced._lcv_sw import lcv_sw
+from tsw.sliced._rp_sw import rp_sw
 from tsw.sliced._sw import max_sw, sample_projections, sw
 
-__all__ = ["max_sw", "sample_projections", "sw"]
+__all__ = ["eb_sw", "lcv_sw", "max_sw", "rp_sw", "sample_projections", "sw"]

@@ -1,0 +1,276 @@
+r"""Control-variate sliced Wasserstein (LCV-SW, UCV-SW; Nguyen and Ho, ICLR 2024).
+
+The value needs every direction's cost before it can be formed (the coefficient of
+the control variate is a statistic of all of them), so the module asks the driver for
+the per-direction costs (:meth:`~tsw.core._driver.Problem._per_slice`, with its blocks
+and ranks), forms the corrected per-direction terms here, and hands them back to
+:meth:`~tsw.core._driver.Problem.finish` for the mean, the root and the log. The
+mathematics is :func:`gaussian_variate` and :func:`corrected_costs`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from tsw.core._driver import Problem, Result, closed_form, driver_options, to_numpy
+from tsw.core._validation import OPTION_CHECKS, Measures, check_choice
+from tsw.sliced._sw import line_projection, resolve_projections
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
+__all__ = ["corrected_costs", "gaussian_variate", "lcv_sw"]
+
+#: the control variates: the Gaussian approximations' W_2^2 without (lower) or with
+#: (upper) the projected variances
+VARIATES = ("lower", "upper")
+#: how the coefficient is estimated from the L directions
+COEFFICIENTS = ("pooled", "leave_one_out")
+OPTION_CHECKS["variate"] = lambda value, name: check_choice(value, name, VARIATES)
+OPTION_CHECKS["coefficient"] = lambda value, name: check_choice(value, name, COEFFICIENTS)
+
+
+# --------------------------------------------------------------------------- mathematics
+
+
+def _mean_and_centred(X: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Weighted mean (B, d), centred points (B, n, d) and normalised weights (B, n)."""
+    w = w / w.sum(-1, keepdim=True)
+    m = (w.unsqueeze(-1) * X).sum(-2)
+    return m, X - m.unsqueeze(-2), w
+
+
+def gaussian_variate(
+    measures: Measures, projections: Tensor, variate: str
+) -> tuple[Tensor, Tensor]:
+    r"""Return the control variate :math:`G(\theta_l)` (B, L) and its mean on the sphere (B, 1).
+
+    With :math:`m_1, m_2` the means and :math:`\Sigma_1, \Sigma_2` the covariances of the
+    two measures (weights normalised), ``"lower"`` is
+    :math:`G(\theta) = (\theta^\top (m_1 - m_2))^2`, the :math:`W_2^2` of the projected
+    Gaussian approximations without their variances (a lower bound of the projected
+    :math:`W_2^2`), and ``"upper"`` adds :math:`\theta^\top \Sigma_1 \theta +
+    \theta^\top \Sigma_2 \theta` (an upper bound). For :math:`\theta` uniform on the
+    sphere, :math:`E[\theta\theta^\top] = I / d`, so :math:`E[G] = (|m_1 - m_2|^2 +
+    [\mathrm{tr}\,\Sigma_1 + \mathrm{tr}\,\Sigma_2]) / d`.
+    """
+    m1, C1, w1 = _mean_and_centred(measures.X_s, measures.a)
+    m2, C2, w2 = _mean_and_centred(measures.X_t, measures.b)
+    diff = (m1 - m2).unsqueeze(-2)  # (B, 1, d)
+    d = diff.shape[-1]
+    G = torch.matmul(diff, projections).squeeze(-2).square()  # (B, L)
+    mean = diff.square().sum(-1)  # (B, 1)
+    if variate == "upper":
+        for C, w in ((C1, w1), (C2, w2)):
+            G = G + (w.unsqueeze(-1) * torch.matmul(C, projections).square()).sum(-2)
+            mean = mean + (w * C.square().sum(-1)).sum(-1, keepdim=True)
+    return G, mean / d
+
+
+def corrected_costs(costs: Tensor, G: Tensor, mean: Tensor, coefficient: str) -> Tensor:
+    r"""Return the per-direction terms :math:`W_l - \hat\alpha\, (G_l - E[G])` (B, L).
+
+    Their mean is the control-variate estimate of :math:`SW_p^p`.
+    ``"pooled"`` (the authors' estimator): one coefficient from all ``L`` directions,
+
+    .. math::
+
+        \hat\alpha = \frac{\frac1L \sum_l (W_l - \bar W)(G_l - E[G])}
+            {\frac1L \sum_l (G_l - E[G])^2},
+
+    unbiased up to :math:`O(1/L)` (the coefficient is estimated from the same
+    directions). ``"leave_one_out"``: direction ``l`` is corrected with the coefficient
+    of the other ``L - 1`` directions, independent of it, so that every term has mean
+    :math:`SW_p^p` exactly (no coefficient for ``L = 1``: plain SW). Autograd
+    differentiates through the coefficient too (as the authors' code does), so the
+    gradient is the exact derivative of the estimate.
+    """
+    D = G - mean  # (B, L), mean zero over the sphere
+    # a variate that does not vary (d = 1, or identical means for the lower one) leaves
+    # only rounding in D: no correction then (the ratio of two rounding errors is noise)
+    floor = (100 * torch.finfo(costs.dtype).eps * mean.detach()).square()
+    L = costs.shape[-1]
+    if coefficient == "pooled":
+        cov = ((costs - costs.mean(-1, keepdim=True)) * D).mean(-1, keepdim=True)
+        return costs - _ratio(cov, D.square().mean(-1, keepdim=True), floor) * D
+    if L < 2:
+        return costs
+    sw, sd = costs.sum(-1, keepdim=True), D.sum(-1, keepdim=True)
+    swd, sdd = (costs * D).sum(-1, keepdim=True), D.square().sum(-1, keepdim=True)
+    w_rest = (sw - costs) / (L - 1)  # mean of the others' costs
+    cov = ((swd - costs * D) - w_rest * (sd - D)) / (L - 1)
+    var = (sdd - D.square()) / (L - 1)
+    return costs - _ratio(cov, var, floor) * D
+
+
+def _ratio(cov: Tensor, var: Tensor, floor: Tensor) -> Tensor:
+    """``cov / var`` where ``var`` exceeds ``floor``, else 0 (no correction)."""
+    ok = var > floor
+    return torch.where(ok, cov / torch.where(ok, var, torch.ones_like(var)), torch.zeros_like(cov))
+
+
+def direction_costs(problem: Problem, projections: Tensor) -> Tensor:
+    """Per-direction :math:`W_p^p` (B, L) through the driver (its blocks and ranks)."""
+    problem.check_range()
+    return problem._per_slice(line_projection, projections, closed_form, None)
+
+
+# --------------------------------------------------------------------------- public function
+
+
+@driver_options(sliced=True, chunked=True)
+def lcv_sw(
+    X_s: Tensor,
+    X_t: Tensor,
+    a: Tensor | None = None,
+    b: Tensor | None = None,
+    *,
+    n_projections: int = 50,
+    p: float = 2,
+    variate: str = "lower",
+    coefficient: str = "pooled",
+    projections: Tensor | None = None,
+    orthogonal: bool = False,
+    sampling: str = "iid",
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    validate: bool = True,
+    power: bool = False,
+    log: bool = False,
+    chunk_size: int | str | None = "auto",
+    process_group: ProcessGroup | None = None,
+    gather: bool = False,
+) -> Result:
+    r"""Sliced Wasserstein with a Gaussian control variate (LCV-SW, UCV-SW).
+
+    References: [Nguyen2024a]_.
+
+    An estimate of :math:`SW_p^p` with the variance of Monte-Carlo SW reduced by a
+    control variate :math:`G(\theta)` whose mean over the sphere is known in closed form
+    (:func:`gaussian_variate`): with :math:`W_l = W_p^p(\theta_l \# \mu, \theta_l \# \nu)`
+    for uniform directions :math:`\theta_1, \dots, \theta_L`,
+
+    .. math::
+
+        \widehat{SW}_p^p = \frac1L \sum_{l=1}^L \big(W_l - \hat\alpha\,(G(\theta_l) -
+        E[G])\big),
+
+    with :math:`\hat\alpha` the estimated optimal coefficient (:func:`corrected_costs`).
+    The lower variate (LCV-SW) is the projected :math:`W_2^2` of the two measures'
+    Gaussian approximations without their variances, :math:`(\theta^\top(m_1 -
+    m_2))^2`; the upper one (UCV-SW) adds :math:`\theta^\top(\Sigma_1 + \Sigma_2)\theta`.
+    Both are functions of :math:`\theta` of known mean, so the estimate stays unbiased
+    (exactly with ``coefficient="leave_one_out"``, up to :math:`O(1/L)` with the
+    authors' pooled coefficient) and its variance drops by the squared correlation of
+    :math:`W` and :math:`G`. The value is the ``1/p`` root of the estimate, as
+    :func:`tsw.sw`'s; the estimate can fall below 0 (rarely: the correction exceeds the
+    mean cost), where the root form returns 0 with a zero gradient and ``power=True``
+    returns the estimate itself.
+
+    Parameters
+    ----------
+    X_s, X_t, a, b
+        As in :func:`tsw.sw`.
+    n_projections : int, default 50
+        ``L``, ignored when ``projections`` is given.
+    p : float, default 2
+        Order of the one-dimensional Wasserstein distances (the variate is a
+        :math:`W_2^2`; it is a valid control variate for every ``p``, best correlated
+        at ``p = 2``).
+    variate : {"lower", "upper"}, default "lower"
+        LCV-SW or UCV-SW.
+    coefficient : {"pooled", "leave_one_out"}, default "pooled"
+        The authors' coefficient from all directions, or each direction's from the
+        others (exactly unbiased).
+    projections : Tensor of shape (d, L) or (B, d, L), optional
+        Explicit unit directions (POT's layout), taken as uniform draws: :math:`E[G]`
+        is the sphere's mean.
+    orthogonal, sampling
+        How the directions are drawn, as in :func:`tsw.sw` (each direction stays
+        uniform, so :math:`E[G]` holds).
+    seed, generator, validate
+        As in :func:`tsw.sw`.
+
+    Returns
+    -------
+    Tensor of shape () or (B,)
+        Same dtype and device as ``X_s``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For malformed inputs, ``p < 1``, malformed projections or an unknown
+        ``variate`` / ``coefficient``.
+
+    Notes
+    -----
+    ``log["per_tree"]`` holds the corrected terms (their mean is the estimate) and
+    ``log["projected_emds"]`` the plain costs :math:`W_l` (whose mean is SW's); the
+    standard error is that of the corrected terms. Cost: SW's, plus one (n, d) x (d, L)
+    product per measure for UCV-SW's projected variances.
+
+    References
+    ----------
+    .. [Nguyen2024a] K. Nguyen, N. Ho. Sliced Wasserstein estimation with control
+       variates. ICLR 2024.
+
+    Examples
+    --------
+    >>> import torch, tsw
+    >>> g = torch.Generator().manual_seed(0)
+    >>> X, Y = torch.randn(100, 3, generator=g), torch.randn(80, 3, generator=g) + 2
+    >>> v = tsw.lcv_sw(X, Y, n_projections=20, seed=0)
+    >>> w = tsw.sw(X, Y, n_projections=4000, seed=1)
+    >>> bool(abs(v - w) < 0.1 * w)
+    True
+    """
+    problem = Problem.of(
+        X_s,
+        X_t,
+        a,
+        b,
+        p=p,
+        seed=seed,
+        generator=generator,
+        validate=validate,
+        power=power,
+        log=log,
+        chunk_size=chunk_size,
+        process_group=process_group,
+        gather=gather,
+    )
+    variate = check_choice(variate, "variate", VARIATES)
+    coefficient = check_choice(coefficient, "coefficient", COEFFICIENTS)
+    projections = resolve_projections(
+        problem.measures,
+        projections,
+        n_projections,
+        orthogonal,
+        problem.rng,
+        sampling,
+        validate=problem.validate,
+    )
+    costs = direction_costs(problem, projections)
+    G, mean = gaussian_variate(problem.measures, projections, variate)
+    terms = corrected_costs(costs, G, mean, coefficient)
+    if not problem.power:  # the root of a negative estimate: 0, with a zero gradient
+        terms = terms + torch.relu(-terms.mean(-1, keepdim=True))
+    return with_costs(problem, problem.finish(terms, projections, projections), costs)
+
+
+def with_costs(problem: Problem, result: Result, costs: Tensor, **extra: Tensor) -> Result:
+    """Put the plain per-direction costs (and ``extra``) in the log of ``result``."""
+    if not problem.log:
+        return result
+    value, info = result  # type: ignore[misc]
+
+    def out(t: Tensor) -> object:
+        t = t if problem.measures.batched else t[0]
+        return to_numpy(t) if problem.numpy else t
+
+    info["projected_emds"] = out(costs)
+    info.update({k: out(v) for k, v in extra.items()})
+    return value, info
