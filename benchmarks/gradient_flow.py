@@ -23,13 +23,27 @@ distances with sliced baselines at **equal total line counts**, including SW_1 a
 with a point-independent split, TSW-SL is exactly an SW_1 over its lines, so SW_1
 isolates what the tree adds.
 
+The rows of the papers' full tables (TSW-SL paper, Table 1; spec section 9) add
+``lcvsw`` (:func:`tsw.lcv_sw`, the lower control variate), ``ebsw`` (:func:`tsw.eb_sw`,
+importance-sampling EBSW with f = exp), ``rpsw`` (:func:`tsw.rp_sw`; ``--rpsw-kappa``
+perturbs its directions), ``maxtswsl`` (:func:`tsw.max_tsw_sl`: one chain tree of
+``--n-lines`` lines moved uphill by ``--max-iter`` inner steps, the first of angle
+``--max-lr``; ``maxsw`` takes the same two options), ``tssobolev`` (:func:`tsw.ts_sobolev`
+at ``--sobolev-p``, Db-TSW's trees and ``--delta``) and ``swgg`` (the transport-plans
+issue's SWGG: the key says so until ``tsw.swgg`` exists). The papers' timings are
+printed beside ours, labelled as theirs (A100). ``--ascent-check`` measures what the Max
+rows' inner loop does at the papers' setting (100 plain gradient steps at lr 1e-4)
+against the ascent used here, on the clouds of the first step.
+
 Example: ``python -m benchmarks.gradient_flow --iters 500 --seeds 3`` (the README's
-main job, about a minute on two CPU cores).
+main job, about a minute on two CPU cores). The full Table 1:
+``--dataset swissroll --methods sw2,maxsw,lcvsw,tswsl,maxtswsl`` (and ``25gaussians``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 
@@ -95,10 +109,54 @@ def methods(lines: int, n_lines: int, dim: int, args: argparse.Namespace) -> dic
             args.lr,
         ),
         "maxsw": (
-            "Max-SW_2 (100 inner steps)",
+            f"Max-SW_2 ({args.max_iter} inner steps)",
             tsw.max_sw,
-            {"p": 2, "n_iter": 100},
+            {"p": 2, "n_iter": args.max_iter, "lr": args.max_lr},
             args.lr,
+        ),
+        "lcvsw": (
+            f"LCV-SW_2 (L={lines})",
+            tsw.lcv_sw,
+            {"n_projections": lines, "p": 2},
+            args.lr,
+        ),
+        "ebsw": (
+            f"EB-SW_2 (L={lines}, f = exp)",
+            tsw.eb_sw,
+            {"n_projections": lines, "p": 2},
+            args.lr,
+        ),
+        "rpsw": (
+            f"RP-SW_2 (L={lines}"
+            + ("" if args.rpsw_kappa is None else f", kappa={args.rpsw_kappa:g}")
+            + ")",
+            tsw.rp_sw,
+            {"n_projections": lines, "p": 2, "kappa": args.rpsw_kappa},
+            args.lr,
+        ),
+        "maxtswsl": (
+            f"MaxTSW-SL chain (1x{n_lines}, {args.max_iter} inner steps)",
+            tsw.max_tsw_sl,
+            {
+                "n_trees": 1,
+                "n_lines": n_lines,
+                "n_iter": args.max_iter,
+                "lr": args.max_lr,
+                **tree,
+            },
+            lr_tree,
+        ),
+        "tssobolev": (
+            f"TS-Sobolev ({T}x{n_lines}, delta={args.delta:g}, p={args.sobolev_p:g})",
+            tsw.ts_sobolev,
+            {
+                "n_trees": T,
+                "n_lines": n_lines,
+                "delta": args.delta,
+                "p": args.sobolev_p,
+                "root_std": args.root_std,
+            },
+            lr_tree,
         ),
         "tswsl": (
             f"TSW-SL chain ({T}x{n_lines})",
@@ -193,22 +251,39 @@ def methods(lines: int, n_lines: int, dim: int, args: argparse.Namespace) -> dic
             lr_tree,
         ),
     }
+    swgg = getattr(tsw, "swgg", None)  # the transport-plans issue's SWGG, once it lands
+    if swgg is not None:
+        table["swgg"] = (f"SWGG (L={lines})", swgg, {"n_projections": lines}, args.lr)
     return {k: {"name": v[0], "fn": v[1], "kw": v[2], "lr": v[3]} for k, v in table.items()}
+
+
+#: keys that name a method this checkout does not have yet, with what to say
+PENDING = {
+    "swgg": "swgg needs tsw.swgg (the transport-plans issue), which is not in this checkout "
+    "yet; leave it out of --methods until it lands"
+}
 
 
 #: The iterations of the published W2^2 values below.
 PUBLISHED_ITERS = (500, 1000, 1500, 2000, 2500)
 #: Published W2^2 at iterations 500/1000/1500/2000/2500 and s/iter (spec section 9).
-#: TSW-SL paper (ICML 2025) Table 1: source N(0, I), 100 points, SW L=100, TSW-SL 25x4,
-#: lr 5e-3, 10 runs, A100, float32 metric. The Db-TSW rows are the FW-TSW paper's rerun
+#: TSW-SL paper (ICML 2025) Table 1, all six rows: source N(0, I), 100 points, SW
+#: variants L=100, TSW-SL 25x4, lr 5e-3 (inner lr 1e-4 and 100 inner steps for the Max
+#: rows), 10 runs, A100, float32 metric. The Db-TSW rows are the FW-TSW paper's rerun
 #: (5 runs, iterations 1000/2000/2500 only).
 PUBLISHED = {
     ("swissroll", "sw2"): ([5.73e-3, 2.04e-3, 1.23e-3, 1.11e-3, 1.05e-3], 0.009),
     ("swissroll", "maxsw"): ([2.47e-2, 1.03e-2, 6.10e-3, 4.47e-3, 3.45e-3], 2.46),
+    ("swissroll", "swgg"): ([3.84e-2, 1.53e-2, 1.02e-2, 4.49e-3, 3.57e-5], 0.011),
+    ("swissroll", "lcvsw"): ([7.28e-3, 1.40e-3, 1.38e-3, 1.38e-3, 1.36e-3], 0.010),
     ("swissroll", "tswsl"): ([9.41e-3, 2.03e-7, 9.63e-8, 4.44e-8, 3.65e-8], 0.014),
+    ("swissroll", "maxtswsl"): ([2.75e-6, 8.24e-7, 5.14e-7, 5.02e-7, 5.00e-7], 2.53),
     ("25gaussians", "sw2"): ([1.61e-1, 9.52e-2, 3.44e-2, 2.56e-2, 2.20e-2], 0.006),
     ("25gaussians", "maxsw"): ([5.09e-1, 2.36e-1, 1.33e-1, 9.70e-2, 8.48e-2], 2.38),
+    ("25gaussians", "swgg"): ([3.10e-1, 1.17e-1, 3.38e-2, 3.58e-3, 2.54e-4], 0.009),
+    ("25gaussians", "lcvsw"): ([3.38e-1, 6.64e-2, 3.06e-2, 3.06e-2, 3.02e-2], 0.009),
     ("25gaussians", "tswsl"): ([3.49e-1, 9.06e-2, 2.96e-2, 1.20e-2, 3.03e-7], 0.010),
+    ("25gaussians", "maxtswsl"): ([1.12e-1, 8.28e-3, 1.61e-6, 7.32e-7, 5.19e-7], 2.49),
     ("25gaussians", "tswsl-conc"): ([None, 1.37e-6, None, 9.13e-7, 8.76e-7], None),
     ("25gaussians", "dbtsw"): ([None, 1.55e-6, None, 9.50e-7, 8.55e-7], None),
     ("25gaussians", "dbtsw-orth"): ([None, 1.79e-6, None, 1.14e-6, 1.03e-6], None),
@@ -237,6 +312,91 @@ def published_source(dataset: str, key: str) -> str:
     if key in ("tswsl-conc", "dbtsw", "dbtsw-orth"):
         return "FW-TSW paper's rerun (5 runs)"
     return "TSW-SL paper, Table 1 (10 runs)"
+
+
+def _chain_with(trees: tsw.ChainLines, directions: torch.Tensor) -> tsw.ChainLines:
+    """The chain with new directions, its root and attachment coordinates kept."""
+    t = trees.attachments
+    root = trees.sources[..., :1, :]
+    steps = t[..., 1:, None] * directions[..., :-1, :]
+    sources = torch.cat([root, root + steps.cumsum(-2)], dim=-2)
+    return tsw.ChainLines(sources, directions, validate=False)
+
+
+def _planar_max(X: torch.Tensor, Y: torch.Tensor, p: float, n: int = 20001) -> float:
+    """max over the directions of W_p (planar clouds: a fine grid of angles)."""
+    angles = torch.linspace(0, np.pi, n, dtype=torch.float64)
+    grid = torch.stack([angles.cos(), angles.sin()])
+    _, info = tsw.sw(X, Y, projections=grid, p=p, log=True)
+    return float(info["per_tree"].max() ** (1 / p))
+
+
+def ascent_check(args: argparse.Namespace, starts: int = 10) -> int:
+    """What 100 inner steps do: the papers' plain steps at lr 1e-4 against this ascent.
+
+    On the clouds of the flows' first step (source N(0, I) of seed 0, each dataset's
+    target), from ``starts`` random starts: Max-SW_2's value at a random direction, after
+    100 plain gradient steps ``theta <- (theta + 1e-4 grad) / |.|`` (the official codes'
+    inner loop), after :func:`tsw.max_sw`'s ascent, and the true maximum (a grid of
+    angles); the same for MaxTSW-SL on one chain tree of 4 lines (TSW-SL's value), whose
+    maximum is max-SW_1.
+    """
+    out = prepare(args)
+    rows, payload = [], {}
+    for dataset in ("swissroll", "25gaussians"):
+        Y = make_target(dataset, args.n, 0)
+        g = torch.Generator().manual_seed(0)
+        X = torch.randn(Y.shape, generator=g, dtype=torch.float64)
+        res: dict[str, list[float]] = {k: [] for k in ("sw_start", "sw_plain", "sw_ours")}
+        res |= {k: [] for k in ("tsw_start", "tsw_plain", "tsw_ours")}
+        for s in range(starts):
+            theta = tsw.sample_projections(2, 1, seed=s, dtype=torch.float64)
+            res["sw_start"].append(float(tsw.sw(X, Y, projections=theta)))
+            for _ in range(100):
+                th = theta.clone().requires_grad_()
+                value = tsw.sw(X, Y, projections=th / th.norm(), validate=False)
+                (grad,) = torch.autograd.grad(value, th)
+                theta = theta + 1e-4 * grad
+                theta = theta / theta.norm()
+            res["sw_plain"].append(float(tsw.sw(X, Y, projections=theta)))
+            res["sw_ours"].append(float(tsw.max_sw(X, Y, n_iter=100, lr=1e-4, n_init=1, seed=s)))
+            start = tsw.sample_chain_lines(
+                2,
+                n_trees=1,
+                n_lines=4,
+                center=(X.mean(0) + Y.mean(0)) / 2,
+                seed=s,
+                dtype=torch.float64,
+            )
+            res["tsw_start"].append(float(tsw.tsw_sl(X, Y, trees=start)))
+            dirs = start.directions
+            for _ in range(100):
+                d = dirs.clone().requires_grad_()
+                value = tsw.tsw_sl(X, Y, trees=_chain_with(start, d), validate=False)
+                (grad,) = torch.autograd.grad(value, d)
+                dirs = dirs + 1e-4 * grad
+                dirs = dirs / dirs.norm(dim=-1, keepdim=True)
+            res["tsw_plain"].append(float(tsw.tsw_sl(X, Y, trees=_chain_with(start, dirs))))
+            res["tsw_ours"].append(float(tsw.max_tsw_sl(X, Y, trees=start, n_iter=100, lr=1e-4)))
+        best2, best1 = _planar_max(X, Y, 2), _planar_max(X, Y, 1)
+        payload[dataset] = {**res, "max_sw2": best2, "max_sw1": best1}
+        for label, keys, best in (
+            ("Max-SW_2", ("sw_start", "sw_plain", "sw_ours"), best2),
+            ("MaxTSW-SL (1x4 chain, p=1)", ("tsw_start", "tsw_plain", "tsw_ours"), best1),
+        ):
+            rows.append(
+                [dataset, label, *[mean_std(res[k], ".4f", ".3f") for k in keys], f"{best:.4f}"]
+            )
+    header = ["dataset", "method", "random start", "100 plain steps, lr 1e-4"]
+    header += ["100 steps of the ascent here", "maximum"]
+    print_table(
+        f"the Max rows' inner loop on the first step's clouds, mean ± std over {starts} starts",
+        header,
+        rows,
+    )
+    (out / "ascent_check.json").write_text(json.dumps(payload, indent=1))
+    print(f"\nresults written to {(out / 'ascent_check.json').resolve()}")
+    return 0
 
 
 def w2_squared(X: torch.Tensor, Y: torch.Tensor) -> float:
@@ -336,11 +496,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--delta", type=float, default=1.0, help="Db-TSW split temperature")
     ap.add_argument("--root-std", type=float, default=0.1, help="root spread of trees")
     ap.add_argument("--radius", type=float, default=0.01, help="CircularTSW radius")
+    ap.add_argument("--max-iter", type=int, default=100, help="inner steps of the Max rows")
+    ap.add_argument(
+        "--max-lr", type=float, default=1e-4, help="first inner step of the Max rows [rad]"
+    )
+    ap.add_argument("--sobolev-p", type=float, default=2.0, help="p of TS-Sobolev")
+    ap.add_argument("--rpsw-kappa", type=float, default=None, help="RP-SW perturbation")
+    ap.add_argument(
+        "--ascent-check",
+        action="store_true",
+        help="measure what 100 inner steps at lr 1e-4 do (the Max rows), then exit",
+    )
     ap.add_argument("--methods", default=DEFAULT_METHODS, help="comma-separated keys")
     ap.add_argument("--time-budget", type=float, default=None, help="equal-time mode [s]")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     add_run_args(ap, "gradient_flow")
     args = ap.parse_args(argv)
+    if args.ascent_check:
+        return ascent_check(args)
     out = prepare(args)
     step = max(args.iters // 5, 1)
     checkpoints = sorted({min(step * i, args.iters) for i in range(1, 6)})
@@ -350,6 +523,9 @@ def main(argv: list[str] | None = None) -> int:
     dim = make_target(args.dataset, 2, 0).shape[1]
     table = methods(args.lines, args.n_lines, dim, args)
     keys = [k.strip() for k in args.methods.split(",") if k.strip()]
+    pending = [k for k in keys if k not in table and k in PENDING]
+    if pending:
+        ap.error(PENDING[pending[0]])
     unknown = [k for k in keys if k not in table]
     if unknown:
         ap.error(f"unknown methods {unknown}; choose from {sorted(table)}")
