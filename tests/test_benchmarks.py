@@ -129,6 +129,21 @@ def test_gradient_flow_table_one_rows(tmp_path, capsys):
         assert "swgg needs tsw.swgg" in capsys.readouterr().err
 
 
+def test_colour_transfer_smoke(tmp_path):
+    from benchmarks import colour_transfer
+
+    args = ["--smoke", "--methods", "sw2,dbtsw,tssobolev", "--out", str(tmp_path)]
+    assert colour_transfer.main(args) == 0
+    records = json.loads((tmp_path / "results.json").read_text())
+    assert [r["method"] for r in records] == ["sw2", "dbtsw", "tssobolev"]
+    for r in records:
+        assert r["seed"] == 0
+        assert r["seconds"] > 0
+        assert 0 < r["w2"] < r["w2_start"]  # ten steps towards the target palette
+    assert (tmp_path / "colour_transfer.png").stat().st_size > 0
+    assert set(colour_transfer.MODES) >= {"flow"}
+
+
 def test_gradient_flow_help_describes_the_output(capsys):
     with pytest.raises(SystemExit):
         gradient_flow.main(["--help"])
