@@ -49,6 +49,28 @@ lines** (``--lines`` = trees x lines per tree = projections, 100 by default):
   CircularTSW r=0; the typical distance of a digit to the mean image is about 2.1). In
   64 dimensions it failed at every radius tried (0.01 to 20; ``benchmarks/RESULTS.md``).
 
+``--setups swae-sphere``: the SWAE with a spherical latent of the STSW and S3W papers
+(their Table 4 protocol, after Bonet et al.'s SSW paper), on the digits: an MLP encoder
+``64 -> 256 -> 128 -> d + 1`` whose output is normalised onto :math:`S^d`
+(``--sphere-dim`` d, 2 by default: the papers' S^2), a decoder ``d + 1 -> 128 -> 256 -> 64``
+(sigmoid), loss = binary cross-entropy (mean over pixels, as the papers' ``nn.BCELoss``)
++ ``--sphere-beta`` (1, the STSW config's) x distance(codes of a real batch, a batch of
+the prior). Priors (``--sphere-prior``): ``vmf``, the papers' equal mixture of 10 von
+Mises-Fisher laws of concentration 10 centred on a Fibonacci lattice of S^2, or
+``uniform`` on S^d. Regularisers (``--sphere-methods``): ``stsw``
+(:class:`tsw.nn.STSWLoss`, ``--sphere-trees`` trees of 10 rays, delta = 2, the STSW
+config's), ``ssw`` (:class:`tsw.nn.SSWLoss`), ``s3w`` and ``ri-s3w``
+(:class:`tsw.nn.S3WLoss`, RI-S3W with 5 rotations) and ``sw`` (:class:`tsw.nn.SWLoss` on
+the codes as points of R^(d+1)), all at p = 2, the sliced ones with ``--sphere-lines``
+directions (the STSW trees' line count: 5 x 10 = 50 by default; the STSW config's
+200 x 10 on a GPU is out of reach here, POT's circle solver of SSW taking 1.6 s a step
+at 100 directions and 256 codes), batches of ``--sphere-batch`` (128). Metrics on the 360
+test images: ``bce`` (mean per pixel), ``w2`` (the exact geodesic W_2 between the test
+codes and as many prior samples, :func:`tsw.metrics.geodesic_wasserstein`), ``log_w2``
+(the papers' "log W2": the natural log of the squared geodesic W_2, as their
+``g_wasserstein`` returns), and ``nll`` under the vMF prior (S^2 only). No classifier
+is needed for this setup.
+
 The tree losses use ``p = --p`` (1, the papers' definition) and roots ``center + 0.1
 N(0, I)`` (``--root-std``). ``--power`` trains on ``value ** p`` instead of the distance
 itself (e.g. SW_2² instead of SW_2); ``--time-budget S`` trains every method for ``S``
@@ -122,7 +144,10 @@ from benchmarks._report import (
 )
 
 SETUPS = ("pixel", "sngan", "swae")
+#: the spherical SWAE: a setup of its own (its methods, priors and metrics), not a default
+SPHERE_SETUP = "swae-sphere"
 METHODS = ("sw2", "sw1", "orthsw", "maxsw", "tswsl", "dbtsw", "dbtsw-orth", "circular")
+SPHERE_METHODS = ("stsw", "ssw", "s3w", "ri-s3w", "sw")
 
 # --------------------------------------------------------------------------- losses
 
@@ -234,6 +259,146 @@ def robust_table(args: argparse.Namespace) -> dict[str, dict]:
         ),
     }
     return table
+
+
+# --------------------------------------------------------------------------- spherical SWAE
+
+
+def sphere_table(args: argparse.Namespace) -> dict[str, dict]:
+    """key -> {"name", "make": seed -> nn.Module} of the spherical SWAE's regularisers."""
+    T, L = args.sphere_trees, args.sphere_lines
+    common = {"p": 2, "validate": False}
+    table = {
+        "stsw": (
+            f"STSW ({T}x10, delta=2)",
+            lambda s: tsw.nn.STSWLoss(n_trees=T, n_lines=10, delta=2.0, seed=s, **common),
+        ),
+        "ssw": (f"SSW (L={L})", lambda s: tsw.nn.SSWLoss(n_projections=L, seed=s, **common)),
+        "s3w": (f"S3W (L={L})", lambda s: tsw.nn.S3WLoss(n_projections=L, seed=s, **common)),
+        "ri-s3w": (
+            f"RI-S3W (L={L}, 5 rotations)",
+            lambda s: tsw.nn.S3WLoss(n_projections=L, n_rotations=5, seed=s, **common),
+        ),
+        "sw": (
+            f"SW_2 in R^d+1 (L={L})",
+            lambda s: tsw.nn.SWLoss(n_projections=L, seed=s, **common),
+        ),
+    }
+    return {k: {"name": v[0], "make": v[1]} for k, v in table.items()}
+
+
+def fibonacci_sphere(n: int) -> torch.Tensor:
+    """``n`` nearly even points of S^2 (the Fibonacci lattice), float64 (n, 3)."""
+    i = torch.arange(n, dtype=torch.float64)
+    z = 1 - 2 * i / max(n - 1, 1)
+    r = (1 - z.square()).clamp_min(0).sqrt()
+    phi = i * math.pi * (3 - math.sqrt(5))  # the golden angle
+    return torch.stack([r * phi.cos(), r * phi.sin(), z], dim=-1)
+
+
+#: the papers' vMF prior: 10 equal components of concentration 10 on a Fibonacci lattice
+VMF_COMPONENTS, VMF_KAPPA = 10, 10.0
+
+
+def sphere_prior(kind: str, n: int, dim: int, g: torch.Generator) -> torch.Tensor:
+    """``n`` samples of the prior on S^dim (float32): uniform, or the papers' vMF mixture.
+
+    The mixture's samples are drawn per component in equal numbers (the papers draw the
+    counts from a multinomial), then shuffled.
+    """
+    if kind == "uniform":
+        z = torch.randn(n, dim + 1, generator=g, dtype=torch.float64)
+        return torch.nn.functional.normalize(z, dim=-1).float()
+    per = -(-n // VMF_COMPONENTS)
+    seed = int(torch.randint(0, 2**62, (1,), generator=g))
+    X = tsw.datasets.make_vmf_mixture(
+        per, VMF_KAPPA, means=fibonacci_sphere(VMF_COMPONENTS), seed=seed
+    )
+    return X[torch.randperm(len(X), generator=g)[:n]].float()
+
+
+class SphereSWAE(nn.Module):
+    """Encoder onto S^dim and decoder back to the 64 pixels."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.encoder = mlp([SIDE * SIDE, hidden, hidden // 2, dim + 1])
+        self.decoder = mlp([dim + 1, hidden // 2, hidden, SIDE * SIDE], out=nn.Sigmoid)
+
+    def encode(self, X: torch.Tensor) -> torch.Tensor:
+        return nn.functional.normalize(self.encoder(X), dim=-1)
+
+    def forward(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        code = self.encode(X)
+        return self.decoder(code), code
+
+
+def train_sphere(loss: nn.Module, X: torch.Tensor, seed: int, args) -> tuple[nn.Module, float, int]:
+    """Train one spherical SWAE; return the model, the seconds of training and the steps."""
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)  # model initialisation
+    model = SphereSWAE(args.sphere_dim, args.hidden)
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    batch = min(args.sphere_batch, len(X))
+    elapsed, it = 0.0, 0
+    while it < args.iters and (args.time_budget is None or elapsed < args.time_budget):
+        t0 = time.perf_counter()
+        x = X[torch.randperm(len(X), generator=g)[:batch]]
+        recon, code = model(x)
+        prior = sphere_prior(args.sphere_prior, batch, args.sphere_dim, g)
+        value = nn.functional.binary_cross_entropy(recon, x) + args.sphere_beta * loss(code, prior)
+        opt.zero_grad(set_to_none=True)
+        value.backward()
+        opt.step()
+        elapsed += time.perf_counter() - t0
+        it += 1
+    return model, elapsed, it
+
+
+@torch.no_grad()
+def evaluate_sphere(model: nn.Module, test: torch.Tensor, args, seed: int) -> dict:
+    """BCE per pixel, geodesic W_2 and the papers' log W2 of the test codes, vMF NLL."""
+    recon, code = model(test)
+    g = torch.Generator().manual_seed(50_000 + seed)
+    prior = sphere_prior(args.sphere_prior, len(test), args.sphere_dim, g)
+    codes = code.double()
+    codes = codes / codes.norm(dim=-1, keepdim=True)
+    w2sq = tsw.metrics.geodesic_wasserstein(codes, prior.double(), p=2, power=True)
+    out = {
+        "bce": float(nn.functional.binary_cross_entropy(recon.clamp(0, 1), test)),
+        "w2": math.sqrt(w2sq),
+        "log_w2": math.log(w2sq),
+    }
+    if args.sphere_prior == "vmf" and args.sphere_dim == 2:
+        means = fibonacci_sphere(VMF_COMPONENTS)
+        out["nll"] = tsw.metrics.vmf_mixture_nll(codes, means, VMF_KAPPA)
+    return out
+
+
+def run_swae_sphere(args, data, mode: str) -> tuple[list[dict], dict]:
+    """The spherical SWAE under every regulariser of ``--sphere-methods``, several seeds."""
+    table = sphere_table(args)
+    unknown = [k for k in args.sphere_methods if k not in table]
+    if unknown:
+        raise SystemExit(f"unknown sphere methods {unknown}; choose from {sorted(table)}")
+    records: list[dict] = []
+    grid: dict[str, torch.Tensor] = {}
+    jobs = [(k, seed) for k in args.sphere_methods for seed in range(args.seeds)]
+    for key, seed in progress(jobs, "spherical SWAE runs"):
+        loss = table[key]["make"](1000 + seed)
+        model, sec, it = train_sphere(loss, data.X_train, seed, args)
+        rec = {"task": "generate", "mode": mode, "setup": SPHERE_SETUP, "method": key}
+        rec |= {"name": table[key]["name"], "seed": seed, "seconds": sec, "iterations": it}
+        rec |= {"prior": args.sphere_prior, "dim": args.sphere_dim}
+        rec |= evaluate_sphere(model, data.X_test, args, seed)
+        records.append(rec)
+        if seed == 0:
+            with torch.no_grad():
+                z = sphere_prior(
+                    args.sphere_prior, 100, args.sphere_dim, torch.Generator().manual_seed(7)
+                )
+                grid[table[key]["name"]] = model.decoder(z)
+    return records, {SPHERE_SETUP: grid}
 
 
 # --------------------------------------------------------------------------- models
@@ -458,6 +623,9 @@ NUMERIC = [
     "final_loss",
     "fid",
     "w2",
+    "bce",
+    "log_w2",
+    "nll",
     "coverage_entropy",
     "coverage_classes",
     "outlier_share",
@@ -553,6 +721,7 @@ def summarise(records: list[dict], metrics: list[str]) -> tuple[list[list], list
         for m in metrics:
             vals = [float(r[m]) for r in rs if m in r]
             spec = ".0f" if m == "iterations" else (".3f" if "share" in m or m == "w2" else ".2f")
+            spec = ".4f" if m in ("bce", "log_w2", "nll") else spec
             cells.append(mean_std(vals, spec, spec) if vals else "-")
             ok = [v for v in vals if math.isfinite(v)]
             nums += [
@@ -620,11 +789,25 @@ def parse_args(argv):
     ap.add_argument("--psw-mass", type=float, default=0.9, help="sliced partial OT: share")
     ap.add_argument("--usw-reg", type=float, default=0.1, help="SUOT KL penalty")
     ap.add_argument("--pot-projections", type=int, default=10, help="slices of POT baselines")
+    # the spherical SWAE (--setups swae-sphere)
+    ap.add_argument(
+        "--sphere-methods", type=_keys, default=list(SPHERE_METHODS), help="stsw,ssw,..."
+    )
+    ap.add_argument("--sphere-prior", default="vmf", choices=["vmf", "uniform"])
+    ap.add_argument("--sphere-dim", type=int, default=2, help="latent sphere S^d")
+    ap.add_argument("--sphere-beta", type=float, default=1.0, help="weight of the prior term")
+    ap.add_argument("--sphere-trees", type=int, default=5, help="STSW trees (10 rays each)")
+    ap.add_argument("--sphere-lines", type=int, default=50, help="directions of SSW/S3W/SW")
+    ap.add_argument("--sphere-batch", type=int, default=128, help="codes and prior samples")
     ap.add_argument("--smoke", action="store_true", help="tiny run of both tasks (< 1 min)")
     add_run_args(ap, "generative")
     args = ap.parse_args(argv)
+    bad = [x for x in args.setups if x not in (*SETUPS, SPHERE_SETUP)]
+    if bad:
+        ap.error(f"unknown setups {bad}; choose from {[*SETUPS, SPHERE_SETUP]}")
     if args.smoke:
         args.task, args.seeds, args.iters, args.robust_iters = "all", 1, 10, 10
+        args.sphere_trees, args.sphere_lines, args.sphere_batch = 2, 20, 32
         args.n_eval, args.batch, args.masses, args.pot_projections = 200, 64, [0.7], 2
         args.hidden = 32
     if args.time_budget is not None:
@@ -640,11 +823,30 @@ def main(argv: list[str] | None = None) -> int:
     settings = dict(vars(args)) | {"mode": mode}
     print(f"settings: {settings}")
     data = load_digits_split()
-    clf, acc = gm.load_classifier(args.classifier)
-    print(f"classifier: held-out accuracy {acc:.4f} on {len(data.X_test)} test images")
-    settings["classifier_accuracy"] = acc
     records: list[dict] = []
-    if args.task in ("generate", "all"):
+    sphere = args.task in ("generate", "all") and SPHERE_SETUP in args.setups
+    if sphere:  # its own methods and metrics (no classifier)
+        recs, grids = run_swae_sphere(args, data, mode)
+        records += recs
+        metrics = ["bce", "log_w2", "w2", "nll", "iterations", "seconds"]
+        printed, _ = summarise(recs, metrics)
+        title = (
+            f"spherical SWAE on S^{args.sphere_dim} ({args.sphere_prior} prior, {mode}), mean "
+            f"± std over {args.seeds} seeds, the 360 test images"
+        )
+        print_table(title, ["setup", "method", "runs", *metrics], printed)
+        images = grids[SPHERE_SETUP]
+        torch.save(images, out / f"samples_{SPHERE_SETUP}{tag}.pt")
+        save_grid(
+            images, out / f"samples_{SPHERE_SETUP}{tag}.png", f"{SPHERE_SETUP} ({mode}), seed 0"
+        )
+        args.setups = [x for x in args.setups if x != SPHERE_SETUP]
+    needs_classifier = args.task == "robust" or (args.task == "all" or bool(args.setups))
+    if needs_classifier:
+        clf, acc = gm.load_classifier(args.classifier)
+        print(f"classifier: held-out accuracy {acc:.4f} on {len(data.X_test)} test images")
+        settings["classifier_accuracy"] = acc
+    if args.task in ("generate", "all") and args.setups:
         lr0 = args.lr
         recs, grids = [], {}
         for setup in args.setups:  # sngan uses its own generator lr

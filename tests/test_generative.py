@@ -128,3 +128,36 @@ def test_generative_smoke(tmp_path, capsys):
     assert (tmp_path / "fid_pixel_sngan_swae.png").stat().st_size > 0
     _, acc = gm.load_classifier(CLASSIFIER)
     assert acc >= gm.MIN_ACCURACY
+
+
+def test_fibonacci_prior_and_vmf_mixture():
+    """The papers' vMF prior: 10 unit modes spread over S^2, samples near them."""
+    means = generative.fibonacci_sphere(10)
+    torch.testing.assert_close(means.norm(dim=-1), torch.ones(10, dtype=torch.float64))
+    gaps = torch.cdist(means, means) + 10 * torch.eye(10, dtype=torch.float64)
+    assert float(gaps.min()) > 0.6  # no two modes close (the closest pair: 2/3 apart)
+    z = generative.sphere_prior("vmf", 500, 2, torch.Generator().manual_seed(0))
+    assert z.shape == (500, 3)
+    nearest = (z.double() @ means.T).max(-1).values  # cosine to the nearest mode
+    assert float(nearest.mean()) > 0.85  # kappa = 10: E<x, mu> = coth(10) - 1/10 = 0.9
+    u = generative.sphere_prior("uniform", 4000, 4, torch.Generator().manual_seed(1))
+    assert u.shape == (4000, 5)
+    assert float(u.mean(0).abs().max()) < 0.05
+
+
+def test_swae_sphere_smoke(tmp_path):
+    args = ["--setups", "swae-sphere", "--task", "generate", "--seeds", "2", "--iters", "3"]
+    args += ["--sphere-methods", "stsw,ri-s3w,sw", "--sphere-lines", "10"]
+    args += ["--sphere-trees", "1", "--sphere-batch", "32", "--hidden", "16"]
+    assert generative.main([*args, "--out", str(tmp_path)]) == 0
+    records = json.loads((tmp_path / "results.json").read_text())
+    assert {r["setup"] for r in records} == {"swae-sphere"}
+    assert [(r["method"], r["seed"]) for r in records] == [
+        (m, s) for m in ("stsw", "ri-s3w", "sw") for s in (0, 1)
+    ]
+    for r in records:
+        assert 0 < r["w2"] <= math.pi
+        assert r["log_w2"] == pytest.approx(math.log(r["w2"] ** 2))
+        assert 0 < r["bce"] < 1
+        assert r["nll"] > 0
+    assert (tmp_path / "samples_swae-sphere.png").stat().st_size > 0
