@@ -68,8 +68,9 @@ at 100 directions and 256 codes), batches of ``--sphere-batch`` (128). Metrics o
 test images: ``bce`` (mean per pixel), ``w2`` (the exact geodesic W_2 between the test
 codes and as many prior samples, :func:`tsw.metrics.geodesic_wasserstein`), ``log_w2``
 (the papers' "log W2": the natural log of the squared geodesic W_2, as their
-``g_wasserstein`` returns), and ``nll`` under the vMF prior (S^2 only). No classifier
-is needed for this setup.
+``g_wasserstein`` returns), and ``nll`` under the vMF prior (S^2 only); the row
+``prior samples (the floor)`` scores fresh prior samples in place of the codes. No
+classifier is needed for this setup.
 
 The tree losses use ``p = --p`` (1, the papers' definition) and roots ``center + 0.1
 N(0, I)`` (``--root-std``). ``--power`` trains on ``value ** p`` instead of the distance
@@ -375,6 +376,22 @@ def evaluate_sphere(model: nn.Module, test: torch.Tensor, args, seed: int) -> di
     return out
 
 
+def prior_floor(args, n: int, seed: int) -> dict:
+    """The metrics of ``n`` fresh prior samples in place of the codes: what a latent
+    distributed exactly as the prior scores (the sampling floor of ``w2`` and ``nll``)."""
+    g = torch.Generator().manual_seed(60_000 + seed)
+    fresh = sphere_prior(args.sphere_prior, n, args.sphere_dim, g).double()
+    fresh = fresh / fresh.norm(dim=-1, keepdim=True)
+    prior = sphere_prior(
+        args.sphere_prior, n, args.sphere_dim, torch.Generator().manual_seed(50_000 + seed)
+    )
+    w2sq = tsw.metrics.geodesic_wasserstein(fresh, prior.double(), p=2, power=True)
+    out = {"w2": math.sqrt(w2sq), "log_w2": math.log(w2sq)}
+    if args.sphere_prior == "vmf" and args.sphere_dim == 2:
+        out["nll"] = tsw.metrics.vmf_mixture_nll(fresh, fibonacci_sphere(VMF_COMPONENTS), VMF_KAPPA)
+    return out
+
+
 def run_swae_sphere(args, data, mode: str) -> tuple[list[dict], dict]:
     """The spherical SWAE under every regulariser of ``--sphere-methods``, several seeds."""
     table = sphere_table(args)
@@ -382,6 +399,11 @@ def run_swae_sphere(args, data, mode: str) -> tuple[list[dict], dict]:
     if unknown:
         raise SystemExit(f"unknown sphere methods {unknown}; choose from {sorted(table)}")
     records: list[dict] = []
+    for seed in range(args.seeds):  # the floor row: prior samples in place of the codes
+        rec = {"task": "generate", "mode": mode, "setup": SPHERE_SETUP, "method": "prior"}
+        rec |= {"name": "prior samples (the floor)", "seed": seed, "seconds": 0.0}
+        rec |= {"iterations": 0, "prior": args.sphere_prior, "dim": args.sphere_dim}
+        records.append(rec | prior_floor(args, len(data.X_test), seed))
     grid: dict[str, torch.Tensor] = {}
     jobs = [(k, seed) for k in args.sphere_methods for seed in range(args.seeds)]
     for key, seed in progress(jobs, "spherical SWAE runs"):
