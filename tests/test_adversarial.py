@@ -147,6 +147,21 @@ TWO = {
     "ssw": (tsw.ssw, {"n_projections": 3}, True),
     "ssw[p=1]": (tsw.ssw, {"n_projections": 3, "p": 1}, True),
     "s3w": (tsw.s3w, {"n_projections": 3, "n_rotations": 2}, True),
+    "ts_sobolev": (tsw.ts_sobolev, {"n_trees": 3, "n_lines": 2}, False),
+    "ts_sobolev[delta=-1,p=3]": (
+        tsw.ts_sobolev,
+        {"n_trees": 3, "n_lines": 2, "delta": -1.0, "p": 3},
+        False,
+    ),
+    "max_tsw_sl": (tsw.max_tsw_sl, {"n_trees": 2, "n_lines": 2, "n_iter": 2}, False),
+    "lcv_sw": (tsw.lcv_sw, {"n_projections": 4}, False),
+    "lcv_sw[upper,loo]": (
+        tsw.lcv_sw,
+        {"n_projections": 4, "variate": "upper", "coefficient": "leave_one_out"},
+        False,
+    ),
+    "eb_sw": (tsw.eb_sw, {"n_projections": 4}, False),
+    "rp_sw": (tsw.rp_sw, {"n_projections": 4, "kappa": 5.0}, False),
 }
 #: distances of one measure to the uniform measure on the sphere
 ONE = {
@@ -525,6 +540,11 @@ LOSSES = {
     "STSWUnifLoss": {"n_trees": 3, "n_lines": 2, "n_grid": 16, "n_quad": 8},
     "SSWUnifLoss": {"n_projections": 3},
     "S3WUnifLoss": {"n_projections": 3, "n_samples": 20},
+    "TSSobolevLoss": {"n_trees": 3, "n_lines": 2},
+    "MaxTSWSLLoss": {"n_lines": 2, "n_iter": 2},
+    "LCVSWLoss": {"n_projections": 4},
+    "EBSWLoss": {"n_projections": 4},
+    "RPSWLoss": {"n_projections": 4},
 }
 SPHERE_LOSSES = {"STSWLoss", "SpatialSTSWLoss", "SSWLoss", "S3WLoss", "ARIS3WLoss"}
 UNIF_LOSSES = {"STSWUnifLoss", "SSWUnifLoss", "S3WUnifLoss"}

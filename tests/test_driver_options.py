@@ -64,6 +64,19 @@ CALLS = [
         False,
         True,
     ),
+    ("ts_sobolev", lambda X, Y, **o: tsw.ts_sobolev(X, Y, n_trees=6, p=2, **o), 2, False, False),
+    (
+        "max_tsw_sl",
+        lambda X, Y, **o: tsw.max_tsw_sl(X, Y, n_trees=2, n_iter=3, **o),
+        1,
+        False,
+        False,
+    ),
+    ("rp_sw", lambda X, Y, **o: tsw.rp_sw(X, Y, n_projections=7, **o), 2, False, True),
+    # LCV-SW and EB-SW average corrected / reweighted terms (per_tree), while their
+    # projected_emds are POT's plain per-direction costs: not "sliced" in this test's sense
+    ("lcv_sw", lambda X, Y, **o: tsw.lcv_sw(X, Y, n_projections=7, **o), 2, False, False),
+    ("eb_sw", lambda X, Y, **o: tsw.eb_sw(X, Y, n_projections=7, **o), 2, False, False),
 ]
 IDS = [c[0] for c in CALLS]
 

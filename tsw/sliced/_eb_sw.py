@@ -48,7 +48,7 @@ def energy_weights(costs: Tensor, energy: str) -> Tensor:
 # --------------------------------------------------------------------------- public function
 
 
-@driver_options(sliced=True, chunked=True)
+@driver_options(chunked=True)
 def eb_sw(
     X_s: Tensor,
     X_t: Tensor,
@@ -121,11 +121,11 @@ def eb_sw(
 
     Notes
     -----
-    ``log["weights"]`` holds the importance weights, ``log["projected_emds"]`` the
-    costs :math:`W_l` and ``log["per_tree"]`` the terms :math:`L w_l W_l`, whose mean
-    is the estimate (their standard error ignores the randomness of the
-    normalisation). The estimate is biased for finite ``L`` (self-normalised importance
-    sampling), consistent as ``L`` grows.
+    ``log["weights"]`` holds the importance weights, ``log["projections"]`` the
+    directions, ``log["projected_emds"]`` the costs :math:`W_l` (POT's key) and
+    ``log["per_tree"]`` the terms :math:`L w_l W_l`, whose mean is the estimate (their
+    standard error ignores the randomness of the normalisation). The estimate is biased
+    for finite ``L`` (self-normalised importance sampling), consistent as ``L`` grows.
 
     References
     ----------

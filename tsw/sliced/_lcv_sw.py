@@ -121,7 +121,7 @@ def direction_costs(problem: Problem, projections: Tensor) -> Tensor:
 # --------------------------------------------------------------------------- public function
 
 
-@driver_options(sliced=True, chunked=True)
+@driver_options(chunked=True)
 def lcv_sw(
     X_s: Tensor,
     X_t: Tensor,
@@ -207,9 +207,10 @@ def lcv_sw(
 
     Notes
     -----
-    ``log["per_tree"]`` holds the corrected terms (their mean is the estimate) and
-    ``log["projected_emds"]`` the plain costs :math:`W_l` (whose mean is SW's); the
-    standard error is that of the corrected terms. Cost: SW's, plus one (n, d) x (d, L)
+    ``log["per_tree"]`` holds the corrected terms (their mean is the estimate),
+    ``log["projections"]`` the directions and ``log["projected_emds"]`` the plain costs
+    :math:`W_l` (POT's key; their mean is SW's); the standard error is that of the
+    corrected terms. Cost: SW's, plus one (n, d) x (d, L)
     product per measure for UCV-SW's projected variances.
 
     References
