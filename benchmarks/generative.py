@@ -827,6 +827,11 @@ def parse_args(argv):
     bad = [x for x in args.setups if x not in (*SETUPS, SPHERE_SETUP)]
     if bad:
         ap.error(f"unknown setups {bad}; choose from {[*SETUPS, SPHERE_SETUP]}")
+    if args.sphere_prior == "vmf" and args.sphere_dim != 2:
+        ap.error(
+            f"--sphere-prior vmf is the papers' mixture on S^2; it needs --sphere-dim 2, got "
+            f"--sphere-dim {args.sphere_dim} (use --sphere-prior uniform on S^d)"
+        )
     if args.smoke:
         args.task, args.seeds, args.iters, args.robust_iters = "all", 1, 10, 10
         args.sphere_trees, args.sphere_lines, args.sphere_batch = 2, 20, 32
