@@ -10,15 +10,22 @@ synchronisation; every public function takes ``validate=True`` to run them and
 from __future__ import annotations
 
 import math
+import os
+import sys
+import warnings
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from types import MappingProxyType
+from types import FrameType
+from typing import NamedTuple, TypeAlias, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
 __all__ = [
-    "OPTION_CHECKS",
+    "COMMON_CHECKS",
+    "SAMPLINGS",
+    "Check",
     "Measures",
     "check_bool",
     "check_choice",
@@ -32,15 +39,16 @@ __all__ = [
     "check_nonnegative",
     "check_nonnegative_int",
     "check_on_sphere",
-    "check_options",
     "check_orthogonal",
     "check_p",
     "check_positive_int",
     "check_range",
+    "check_sampling",
     "check_tensor",
     "check_unit",
     "mass_rtol",
     "sphere_tol",
+    "warn",
 ]
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
@@ -58,7 +66,7 @@ class Measures(NamedTuple):
         Whether the caller passed batched inputs; unbatched calls return 0-d tensors.
     sq : (Tensor of shape (B, N), Tensor of shape (B, M)) or None
         Set by a front end that translated the supports (and the slices with them),
-        such as :func:`tsw.euclidean._lines.centre`: the squared norms of the
+        such as :func:`tsw.euclidean._lines.centered`: the squared norms of the
         translated points, computed once for all blocks; None otherwise.
     shift : Tensor of shape (B|1, 1, d) or None
         Set with ``sq`` by a front end that translates on the fly: the points the
@@ -75,6 +83,18 @@ class Measures(NamedTuple):
     batched: bool
     sq: tuple[Tensor, Tensor] | None = None
     shift: Tensor | None = None
+
+
+#: the directory of the package: warnings point at the first frame outside it
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def warn(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warn at the caller's line: the first frame outside the package."""
+    level, frame = 2, cast("FrameType | None", sys._getframe(1))
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+        level, frame = level + 1, frame.f_back
+    warnings.warn(message, category, stacklevel=level)
 
 
 def mass_rtol(dtype: torch.dtype) -> float:
@@ -323,54 +343,62 @@ CENTERS = ("mean", "median")
 
 def check_center_option(value: object, name: str = "center") -> object:
     """Return ``value`` if it is None, one of :data:`CENTERS` or a floating tensor."""
-    if isinstance(value, str):
-        return check_choice(value, name, CENTERS)
-    return _optional_tensor(value, name)
+    if isinstance(value, str) and value not in CENTERS:
+        raise ValueError(
+            f'{name} must be "mean", "median" or a tensor of shape (d,) or (B, d); got {value!r}'
+        )
+    return value if isinstance(value, str) else _optional_tensor(value, name)
 
 
-#: the checks of the keyword options that several distances share, by option name: each
-#: distance runs them on its options, and a loss module runs them at construction and at
-#: every assignment (``loss.p = 0.5`` raises at once), so a bad hyper-parameter raises
-#: where it is given. Checks that need the data (shapes of ``center``, ``alpha``; a mass
-#: tensor's shape) run at the call. Modules that own a check add it here (``sampling``:
-#: :mod:`tsw.core.trees`).
-OPTION_CHECKS: dict[str, Callable[[object, str], object]] = {
-    "p": lambda value, name: check_p(value),
-    "n_trees": _optional(check_positive_int),
-    "n_lines": _optional(check_positive_int),
-    "n_grid": _optional(check_positive_int),
-    "n_projections": check_positive_int,
-    "n_init": check_positive_int,
-    "n_quad": check_positive_int,
-    "n_samples": check_positive_int,
-    "n_rotations": check_nonnegative_int,
-    "n_iter": check_nonnegative_int,
-    "delta": check_nonnegative_float,
-    "root_std": check_nonnegative_float,
-    "source_range": check_nonnegative_float,
-    "radius": check_nonnegative_float,
-    "price": check_nonnegative_float,
-    "lr": check_nonnegative_float,
-    "orthogonal": check_bool,
-    "renormalize": check_bool,
-    "compat": check_bool,
-    "validate": check_bool,
-    "power": check_bool,
-    "log": check_bool,
-    "chunk_size": check_chunk_size,
-    "mass_s": check_mass_number,
-    "mass_t": check_mass_number,
-    "center": check_center_option,
-    "alpha": _optional_tensor,
-}
+#: how the slices of a call are spread (:func:`tsw.sample_concurrent_lines`)
+SAMPLINGS = ("iid", "orthogonal", "qmc")
 
 
-def check_options(options: dict[str, object]) -> None:
-    """Run :data:`OPTION_CHECKS` on the options it knows (the others pass)."""
-    for name, value in options.items():
-        check = OPTION_CHECKS.get(name)
-        if check is not None:
-            check(value, name)
+def check_sampling(value: object, name: str = "sampling") -> str:
+    """Return ``value`` if it is one of :data:`SAMPLINGS`, else raise naming them."""
+    return check_choice(value, name, SAMPLINGS)
+
+
+#: A check of an option: ``check(value, name)`` returns the checked value or raises.
+Check: TypeAlias = Callable[[object, str], object]
+
+#: the checks of the options that several distances share, by option name. A public
+#: distance runs the checks of its options (these, and its own given to
+#: :func:`tsw.core._api.distance`); a loss module runs the same functions at
+#: construction and at every assignment (``loss.p = 0.5`` raises at once). Checks that
+#: need the data (shapes of ``center``, ``alpha``; a mass tensor's shape) run at the call.
+COMMON_CHECKS: MappingProxyType[str, Check] = MappingProxyType(
+    {
+        "p": lambda value, name: check_p(value),
+        "n_trees": _optional(check_positive_int),
+        "n_lines": _optional(check_positive_int),
+        "n_grid": _optional(check_positive_int),
+        "n_projections": check_positive_int,
+        "n_init": check_positive_int,
+        "n_quad": check_positive_int,
+        "n_samples": check_positive_int,
+        "n_rotations": check_nonnegative_int,
+        "n_iter": check_nonnegative_int,
+        "delta": check_nonnegative_float,
+        "root_std": check_nonnegative_float,
+        "source_range": check_nonnegative_float,
+        "radius": check_nonnegative_float,
+        "price": check_nonnegative_float,
+        "lr": check_nonnegative_float,
+        "orthogonal": check_bool,
+        "renormalize": check_bool,
+        "compat": check_bool,
+        "validate": check_bool,
+        "power": check_bool,
+        "log": check_bool,
+        "chunk_size": check_chunk_size,
+        "sampling": check_sampling,
+        "mass_s": check_mass_number,
+        "mass_t": check_mass_number,
+        "center": check_center_option,
+        "alpha": _optional_tensor,
+    }
+)
 
 
 def check_choice(value: object, name: str, allowed: Sequence[str]) -> str:

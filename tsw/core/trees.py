@@ -25,19 +25,17 @@ from torch import Tensor
 
 from tsw.core._random import Sampler, haar_rows, resolve_sampler
 from tsw.core._validation import (
-    OPTION_CHECKS,
     check_bool,
-    check_choice,
     check_dtype_device,
     check_finite,
     check_nonnegative_float,
     check_positive_int,
+    check_sampling,
     check_tensor,
     check_unit,
 )
 
 __all__ = [
-    "SAMPLINGS",
     "SAMPLING_DOC",
     "ChainLines",
     "ConcurrentLines",
@@ -53,9 +51,6 @@ __all__ = [
 
 #: a function whose docstring :func:`sampling_doc` completes
 F = TypeVar("F", bound=Callable[..., Any])
-
-#: how the ``T`` trees (or directions) of one call are spread: see :data:`SAMPLING_DOC`
-SAMPLINGS = ("iid", "orthogonal", "qmc")
 
 #: the documentation of ``sampling=``, shared by the samplers
 SAMPLING_DOC = r"""``"iid"`` (default): independent trees. ``"orthogonal"``: stratified across
@@ -94,15 +89,6 @@ def sampling_doc(fn: F) -> F:
         raise ValueError(f"{fn.__name__}'s docstring has no {{SAMPLING}} line")
     fn.__doc__ = "\n".join(lines)
     return fn
-
-
-def check_sampling(sampling: object) -> str:
-    """Return ``sampling`` if it is one of :data:`SAMPLINGS`, else raise ``ValueError``."""
-    return check_choice(sampling, "sampling", SAMPLINGS)
-
-
-# the loss modules check ``sampling`` at construction too
-OPTION_CHECKS["sampling"] = lambda value, name: check_sampling(value)
 
 
 def _stratified_rows(sampler: Sampler, n: int, m: int, dim: int) -> Tensor:
