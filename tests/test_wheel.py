@@ -53,9 +53,9 @@ def _site_dirs() -> list[str]:
     dirs: list[str] = []
     for entry in candidates:
         path = Path(entry or ".").resolve()
-        if path.name in ("site-packages", "dist-packages") and path.is_dir():
-            if str(path) not in dirs and not path.is_relative_to(ROOT):
-                dirs.append(str(path))
+        wanted = path.name in ("site-packages", "dist-packages") and path.is_dir()
+        if wanted and str(path) not in dirs and not path.is_relative_to(ROOT):
+            dirs.append(str(path))
     return dirs
 
 
@@ -112,6 +112,24 @@ def test_installed_package_is_imported_from_the_venv(installed, tmp_path):
     fails = "import benchmarks"
     proc = subprocess.run([python, "-c", fails], cwd=tmp_path, env=_clean_env(), check=False)
     assert proc.returncode != 0, "the repository's benchmarks package is importable"
+
+
+def test_venv_sees_the_running_interpreters_packages(installed, tmp_path):
+    """The test venv imports torch, numpy and POT from where the tests import them.
+
+    A ``venv --system-site-packages`` made from inside a virtual environment would see the
+    base interpreter's copies instead (or none), which is what failed there.
+    """
+    python, _ = installed
+    names = ["torch", "numpy", "ot"]
+    code = (
+        "import importlib, json; "
+        f"print(json.dumps([importlib.import_module(n).__file__ for n in {names!r}]))"
+    )
+    found = json.loads(_run(python, "-c", code, cwd=tmp_path, env=_clean_env()))
+    for name, path in zip(names, found, strict=True):
+        expected = __import__(name).__file__
+        assert Path(path).resolve() == Path(expected).resolve(), (name, path, expected)
 
 
 @pytest.mark.parametrize(
