@@ -10,8 +10,7 @@ projection matmul, one sort of the (L, n) coordinates, one gather of the signed 
 and one cumulative sum, forward and backward. Its sort is the fastest this process has,
 the one tsw's closed forms use (``tsw.core._sort.sort_last``: NumPy's on the CPU, 0.5x
 torch.sort's time at this size); ``lower limit (torch.sort)`` is the same work with
-``torch.sort``, the limit as measured before tsw sorted with NumPy (and the sort POT's
-torch backend uses).
+``torch.sort`` (the sort POT's torch backend uses).
 
 ``projections`` times the product alone: the (N + M, d) points on the ``L`` directions
 forward, and the (N, L) x (L, d) product of the source points' gradient backward. Every
