@@ -39,7 +39,8 @@ def _data():
 def test_calls_take_the_torch_path_until_the_kernels_are_ready(background, monkeypatch):
     X, Y = _data()
     first = tsw.db_tsw(X, Y, n_trees=6, seed=0)
-    assert torch.float32 in _kernels._pending and not _kernels.usable(X)
+    assert torch.float32 in _kernels._pending
+    assert not _kernels.usable(X)
     with monkeypatch.context() as mp:  # the torch operators alone
         mp.setattr(_kernels, "usable", lambda *t, **k: False)
         torch_only = tsw.db_tsw(X, Y, n_trees=6, seed=0)
