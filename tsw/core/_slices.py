@@ -193,12 +193,14 @@ def resolve_counts(
 def resolve_center(
     center: Tensor | str | None, measures: Measures, validate: bool = True
 ) -> Tensor:
-    """Centre of the roots: a given tensor, or a detached centre of both measures.
+    """Center of the roots: a given tensor, or a detached center of both measures.
 
     ``"mean"`` (or ``None``): their weighted mean; ``"median"``: their weighted
     geometric median (:func:`geometric_median`, FW-TSW). Shape (d,) for unbatched
     measures (so that the drawn trees are unbatched too), (B, d) or (d,) for batched
-    ones. A given tensor must be finite (a value check, with ``validate``).
+    ones. A given tensor must be finite (a value check, with ``validate``); it is not
+    detached, so a center that requires grad (an ``nn.Parameter`` of a loss) gets its
+    gradient through the roots.
     """
     if center is None or isinstance(center, str):
         if center not in (None, *CENTERS):
@@ -216,7 +218,7 @@ def resolve_center(
         raise ValueError(f"center must have shape {form}; got center.shape={tuple(center.shape)}")
     if validate:
         check_finite(center, "center")
-    return center.to(dtype=measures.X_s.dtype, device=measures.X_s.device).detach()
+    return center.to(dtype=measures.X_s.dtype, device=measures.X_s.device)
 
 
 #: the largest accepted rounding error of the line coordinates relative to the data's

@@ -230,10 +230,12 @@ def _integer(value: object) -> int | None:
         return None
     if isinstance(value, numbers.Integral):
         return int(value)
-    integer = isinstance(value, Tensor) and value.ndim == 0 and not value.dtype.is_floating_point
-    if integer and value.dtype != torch.bool and not value.dtype.is_complex:  # type: ignore[union-attr]
-        return int(value)  # type: ignore[arg-type]
-    return None
+    if not isinstance(value, Tensor) or value.ndim != 0:
+        return None
+    dtype = value.dtype
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        return None
+    return int(value)
 
 
 def _real(value: object) -> float | None:

@@ -29,6 +29,7 @@ from tsw.core._output import Evaluation
 from tsw.core._problem import Problem, from_numpy
 from tsw.core._random import Seed, resolve_sampler
 from tsw.core._sort import sort_last
+from tsw.core._twice import first_order_only
 from tsw.core._validation import (
     check_dtype_device,
     check_measures_on_sphere,
@@ -228,7 +229,8 @@ def ssw(
     # the mean and the root are the driver's (zero subgradient at 0; POT's gives NaN)
     empty = Xs.new_zeros((0, L))  # an empty batch
     costs = torch.stack(per_circle).to(Xs.dtype) if per_circle else empty
-    return Evaluation(costs, proj, proj)
+    why = "POT's circle solver gives its gradient, not its second derivative"
+    return Evaluation(first_order_only(costs, "ssw", why), proj, proj)
 
 
 def _circle_coordinates(X: Tensor, projections: Tensor) -> Tensor:
