@@ -253,7 +253,7 @@ def test_gradient_is_finite_between_a_measure_and_itself():
     for metric in ("euclidean", "minkowski"):
         _, cost = tsw.expected_sliced_plan(X, X, n_projections=4, seed=0, metric=metric, p=3)
         (g,) = torch.autograd.grad(cost, X)
-        assert float(cost.detach()) == 0
+        assert float(cost.detach()) == 0  # these metrics gather the differences
         assert bool(torch.isfinite(g).all())
         assert float(g.abs().max()) == 0
 
@@ -280,7 +280,8 @@ def test_identity_plan_between_a_measure_and_itself():
     a = torch.tensor(weights(rng, 8))
     plan, cost = tsw.expected_sliced_plan(X, X, a, a, n_projections=6, seed=0)
     assert_close(plan, np.diag(a.numpy()), tol=1e-15)
-    assert float(cost) == 0
+    # small squared Euclidean costs are read from a Gram matrix on the CPU: 0 to rounding
+    assert abs(float(cost)) <= 1e-14
 
 
 @pytest.mark.parametrize(
@@ -551,7 +552,8 @@ def test_identity_plan_between_a_measure_and_itself_on_trees(method):
         X, X, a, a, method=method, n_trees=10, n_lines=4, seed=0
     )
     assert_close(plan, np.diag(a.numpy()), tol=1e-15)
-    assert float(cost) == 0
+    # small squared Euclidean costs are read from a Gram matrix on the CPU: 0 to rounding
+    assert abs(float(cost)) <= 1e-14
     Xb, ab = torch.stack([X, X.flip(0)]), torch.stack([a, a.flip(0)])
     plans, costs = tsw.expected_tree_sliced_plan(Xb, Xb, ab, ab, method=method, n_trees=6, seed=0)
     assert_close(plans[1], np.diag(ab[1].numpy()), tol=1e-15)

@@ -24,6 +24,7 @@ entries through :class:`Accumulator`.
 
 from __future__ import annotations
 
+import itertools
 from collections import namedtuple
 from typing import Any, NamedTuple
 
@@ -54,8 +55,17 @@ PlanTuple = namedtuple("PlanTuple", ["data", "rows", "cols"])
 #: the ground costs of POT's sliced plans (``ot.utils.sparse_ot_dist``)
 METRICS = ("sqeuclidean", "euclidean", "cityblock", "minkowski")
 
-#: elements (entries x d) gathered at once by :func:`plan_costs`: 32 MiB in float64
+#: elements (entries x d) that :func:`plan_costs` gathers at once on the CPU: 1 MiB in
+#: float64, so that a chunk's rows and their difference stay in cache. Measured on 4e5
+#: entries, d = 64, float64, side by side (a shared machine): chunks of 2^22 elements took
+#: 4.5x the time of chunks of 2^18 in torch with one thread (out of cache)
+CPU_GATHER_ELEMENTS = 1 << 17
+#: the same on other devices (a GPU gathers from memory at any size)
 GATHER_ELEMENTS = 1 << 22
+#: on the CPU, squared Euclidean costs are read from the (B, N, M) Gram matrix of the
+#: centred points (in float64) when it has at most this many elements: at N = M = 2000,
+#: d = 64, 4e5 entries, it took 0.37-0.84x the time of the gathered differences
+GRAM_ELEMENTS = 1 << 22
 
 
 def check_metric(metric: object, p: object) -> tuple[str, float]:
@@ -70,6 +80,92 @@ def check_metric(metric: object, p: object) -> tuple[str, float]:
 
 
 # --------------------------------------------------------------------------- 1-D plans
+#
+# The entries of the plans are built with NumPy on the CPU and with torch elsewhere:
+# the same code runs on either through the few helpers below. NumPy runs in the calling
+# thread; torch's elementwise operations on 4e5 entries took 30-50x longer than NumPy's
+# here on a machine whose cores were shared (its thread pool waits for busy cores), and
+# about as long on one thread.
+
+Array = Any  # a numpy array (CPU) or a torch tensor (other devices)
+
+
+def _numpy_side(*xs: Tensor) -> bool:
+    return all(x.device.type == "cpu" for x in xs)
+
+
+def _arrays(*xs: Tensor) -> list[Array]:
+    """Return the tensors as NumPy views on the CPU (detached), as themselves elsewhere."""
+    if _numpy_side(*xs):
+        return [x.detach().numpy() for x in xs]
+    return [x.detach() for x in xs]
+
+
+def _tensors(*xs: Array) -> list[Tensor]:
+    return [
+        torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x for x in xs
+    ]
+
+
+def _cumsum(x: Array) -> Array:
+    return np.cumsum(x, axis=-1) if isinstance(x, np.ndarray) else x.cumsum(-1)
+
+
+def _cat(xs: list[Array]) -> Array:
+    if isinstance(xs[0], np.ndarray):
+        return np.concatenate(xs, axis=-1)
+    return torch.cat(xs, dim=-1)
+
+
+def _argsort(x: Array) -> Array:
+    if isinstance(x, np.ndarray):
+        return argsort_last(torch.from_numpy(np.ascontiguousarray(x))).numpy()
+    return argsort_last(x)
+
+
+def _take(x: Array, index: Array) -> Array:
+    """``x`` (broadcast to ``index``'s leading shape) gathered along its last axis."""
+    shape = (*index.shape[:-1], x.shape[-1])
+    if isinstance(x, np.ndarray):
+        return np.take_along_axis(np.broadcast_to(x, shape), index, axis=-1)
+    return torch.gather(x.expand(shape), -1, index)
+
+
+def _where(cond: Array, a: Array, b: Array) -> Array:
+    return np.where(cond, a, b) if isinstance(cond, np.ndarray) else torch.where(cond, a, b)
+
+
+def _clip_max(x: Array, top: int) -> Array:
+    return np.minimum(x, top) if isinstance(x, np.ndarray) else x.clamp(max=top)
+
+
+def _zeros_like_last(x: Array, shape: tuple[int, ...]) -> Array:
+    if isinstance(x, np.ndarray):
+        return np.zeros(shape, dtype=x.dtype)
+    return x.new_zeros(shape)
+
+
+def _northwest(wa: Array, wb: Array) -> tuple[Array, Array, Array]:
+    """:func:`northwest_corner` on arrays of either kind."""
+    U, V = _cumsum(wa), _cumsum(wb)
+    n, m = U.shape[-1], V.shape[-1]
+    both = _cat([U, V])
+    order = _argsort(both)[..., :-1]
+    w = _take(both, order)
+    from_a = order < n
+    ca = _cumsum(from_a)  # breakpoints of U up to here
+    cb = _cumsum(~from_a)
+    ia = _clip_max(_where(from_a, ca - 1, ca), n - 1)
+    jb = _clip_max(_where(from_a, cb, cb - 1), m - 1)
+    mass = w - _cat([_zeros_like_last(w, (*w.shape[:-1], 1)), w[..., :-1]])
+    return ia, jb, mass
+
+
+def _monotone(cs: Array, ct: Array, ws: Array, wt: Array) -> tuple[Array, Array, Array]:
+    """:func:`monotone_plan` on arrays of either kind."""
+    ps, pt = _argsort(cs), _argsort(ct)
+    ia, jb, mass = _northwest(_take(ws, ps), _take(wt, pt))
+    return _take(ps, ia), _take(pt, jb), mass
 
 
 def northwest_corner(wa: Tensor, wb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -103,19 +199,8 @@ def northwest_corner(wa: Tensor, wb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     a rounding gap between the totals is left out (a few ulps). Identical inputs give
     bit-identical cumulative sums, hence a diagonal coupling (the other entries are 0).
     """
-    U = wa.cumsum(-1)
-    V = wb.cumsum(-1)
-    n, m = U.shape[-1], V.shape[-1]
-    both = torch.cat([U, V], dim=-1)
-    order = argsort_last(both)[..., :-1]
-    w = torch.gather(both, -1, order)
-    from_a = order < n
-    ca = from_a.cumsum(-1)  # breakpoints of U up to here
-    cb = (~from_a).cumsum(-1)
-    ia = torch.where(from_a, ca - 1, ca).clamp_(max=n - 1)
-    jb = torch.where(from_a, cb, cb - 1).clamp_(max=m - 1)
-    mass = torch.diff(w, dim=-1, prepend=w.new_zeros((*w.shape[:-1], 1)))
-    return ia, jb, mass
+    ia, jb, mass = _northwest(*_arrays(wa, wb))
+    return tuple(_tensors(ia, jb, mass))  # type: ignore[return-value]
 
 
 def monotone_plan(cs: Tensor, ct: Tensor, ws: Tensor, wt: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -128,12 +213,8 @@ def monotone_plan(cs: Tensor, ct: Tensor, ws: Tensor, wt: Tensor) -> tuple[Tenso
     (``ot.wasserstein_1d``'s plan); atoms at equal coordinates are taken in the order of
     :func:`tsw.core._sort.argsort_last`, the same for two identical inputs.
     """
-    ps = argsort_last(cs)
-    pt = argsort_last(ct)
-    wa = torch.gather(ws.expand(cs.shape), -1, ps)
-    wb = torch.gather(wt.expand(ct.shape), -1, pt)
-    ia, jb, mass = northwest_corner(wa, wb)
-    return torch.gather(ps, -1, ia), torch.gather(pt, -1, jb), mass
+    rows, cols, mass = _monotone(*_arrays(cs, ct, ws, wt))
+    return tuple(_tensors(rows, cols, mass))  # type: ignore[return-value]
 
 
 class SystemPlan(NamedTuple):
@@ -188,40 +269,48 @@ def line_system_plan(cs: Tensor, ct: Tensor, ms: Tensor, mt: Tensor, *, star: bo
     monotone plan of each line. O(k (N + M) log(N + M)) per tree, vectorised over all
     leading dimensions.
     """
+    cs_, ct_, ms_, mt_ = _arrays(cs, ct, ms.expand(cs.shape), mt.expand(ct.shape))
     N, M = cs.shape[-1], ct.shape[-1]
     k = cs.shape[-2]
-    lead = cs.shape[:-1]
-    lines_of = torch.arange(k, device=cs.device).view(k, 1)
+    numpy = isinstance(cs_, np.ndarray)
+    lines_of: Array = (
+        np.arange(k).reshape(k, 1) if numpy else torch.arange(k, device=cs.device).view(k, 1)
+    )
+
+    def flat(x: Array) -> Array:
+        return x.reshape(*x.shape[:-2], -1)
+
+    def lines(shape: tuple[int, ...]) -> Array:
+        return np.broadcast_to(lines_of, shape) if numpy else lines_of.expand(shape)
+
     if not star:
-        rows, cols, mass = monotone_plan(cs, ct, ms, mt)
-        line = lines_of.expand(rows.shape)
-        flat = [x.flatten(-2) for x in (rows, line, cols, line, mass)]
-        return SystemPlan(*flat)
+        rows, cols, mass = _monotone(cs_, ct_, ms_, mt_)
+        line = flat(lines(rows.shape))
+        return SystemPlan(*_tensors(flat(rows), line, flat(cols), line, flat(mass)))
     # sums taken apart for each side: identical sides balance exactly (no virtual mass)
-    net = ms.sum(-1) - mt.sum(-1)  # (..., k)
-    zero = cs.new_zeros((*lead, 1))
-    cs1 = torch.cat([cs, zero], dim=-1)
-    ct1 = torch.cat([ct, zero.expand((*ct.shape[:-1], 1))], dim=-1)
-    ms1 = torch.cat([ms.expand(cs.shape), (-net).clamp_min(0).unsqueeze(-1)], dim=-1)
-    mt1 = torch.cat([mt.expand(ct.shape), net.clamp_min(0).unsqueeze(-1)], dim=-1)
-    rows, cols, mass = monotone_plan(cs1, ct1, ms1, mt1)  # (..., k, K), K = N + M + 1
+    net = ms_.sum(-1) - mt_.sum(-1)  # (..., k)
+    excess = (net * (net > 0))[..., None]  # the line's mass for the root
+    deficit = (-net * (net < 0))[..., None]  # what the line takes from the root
+    zero_s = _zeros_like_last(cs_, (*cs_.shape[:-1], 1))
+    zero_t = _zeros_like_last(ct_, (*ct_.shape[:-1], 1))
+    rows, cols, mass = _monotone(
+        _cat([cs_, zero_s]), _cat([ct_, zero_t]), _cat([ms_, deficit]), _cat([mt_, excess])
+    )  # (..., k, K), K = N + M + 1: the virtual atoms are N and M
     K = rows.shape[-1]
     real_s, real_t = rows < N, cols < M
-    inside = mass.masked_fill(~(real_s & real_t), 0)
-    up = mass.masked_fill(~(real_s & ~real_t), 0).flatten(-2)  # atom -> root
-    down = mass.masked_fill(~(~real_s & real_t), 0).flatten(-2)  # root -> atom
-    ia, jb, through = northwest_corner(up, down)  # (..., 2 k K - 1)
-    flat_rows, flat_cols = rows.flatten(-2), cols.flatten(-2)
-    line = lines_of.expand(rows.shape).flatten(-2)
-    rows_all = torch.cat([flat_rows.clamp(max=N - 1), torch.gather(flat_rows, -1, ia)], dim=-1)
-    cols_all = torch.cat([flat_cols.clamp(max=M - 1), torch.gather(flat_cols, -1, jb)], dim=-1)
-    line_s = torch.cat([line, torch.div(ia, K, rounding_mode="floor")], dim=-1)
-    line_t = torch.cat([line, torch.div(jb, K, rounding_mode="floor")], dim=-1)
-    mass_all = torch.cat([inside.flatten(-2), through], dim=-1)
-    # a padding entry may pair a virtual atom with a real one at mass 0: clamp its index
-    return SystemPlan(
-        rows_all.clamp_(max=N - 1), line_s, cols_all.clamp_(max=M - 1), line_t, mass_all
-    )
+    inside = mass * (real_s & real_t)
+    up = flat(mass * (real_s & ~real_t))  # atom -> root
+    down = flat(mass * (~real_s & real_t))  # root -> atom
+    ia, jb, through = _northwest(up, down)  # (..., 2 k K - 1)
+    flat_rows, flat_cols = flat(rows), flat(cols)
+    line = flat(lines(rows.shape))
+    # padding entries may pair a virtual atom with a real one at mass 0: clip the index
+    rows_all = _clip_max(_cat([flat_rows, _take(flat_rows, ia)]), N - 1)
+    cols_all = _clip_max(_cat([flat_cols, _take(flat_cols, jb)]), M - 1)
+    line_s = _cat([line, ia // K])
+    line_t = _cat([line, jb // K])
+    mass_all = _cat([flat(inside), through])
+    return SystemPlan(*_tensors(rows_all, line_s, cols_all, line_t, mass_all))
 
 
 # --------------------------------------------------------------------------- costs in R^d
@@ -252,28 +341,89 @@ def _entry_grads(diff: Tensor, metric: str, p: float) -> Tensor:
     return torch.where(cost > 0, g, torch.zeros_like(diff))
 
 
-def _spans(n_entries: int, d: int, chunk: int | None) -> list[tuple[int, int]]:
-    size = chunk if chunk is not None else max(1, GATHER_ELEMENTS // max(d, 1))
+def _spans(n_entries: int, d: int, chunk: int | None, cpu: bool) -> list[tuple[int, int]]:
+    budget = CPU_GATHER_ELEMENTS if cpu else GATHER_ELEMENTS
+    size = chunk if chunk is not None else max(1, budget // max(d, 1))
     return [(i, min(i + size, n_entries)) for i in range(0, n_entries, size)]
+
+
+def _numpy_costs(diff: np.ndarray, metric: str, p: float) -> np.ndarray:
+    """Return :func:`_entry_costs` in NumPy (rows of ``diff``)."""
+    if metric == "sqeuclidean":
+        return np.einsum("ij,ij->i", diff, diff)
+    if p == 1.0:
+        return np.abs(diff).sum(-1)
+    if p == 2.0:
+        return np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    return (np.abs(diff) ** p).sum(-1) ** (1.0 / p)
+
+
+def _cost_values(
+    X_s: Tensor,
+    X_t: Tensor,
+    rows: Tensor,
+    cols: Tensor,
+    metric: str,
+    p: float,
+    chunk: int | None,
+) -> Tensor:
+    """Return the cost of every entry, (E,), without a graph.
+
+    ``X_s`` (B, N, d) and ``X_t`` (B, M, d); ``rows`` and ``cols`` index the flattened
+    (B N, d) and (B M, d) points. On the CPU: the squared Euclidean cost from the Gram
+    matrix of the centred points when it is small (:data:`GRAM_ELEMENTS`), else the
+    differences gathered by NumPy a cache-sized chunk at a time (NumPy runs them in this
+    thread: torch's thread pool took 2-9x longer here on a loaded machine); elsewhere
+    torch gathers in large chunks.
+    """
+    B, N, d = X_s.shape
+    M = X_t.shape[1]
+    cpu = X_s.device.type == "cpu"
+    if cpu and metric == "sqeuclidean" and chunk is None and B * N * M <= GRAM_ELEMENTS:
+        Xs, Xt = X_s.detach().double(), X_t.detach().double()
+        shift = 0.5 * (Xs.mean(1, keepdim=True) + Xt.mean(1, keepdim=True))
+        Xs, Xt = Xs - shift, Xt - shift
+        gram = torch.bmm(Xs, Xt.mT).numpy().reshape(-1)
+        sx = np.einsum("bnd,bnd->bn", Xs.numpy(), Xs.numpy()).reshape(-1)
+        sy = np.einsum("bnd,bnd->bn", Xt.numpy(), Xt.numpy()).reshape(-1)
+        r, c = rows.numpy(), cols.numpy()
+        item = r // N
+        values = sx[r] + sy[c] - 2 * gram[item * (N * M) + (r - item * N) * M + (c - item * M)]
+        return torch.from_numpy(np.maximum(values, 0)).to(X_s.dtype)
+    Xs = X_s.detach().reshape(B * N, d)
+    Xt = X_t.detach().reshape(B * M, d)
+    out = Xs.new_empty(rows.shape)
+    spans = _spans(rows.shape[0], d, chunk, cpu)
+    if cpu:
+        xs, xt, r, c, o = (t.numpy() for t in (Xs, Xt, rows, cols, out))
+        for i, j in spans:
+            o[i:j] = _numpy_costs(xs[r[i:j]] - xt[c[i:j]], metric, p)
+        return out
+    for i, j in spans:
+        diff = Xs.index_select(0, rows[i:j]) - Xt.index_select(0, cols[i:j])
+        out[i:j] = _entry_costs(diff, metric, p)
+    return out
 
 
 class _PlanCost(torch.autograd.Function):
     """``sum_e mass_e c(x_{rows_e}, y_{cols_e})`` per group, the entries gathered in chunks.
 
-    The masses and indices are constants (the plan held fixed); the backward pass
+    ``X_s`` (B, N, d), ``X_t`` (B, M, d); ``rows`` and ``cols`` index their flattened
+    rows. The masses and indices are constants (the plan held fixed); the backward pass
     gathers the chunks again and adds ``mass * g * dc/dx`` into the points' gradients,
     so no (entries, d) tensor outlives a chunk.
     """
 
     @staticmethod
     def forward(ctx, X_s, X_t, rows, cols, mass, group, n_groups, metric, p, chunk):
-        d = X_s.shape[-1]
-        per_entry = mass.new_empty(mass.shape)
-        with torch.no_grad():
-            for i, j in _spans(rows.shape[0], d, chunk):
-                diff = X_s.index_select(0, rows[i:j]) - X_t.index_select(0, cols[i:j])
-                per_entry[i:j] = _entry_costs(diff, metric, p)
-        out = mass.new_zeros(n_groups).index_add_(0, group, per_entry.mul_(mass))
+        per_entry = _cost_values(X_s, X_t, rows, cols, metric, p, chunk)
+        if per_entry.device.type == "cpu":
+            sums = np.bincount(
+                group.numpy(), weights=per_entry.numpy() * mass.numpy(), minlength=n_groups
+            )
+            out = torch.from_numpy(sums).to(mass.dtype)
+        else:
+            out = mass.new_zeros(n_groups).index_add_(0, group, per_entry.mul_(mass))
         ctx.save_for_backward(X_s, X_t, rows, cols, mass, group)
         ctx.config = (metric, p, chunk)
         return out
@@ -284,17 +434,23 @@ class _PlanCost(torch.autograd.Function):
         X_s, X_t, rows, cols, mass, group = ctx.saved_tensors
         metric, p, chunk = ctx.config
         need_s, need_t = ctx.needs_input_grad[:2]
-        gs = torch.zeros_like(X_s) if need_s else None
-        gt = torch.zeros_like(X_t) if need_t else None
+        d = X_s.shape[-1]
+        Xs, Xt = X_s.reshape(-1, d), X_t.reshape(-1, d)
+        gs = torch.zeros_like(Xs) if need_s else None
+        gt = torch.zeros_like(Xt) if need_t else None
         weight = g.index_select(0, group).mul_(mass)
-        for i, j in _spans(rows.shape[0], X_s.shape[-1], chunk):
-            diff = X_s.index_select(0, rows[i:j]) - X_t.index_select(0, cols[i:j])
+        for i, j in _spans(rows.shape[0], d, chunk, X_s.device.type == "cpu"):
+            diff = Xs.index_select(0, rows[i:j]) - Xt.index_select(0, cols[i:j])
             part = _entry_grads(diff, metric, p).mul_(weight[i:j, None])
             if gs is not None:
                 gs.index_add_(0, rows[i:j], part)
             if gt is not None:
                 gt.index_add_(0, cols[i:j], part, alpha=-1)
-        return gs, gt, None, None, None, None, None, None, None, None
+        return (
+            None if gs is None else gs.view(X_s.shape),
+            None if gt is None else gt.view(X_t.shape),
+            *([None] * 8),
+        )
 
 
 def plan_costs(
@@ -314,7 +470,9 @@ def plan_costs(
     slices of ``E`` entries each. Differentiable with respect to the points, the plan
     (indices and masses, detached) held fixed; the gradient is finite where a cost is 0
     (a zero subgradient for the non-smooth metrics). ``chunk`` entries are gathered at
-    once (by default about :data:`GATHER_ELEMENTS` / d).
+    once (by default about :data:`CPU_GATHER_ELEMENTS` / d on the CPU, where small
+    squared Euclidean problems read a Gram matrix instead, and :data:`GATHER_ELEMENTS`
+    / d elsewhere).
     """
     S = rows.shape[1]
     group = torch.arange(S, device=rows.device).view(1, S, 1).expand(rows.shape)
@@ -333,36 +491,25 @@ def grouped_plan_costs(
     p: float,
     *,
     chunk: int | None = None,
-    keep: Tensor | None = None,
+    nonzero: bool = False,
 ) -> Tensor:
     """:func:`plan_costs` with each entry's slice given: ``group`` (B, ...) in [0, n_groups).
 
-    ``rows``, ``cols``, ``mass`` and ``group`` have one shape (B, ...); ``keep`` (a
-    boolean mask of that shape) selects the entries that count (the non-zero ones).
-    Returns (B, n_groups).
+    ``rows``, ``cols`` and ``mass`` have one shape (B, ...), ``group`` broadcasts to it;
+    with ``nonzero`` only the entries of non-zero mass are gathered. Returns (B, n_groups).
     """
-    B, N, d = X_s.shape
+    B, N = X_s.shape[0], X_s.shape[1]
     M = X_t.shape[1]
-    item = torch.arange(B, device=rows.device).view((B,) + (1,) * (rows.dim() - 1))
-    flat_rows = rows + item * N
-    flat_cols = cols + item * M
-    flat_group = group + item * n_groups
-    flat_mass = mass.detach()
-    if keep is not None:
-        flat_rows, flat_cols = flat_rows[keep], flat_cols[keep]
-        flat_group, flat_mass = flat_group[keep], flat_mass[keep]
-    out = _PlanCost.apply(
-        X_s.reshape(B * N, d),
-        X_t.reshape(B * M, d),
-        flat_rows.reshape(-1),
-        flat_cols.reshape(-1),
-        flat_mass.reshape(-1),
-        flat_group.reshape(-1),
-        B * n_groups,
-        metric,
-        p,
-        chunk,
-    )
+    given = [rows, cols, mass, group.expand(rows.shape)]
+    r, c, w, g = _arrays(*given)
+    item: Array = np.arange(B) if isinstance(r, np.ndarray) else torch.arange(B, device=rows.device)
+    item = item.reshape((B,) + (1,) * (rows.dim() - 1))
+    r, c, g = r + item * N, c + item * M, g + item * n_groups
+    if nonzero:
+        k = w != 0
+        r, c, w, g = r[k], c[k], w[k], g[k]
+    r, c, w, g = _tensors(*(x.reshape(-1) for x in (r, c, w, g)))
+    out = _PlanCost.apply(X_s, X_t, r, c, w, g, B * n_groups, metric, p, chunk)
     return out.view(B, n_groups)
 
 
@@ -372,10 +519,11 @@ def grouped_plan_costs(
 class Accumulator:
     """Sum weighted entries into one plan per batch item: dense, or sparse COO.
 
-    ``add(rows, cols, values)`` takes (B, E) tensors (entries of each item), as many
-    times as there are blocks; :meth:`result` returns a (B, N, M) or (N, M) dense tensor,
-    a torch sparse COO tensor (coalesced, zeros dropped), or for numpy inputs a numpy
-    array or a scipy ``coo_array`` (a list of them for batched inputs).
+    :meth:`add` takes the entries of each item, as many times as there are blocks;
+    :meth:`result` returns a (..., N, M) dense tensor, a torch sparse COO tensor
+    (coalesced, zeros dropped), or for numpy inputs a numpy array or a scipy
+    ``coo_array`` (a list of them for batched inputs). On the CPU the entries are summed
+    by NumPy (see the notes of the 1-D plans).
     """
 
     def __init__(
@@ -395,86 +543,116 @@ class Accumulator:
         #: the batch shape of the result (the items in C order): (B,) or () by default
         self.lead = lead if lead is not None else ((B,) if batched else ())
         self.like = like
-        self.parts: list[tuple[Tensor, Tensor]] = []
-        self.full = like.new_zeros(B, N * M) if dense else None
+        self.cpu = like.device.type == "cpu"
+        self.parts: list[tuple[Array, Array]] = []
+        self.full: Array | None = None
+        if dense:
+            self.full = np.zeros((B, N * M)) if self.cpu else like.new_zeros(B, N * M)
 
-    def add(self, rows: Tensor, cols: Tensor, values: Tensor, item: int | None = None) -> None:
-        """Add the (B, E) entries ``values`` at ``(rows, cols)`` of each item.
+    def add(
+        self,
+        rows: Tensor,
+        cols: Tensor,
+        values: Tensor,
+        item: int | None = None,
+        scale: Tensor | None = None,
+    ) -> None:
+        """Add the entries ``values`` at ``(rows, cols)``: (B, ..., E) for every item.
 
-        With ``item``, the (E,) entries of that item alone.
+        With ``item``, the (E,) entries of that item alone. ``scale`` (B, ...) multiplies
+        the values of each group of ``E`` entries (a slice's weight).
         """
-        values = values.detach().to(self.like.dtype)
-        keys = rows * self.M + cols
-        if item is not None:
-            keys, values = keys.view(1, -1), values.view(1, -1)
-            first = torch.full((1, 1), item, dtype=keys.dtype, device=keys.device)
-        else:
-            first = torch.arange(self.B, device=keys.device).view(self.B, 1)
+        r, c, v = _arrays(rows, cols, values)
+        if scale is not None:
+            v = v * _arrays(scale)[0][..., None]
+        n = 1 if item is not None else self.B
+        r, c, v = (x.reshape(n, -1) for x in (r, c, v))
+        keys = r * self.M + c
         if self.full is not None:
-            if item is None:
-                self.full.scatter_add_(1, keys, values)
-            else:
-                self.full[item].scatter_add_(0, keys[0], values[0])
+            first = item if item is not None else 0
+            for i in range(n):
+                if self.cpu:
+                    self.full[first + i] += np.bincount(keys[i], v[i], minlength=self.N * self.M)
+                else:
+                    self.full[first + i].scatter_add_(0, keys[i], v[i].to(self.full.dtype))
             return
-        keys = (keys + first * (self.N * self.M)).reshape(-1)
-        values = values.reshape(-1)
-        keep = values != 0
-        self.parts.append((keys[keep], values[keep]))
+        offset: Array
+        if item is not None:
+            offset = item * (self.N * self.M)
+        elif self.cpu:
+            offset = np.arange(n).reshape(n, 1) * (self.N * self.M)
+        else:
+            offset = torch.arange(n, device=keys.device).view(n, 1) * (self.N * self.M)
+        keys, v = (keys + offset).reshape(-1), v.reshape(-1)
+        keep = v != 0
+        self.parts.append((keys[keep], v[keep]))
 
     def result(self) -> Any:
         """Return the plan (see the class docstring)."""
         B, N, M = self.B, self.N, self.M
+        dtype, device = self.like.dtype, self.like.device
         if self.full is not None:
-            plan = self.full.view(*self.lead, N, M)
-            return _numpy(plan) if self.numpy else plan
-        keys = (
-            torch.cat([k for k, _ in self.parts]) if self.parts else self.like.new_zeros(0).long()
-        )
-        values = torch.cat([v for _, v in self.parts]) if self.parts else self.like.new_zeros(0)
+            plan = self.full.reshape(*self.lead, N, M)
+            if self.numpy:
+                return plan.astype(_NUMPY_DTYPE[dtype], copy=False)
+            return plan.to(dtype) if not self.cpu else torch.from_numpy(plan).to(dtype)
+        if self.parts:
+            keys = _cat([k for k, _ in self.parts])
+            values = _cat([v for _, v in self.parts])
+        else:
+            keys = np.zeros(0, dtype=np.int64) if self.cpu else self.like.new_zeros(0).long()
+            values = np.zeros(0) if self.cpu else self.like.new_zeros(0)
         keys, values = _coalesce(keys, values)
-        item, rest = torch.div(keys, N * M, rounding_mode="floor"), keys % (N * M)
-        rows, cols = torch.div(rest, M, rounding_mode="floor"), rest % M
+        item, rest = keys // (N * M), keys % (N * M)
+        rows, cols = rest // M, rest % M
         if self.numpy:
             from ot.backend import NumpyBackend  # scipy's coo_array, through POT
 
             nb = NumpyBackend()
-            it, r, c, v = (_numpy(t) for t in (item, rows, cols, values))
-            mats = [
-                nb.coo_matrix(v[it == i], r[it == i], c[it == i], shape=(N, M)) for i in range(B)
-            ]
+            values = values.astype(_NUMPY_DTYPE[dtype], copy=False)
+            if B == 1:
+                mats = [nb.coo_matrix(values, rows, cols, shape=(N, M))]
+            else:
+                bounds = np.searchsorted(item, np.arange(B + 1))  # keys are sorted
+                mats = [
+                    nb.coo_matrix(values[i0:i1], rows[i0:i1], cols[i0:i1], shape=(N, M))
+                    for i0, i1 in itertools.pairwise(bounds)
+                ]
             return mats if self.lead else mats[0]
-        parts = []
+        index_parts = []
         for n in reversed(self.lead):  # the item's index in the batch shape, C order
-            parts.append(item % n)
-            item = torch.div(item, n, rounding_mode="floor")
-        index = torch.stack([*reversed(parts), rows, cols])
-        size = (*self.lead, N, M)
+            index_parts.append(item % n)
+            item = item // n
+        index_parts = [*reversed(index_parts), rows, cols]
+        if self.cpu:
+            index = torch.from_numpy(np.stack(index_parts))
+            vals = torch.from_numpy(values).to(dtype)
+        else:
+            index, vals = torch.stack(index_parts), values.to(dtype)
         return torch.sparse_coo_tensor(
-            index, values, size, is_coalesced=True, check_invariants=False
-        )
+            index, vals, (*self.lead, N, M), is_coalesced=True, check_invariants=False
+        ).to(device)
 
 
-def _coalesce(keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+#: numpy's dtype of each torch dtype of the plans
+_NUMPY_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+def _coalesce(keys: Array, values: Array) -> tuple[Array, Array]:
     """Sorted unique ``keys`` and the sums of their ``values``.
 
-    On the CPU through NumPy (a sort of the int64 keys, then one segmented sum), which
-    measured faster than ``Tensor.coalesce``; elsewhere ``torch.unique``.
+    NumPy: a sort of the int64 keys, then one segmented sum (measured faster than
+    ``Tensor.coalesce``); torch (other devices): ``torch.unique``.
     """
-    if keys.numel() == 0:
+    if keys.shape[0] == 0:
         return keys, values
-    if keys.device.type == "cpu":
-        k = keys.numpy()
-        order = np.argsort(k, kind="stable")
-        k = k[order]
+    if isinstance(keys, np.ndarray):
+        order = np.argsort(keys)
+        k = keys[order]
         starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
-        sums = np.add.reduceat(values.numpy()[order], starts)
-        return torch.from_numpy(k[starts]), torch.from_numpy(sums)
+        return k[starts], np.add.reduceat(values[order], starts)
     unique, inverse = torch.unique(keys, sorted=True, return_inverse=True)
     return unique, values.new_zeros(unique.shape).index_add_(0, inverse, values)
-
-
-def _numpy(t: Tensor) -> np.ndarray:
-    return t.detach().cpu().numpy()
 
 
 # --------------------------------------------------------------------------- barycentric map

@@ -320,14 +320,13 @@ def _plans(
         with torch.no_grad():
             coords, masses = project(fixed, trees.narrow(t0, t1), t0, t1)
             plan = line_system_plan(*split_atoms(coords, masses, N), star=star)
-        keep = plan.mass > 0
-        group = torch.arange(t1 - t0, device=keep.device).view(1, -1, 1).expand(keep.shape)
+        group = torch.arange(t1 - t0, device=plan.mass.device).view(1, -1, 1)
         per_tree.append(
             grouped_plan_costs(
-                X_s, X_t, plan.rows, plan.cols, plan.mass, group, t1 - t0, metric, p, keep=keep
+                X_s, X_t, plan.rows, plan.cols, plan.mass, group, t1 - t0, metric, p, nonzero=True
             )
         )
-        acc.add(plan.rows.flatten(1), plan.cols.flatten(1), plan.mass.flatten(1) / T)
+        acc.add(plan.rows, plan.cols, plan.mass, scale=plan.mass.new_full((B, t1 - t0), 1 / T))
     return torch.cat(per_tree, dim=-1), acc
 
 

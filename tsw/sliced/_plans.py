@@ -104,7 +104,7 @@ class _Sliced:
         if self.permutation:
             self.rows = argsort_last(cs)
             self.cols = argsort_last(ct)
-            self.mass = torch.gather(a_.unsqueeze(1).expand(cs.shape), -1, self.rows)
+            self.mass = a_[:, None, :1].expand(self.rows.shape)  # uniform: no gather
         else:
             self.rows, self.cols, self.mass = monotone_plan(
                 cs, ct, a_.unsqueeze(1), b_.unsqueeze(1)
@@ -521,7 +521,7 @@ def expected_sliced_plan(
         weights = torch.softmax(-beta * costs.detach(), dim=-1)
     cost = (costs * weights).sum(-1)
     acc = s.accumulator(dense)
-    acc.add(s.rows.flatten(1), s.cols.flatten(1), (s.mass * weights.unsqueeze(-1)).flatten(1))
+    acc.add(s.rows, s.cols, s.mass, scale=weights)
     plan = acc.result()
     if not log:
         return plan, s.out(cost)
