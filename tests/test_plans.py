@@ -711,3 +711,22 @@ def test_barycentric_map_rows_without_mass():
         tsw.barycentric_map(P, Y[:1])
     with pytest.raises(TypeError, match=r"plan must be a torch\.Tensor"):
         tsw.barycentric_map("plan", Y)
+
+
+# --------------------------------------------------------------------------- 7 benchmark
+
+
+@pytest.mark.slow  # about 8 s: imports and the figures
+def test_benchmark_quick(tmp_path, capsys):
+    """``python -m benchmarks.plans --quick``: every plan, a cost ratio >= 1 where exact."""
+    import json
+
+    from benchmarks import plans
+
+    assert plans.main(["--quick", "--out", str(tmp_path)]) == 0
+    assert "tsw.tree_plan on random trees" in capsys.readouterr().out
+    rows = json.loads((tmp_path / "plans.json").read_text())["rows"]
+    assert {r["plan"] for r in rows} >= set(plans.PLANS)
+    assert all(r["cost / exact"] >= 1 - 1e-9 for r in rows if r.get("cost / exact"))
+    assert all("time / pot" in r for r in rows if r["plan"] in plans.POT)
+    assert (tmp_path / "plans_cost.png").stat().st_size > 0
