@@ -730,3 +730,51 @@ def test_benchmark_quick(tmp_path, capsys):
     assert all(r["cost / exact"] >= 1 - 1e-9 for r in rows if r.get("cost / exact"))
     assert all("time / pot" in r for r in rows if r["plan"] in plans.POT)
     assert (tmp_path / "plans_cost.png").stat().st_size > 0
+
+
+def test_the_torch_path_of_other_devices_gives_the_same_plans(monkeypatch):
+    """Off the CPU the entries are built by torch, not NumPy: forced here on the CPU."""
+    import tsw.core._plans as plans_module
+
+    rng = np.random.default_rng(600)
+    X, Y, a, b, P = (torch.tensor(v) for v in sliced_problem(rng, "sizes"))
+    Xg = X.clone().requires_grad_(True)
+    want = [
+        tsw.expected_sliced_plan(Xg, Y, a, b, projections=P, dense=dense) for dense in (True, False)
+    ]
+    (want_grad,) = torch.autograd.grad(want[0][1], Xg)
+    trees = tsw.expected_tree_sliced_plan(X, Y, a, b, n_trees=4, n_lines=3, seed=0, dense=False)
+    tree_want = tsw.tree_plan(
+        [-1, 0, 0, 1], torch.ones(4, dtype=F64), a[:4] / a[:4].sum(), b[:4] / b[:4].sum()
+    )
+    monkeypatch.setattr(plans_module, "_numpy_side", lambda *xs: False)
+    Xg = X.clone().requires_grad_(True)
+    for is_dense, (plan, cost) in zip((True, False), want, strict=True):
+        got, c = tsw.expected_sliced_plan(Xg, Y, a, b, projections=P, dense=is_dense)
+        assert_close(dense(got), dense(plan))
+        assert_close(c, float(cost.detach()))
+    (grad,) = torch.autograd.grad(tsw.expected_sliced_plan(Xg, Y, a, b, projections=P)[1], Xg)
+    assert_close(grad, want_grad.numpy())
+    got = tsw.expected_tree_sliced_plan(X, Y, a, b, n_trees=4, n_lines=3, seed=0, dense=False)
+    assert_close(dense(got[0]), dense(trees[0]))
+    assert_close(got[1], float(trees[1]))
+    got = tsw.tree_plan(
+        [-1, 0, 0, 1], torch.ones(4, dtype=F64), a[:4] / a[:4].sum(), b[:4] / b[:4].sum()
+    )
+    assert_close(dense(got), dense(tree_want))
+    _, cost = tsw.sliced_plans(X, Y, a, b, projections=P, metric="minkowski", p=3)
+    assert cost.shape == (P.shape[1],)
+
+
+@pytest.mark.slow  # about 10 s: the images, the nearest colours and the figure
+def test_colour_transfer_plans_quick(tmp_path, capsys):
+    import json
+
+    from benchmarks import colour_transfer
+
+    assert colour_transfer.main(["--mode", "plans", "--quick", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "colour_transfer_plans.json").read_text())["rows"]
+    assert rows[0]["plan"] == "exact (ot.emd)"
+    assert all(r["cost / exact"] >= 1 - 1e-9 for r in rows)
+    assert (tmp_path / "colour_transfer_plans.png").stat().st_size > 0
+    assert "Colour transfer" in capsys.readouterr().out

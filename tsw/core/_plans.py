@@ -91,6 +91,10 @@ Array = Any  # a numpy array (CPU) or a torch tensor (other devices)
 
 
 def _numpy_side(*xs: Tensor) -> bool:
+    """Whether the entries of these tensors are handled by NumPy (all on the CPU).
+
+    The one switch between the two paths (the tests force the torch path with it).
+    """
     return all(x.device.type == "cpu" for x in xs)
 
 
@@ -378,7 +382,7 @@ def _cost_values(
     """
     B, N, d = X_s.shape
     M = X_t.shape[1]
-    cpu = X_s.device.type == "cpu"
+    cpu = _numpy_side(X_s)
     if cpu and metric == "sqeuclidean" and chunk is None and B * N * M <= GRAM_ELEMENTS:
         Xs, Xt = X_s.detach().double(), X_t.detach().double()
         shift = 0.5 * (Xs.mean(1, keepdim=True) + Xt.mean(1, keepdim=True))
@@ -417,7 +421,7 @@ class _PlanCost(torch.autograd.Function):
     @staticmethod
     def forward(ctx, X_s, X_t, rows, cols, mass, group, n_groups, metric, p, chunk):
         per_entry = _cost_values(X_s, X_t, rows, cols, metric, p, chunk)
-        if per_entry.device.type == "cpu":
+        if _numpy_side(per_entry):
             sums = np.bincount(
                 group.numpy(), weights=per_entry.numpy() * mass.numpy(), minlength=n_groups
             )
@@ -439,7 +443,7 @@ class _PlanCost(torch.autograd.Function):
         gs = torch.zeros_like(Xs) if need_s else None
         gt = torch.zeros_like(Xt) if need_t else None
         weight = g.index_select(0, group).mul_(mass)
-        for i, j in _spans(rows.shape[0], d, chunk, X_s.device.type == "cpu"):
+        for i, j in _spans(rows.shape[0], d, chunk, _numpy_side(X_s)):
             diff = Xs.index_select(0, rows[i:j]) - Xt.index_select(0, cols[i:j])
             part = _entry_grads(diff, metric, p).mul_(weight[i:j, None])
             if gs is not None:
@@ -543,7 +547,7 @@ class Accumulator:
         #: the batch shape of the result (the items in C order): (B,) or () by default
         self.lead = lead if lead is not None else ((B,) if batched else ())
         self.like = like
-        self.cpu = like.device.type == "cpu"
+        self.cpu = _numpy_side(like)
         self.parts: list[tuple[Array, Array]] = []
         self.full: Array | None = None
         if dense:
@@ -594,6 +598,7 @@ class Accumulator:
         if self.full is not None:
             plan = self.full.reshape(*self.lead, N, M)
             if self.numpy:
+                plan = plan if isinstance(plan, np.ndarray) else plan.cpu().numpy()
                 return plan.astype(_NUMPY_DTYPE[dtype], copy=False)
             return plan.to(dtype) if not self.cpu else torch.from_numpy(plan).to(dtype)
         if self.parts:
@@ -609,6 +614,8 @@ class Accumulator:
             from ot.backend import NumpyBackend  # scipy's coo_array, through POT
 
             nb = NumpyBackend()
+            if not isinstance(keys, np.ndarray):
+                item, rows, cols, values = (t.cpu().numpy() for t in (item, rows, cols, values))
             values = values.astype(_NUMPY_DTYPE[dtype], copy=False)
             if B == 1:
                 mats = [nb.coo_matrix(values, rows, cols, shape=(N, M))]
