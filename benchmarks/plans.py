@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
 import statistics
 import time
@@ -138,7 +139,7 @@ def run_cell(n: int, d: int, args: argparse.Namespace) -> list[dict]:
             row["pot seconds"] = statistics.median(times[pot])
             ratios = [a / b for a, b in zip(times[name], times[pot], strict=True)]
             row["time / pot"] = statistics.median(ratios)
-        if args.memory:
+        if args.memory and n >= args.memory_min:
             row["peak MiB"] = peak_growth(
                 _work, n, d, args.slices, args.lines, args.swgg_steps, name
             )
@@ -209,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exact-max", type=int, default=3000, help="largest N for ot.emd2")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
     ap.add_argument("--memory", action="store_true", help="peak memory in fresh processes")
+    ap.add_argument("--memory-min", type=int, default=10000, help="smallest N measured")
+    ap.add_argument("--resume", action="store_true", help="keep the cells of plans.json")
     ap.add_argument("--tree-sizes", type=int, nargs="+", default=[1000, 10000, 100000])
     add_run_args(ap, "plans")
     args = ap.parse_args(argv)
@@ -217,12 +220,19 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds, args.tree_sizes = 1, [100, 1000]
     out = prepare(args)
     warnings.filterwarnings("ignore", category=UserWarning, module="ot")
+    header = ["N", "d", "plan", "cost", "cost / exact", "seconds", "time / pot", "peak MiB"]
     rows = []
+    if args.resume and (out / "plans.json").exists():
+        rows = json.loads((out / "plans.json").read_text())["rows"]
     for d in args.dims:
         for n in args.sizes:
+            if any(r["N"] == n and r["d"] == d for r in rows):
+                continue
             rows.extend(run_cell(n, d, args))
+            # written after every cell, so that a long grid can be resumed
+            payload = {"args": vars(args), "rows": rows}
+            write_results(out, "plans", header, [[r.get(h) for h in header] for r in rows], payload)
             print(f"done N={n} d={d}", flush=True)
-    header = ["N", "d", "plan", "cost", "cost / exact", "seconds", "time / pot", "peak MiB"]
     table = [
         [
             str(r["N"]),

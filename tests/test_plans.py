@@ -778,3 +778,42 @@ def test_colour_transfer_plans_quick(tmp_path, capsys):
     assert all(r["cost / exact"] >= 1 - 1e-9 for r in rows)
     assert (tmp_path / "colour_transfer_plans.png").stat().st_size > 0
     assert "Colour transfer" in capsys.readouterr().out
+
+
+def test_swgg_surrogate_gradient_equals_its_dense_formula():
+    """The module's formula, with midpoints averaged over brute-force interval overlaps."""
+    from tsw.sliced._swgg import _plan_along, _surrogate_grad
+
+    rng = np.random.default_rng(420)
+    N, M, d, R, smoothing = 7, 9, 3, 3, 0.4
+    X, Y = rng.normal(size=(N, d)), rng.normal(size=(M, d)) + 0.5
+    a, b = weights(rng, N), weights(rng, M)
+    theta = unit_rows(rng, 1, d)[0]
+    noise = (rng.normal(size=(1, R, N)), rng.normal(size=(1, R, M)))
+    args = [torch.tensor(v)[None] for v in (X, Y, a[None], b[None], theta)]
+    entries = _plan_along(args[0], args[1], args[2], args[3], args[4])
+    got = _surrogate_grad(*args, entries, smoothing, tuple(torch.tensor(z) for z in noise))
+
+    def quantile_plan(cs, ct):
+        """POT's 1-D plan, its entries in quantile order with their intervals."""
+        G = ot.emd_1d(cs, ct, a, b)
+        i, j = np.nonzero(G > 0)
+        order = np.lexsort((np.argsort(np.argsort(ct))[j], np.argsort(np.argsort(cs))[i]))
+        i, j, w = i[order], j[order], G[i[order], j[order]]
+        upper = np.cumsum(w)
+        return i, j, w, upper - w, upper
+
+    cs, ct = X @ theta, Y @ theta
+    i, j, w, lo, hi = quantile_plan(cs, ct)
+    mid = (X[i] + Y[j]) / 2
+    spread = np.concatenate([cs, ct]).std(ddof=1)
+    blurred = np.zeros_like(mid)
+    for r in range(R):
+        pi, pj, _, plo, phi = quantile_plan(
+            cs + smoothing * spread * noise[0][0, r], ct + smoothing * spread * noise[1][0, r]
+        )
+        overlap = np.clip(np.minimum(hi[:, None], phi) - np.maximum(lo[:, None], plo), 0, None)
+        blurred += overlap @ ((X[pi] + Y[pj]) / 2) / R
+    diff = mid - blurred / w[:, None]
+    expected = -8 * (w * (diff @ theta)) @ mid - 8 * (w * (mid @ theta)) @ diff
+    assert_close(got[0], expected)

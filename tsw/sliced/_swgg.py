@@ -154,9 +154,10 @@ def swgg(
 
     Notes
     -----
-    A step costs ``n_perturbations + 1`` monotone plans, O((n_perturbations + 1)
-    (N + M) (d + log(N + M))). The search is local and the objective is not convex:
-    more starting directions help more in high dimension than more steps.
+    A step costs ``n_perturbations + 1`` monotone plans and two products with the
+    points, O((n_perturbations + 1) (N + M) log(N + M) + (N + M) d), and the exact cost
+    of the new direction's plan, O((N + M) d). The search is local and the objective is
+    not convex: more starting directions help more in high dimension than more steps.
 
     References
     ----------
@@ -199,6 +200,7 @@ def swgg(
     centre = 0.5 * (X.mean(1, keepdim=True) + Y.mean(1, keepdim=True))
     Xc, Yc = X - centre, Y - centre
     wa, wb = m.a.detach().unsqueeze(1), m.b.detach().unsqueeze(1)
+    B, N, M = X.shape[0], X.shape[1], Y.shape[1]
     with torch.no_grad():
         costs = s.costs()  # (B, L)
         best = costs.argmin(-1)
@@ -213,7 +215,9 @@ def swgg(
         best_theta, best_cost, entries = theta, cost, current
         trace = [cost]
         for step in range(n_iter):
-            grad = _surrogate_grad(Xc, Yc, wa, wb, theta, current, smoothing, n_perturbations, s)
+            rng = s.problem.rng
+            noise = (rng.normal(B, n_perturbations, N), rng.normal(B, n_perturbations, M))
+            grad = _surrogate_grad(Xc, Yc, wa, wb, theta, current, smoothing, noise)
             tangent = grad - (grad * theta).sum(-1, keepdim=True) * theta
             norm = torch.linalg.vector_norm(tangent, dim=-1, keepdim=True)
             move = -tangent / norm.clamp_min(torch.finfo(norm.dtype).tiny)
@@ -265,36 +269,43 @@ def _surrogate_grad(
     theta: Tensor,
     entries: tuple[Tensor, Tensor, Tensor],
     smoothing: float,
-    n_perturbations: int,
-    s: _Sliced,
+    noise: tuple[Tensor, Tensor],
 ) -> Tensor:
-    """Return the gradient of the smoothed surrogate at ``theta`` (module notes), (B, d)."""
-    rows, cols, w = entries
-    B, d = theta.shape
-    R = n_perturbations
-    item = torch.arange(B).view(B, 1)
-    mid = 0.5 * (X[item, rows] + Y[item, cols])  # (B, K, d)
+    r"""Return the gradient of the smoothed surrogate at ``theta`` (module notes), (B, d).
+
+    Written with scalars per entry only: with :math:`z_e = \langle m_e, \theta\rangle`
+    and :math:`\tilde z_e = \langle \tilde m_e, \theta\rangle`, the gradient is
+    :math:`-8 (\sum_e w_e (2 z_e - \tilde z_e) m_e - \sum_e w_e z_e \tilde m_e)`, and
+    both sums are weighted sums of midpoints, that is of the points: two products
+    with the (n, d) points, O((N + M) d) a step, and no (entries, d) array. ``noise``
+    holds standard normal draws of shape (B, R, N) and (B, R, M): ``R`` perturbed plans.
+    """
+    rows, cols, w = entries  # (B, K)
+    B = theta.shape[0]
+    R = noise[0].shape[1]
+    N, M = X.shape[1], Y.shape[1]
     cs = torch.einsum("bnd,bd->bn", X, theta)
     ct = torch.einsum("bnd,bd->bn", Y, theta)
     spread = torch.cat([cs, ct], dim=-1).std(-1, keepdim=True).unsqueeze(1)  # (B, 1, 1)
-    sigma = smoothing * spread
-    rng = s.problem.rng
-    cs_r = cs.unsqueeze(1) + sigma * rng.normal(B, R, cs.shape[-1])
-    ct_r = ct.unsqueeze(1) + sigma * rng.normal(B, R, ct.shape[-1])
-    r_rows, r_cols, r_w = monotone_plan(cs_r, ct_r, wa, wb)  # (B, R, K)
-    r_item = item.unsqueeze(-1)
-    r_mid = 0.5 * (X[r_item, r_rows] + Y[r_item, r_cols])  # (B, R, K, d)
-    # the perturbed midpoints averaged over each quantile interval of the plan
-    ia, jb, overlap = northwest_corner(w.unsqueeze(1).expand(-1, R, -1), r_w)
-    src = torch.gather(r_mid, 2, jb.unsqueeze(-1).expand(-1, -1, -1, d)) * overlap.unsqueeze(-1)
-    summed = mid.new_zeros(mid.shape)
-    index = ia.reshape(B, -1).unsqueeze(-1).expand(-1, -1, d)
-    summed.scatter_add_(1, index, src.reshape(B, -1, d))
-    denom = (R * w).unsqueeze(-1)
-    blurred = torch.where(denom > 0, summed / denom.clamp_min(torch.finfo(w.dtype).tiny), mid)
-    diff = mid - blurred  # (B, K, d)
-    along_diff = torch.einsum("bkd,bd->bk", diff, theta) * w
-    along_mid = torch.einsum("bkd,bd->bk", mid, theta) * w
-    return -8 * (
-        torch.einsum("bk,bkd->bd", along_diff, mid) + torch.einsum("bk,bkd->bd", along_mid, diff)
+    cs_r = cs.unsqueeze(1) + smoothing * spread * noise[0]
+    ct_r = ct.unsqueeze(1) + smoothing * spread * noise[1]
+    r_rows, r_cols, r_w = monotone_plan(cs_r, ct_r, wa, wb)  # (B, R, K')
+    z = 0.5 * (torch.gather(cs, 1, rows) + torch.gather(ct, 1, cols))  # (B, K)
+    z_r = 0.5 * (  # the perturbed plan's midpoints on the unperturbed line
+        torch.gather(cs.unsqueeze(1).expand(-1, R, -1), 2, r_rows)
+        + torch.gather(ct.unsqueeze(1).expand(-1, R, -1), 2, r_cols)
     )
+    # the overlaps of the plan's quantile intervals with each perturbed plan's
+    ia, jb, overlap = northwest_corner(w.unsqueeze(1).expand(-1, R, -1), r_w)  # (B, R, C)
+    wz_blur = z.new_zeros(z.shape).scatter_add_(
+        1, ia.reshape(B, -1), (overlap * torch.gather(z_r, 2, jb)).reshape(B, -1)
+    )  # R w_e <m~_e, theta>
+    a = 2 * w * z - wz_blur / R  # the weight of m_e
+    q = overlap * torch.gather(z.unsqueeze(1).expand(-1, R, -1), 2, ia) / R
+    Q = z_r.new_zeros(z_r.shape).scatter_add_(2, jb, q)  # the weight of m'_e'
+    half_a, half_q = 0.5 * a, -0.5 * Q.reshape(B, -1)
+    u = X.new_zeros(B, N).scatter_add_(1, rows, half_a)
+    u.scatter_add_(1, r_rows.reshape(B, -1), half_q)
+    v = Y.new_zeros(B, M).scatter_add_(1, cols, half_a)
+    v.scatter_add_(1, r_cols.reshape(B, -1), half_q)
+    return -8 * (torch.einsum("bn,bnd->bd", u, X) + torch.einsum("bm,bmd->bd", v, Y))
