@@ -10,7 +10,9 @@ Public modules (their names are re-exported by :mod:`tsw`):
   systems of lines, and its kernel ``line_cost``);
 * :mod:`tsw.core.wasserstein_1d`: the one-dimensional closed form of the sliced baselines;
 * :mod:`tsw.core.monte_carlo`: the Monte-Carlo error of a value and
-  :func:`~tsw.trees_needed`, the number of trees for a target error.
+  :func:`~tsw.trees_needed`, the number of trees for a target error;
+* :mod:`tsw.core.tree_plan`: :func:`~tsw.tree_plan`, the exact transport plan on a
+  rooted tree.
 
 Private modules (no stability promise):
 
@@ -23,5 +25,7 @@ Private modules (no stability promise):
 * ``_gradients``: marks by which a block's projections add their gradient into the
   driver's accumulated sums;
 * ``_kernels`` (with ``_numba_kernels``): the line cost's forward and backward as
-  compiled CPU loops, when the optional Numba is installed.
+  compiled CPU loops, when the optional Numba is installed;
+* ``_plans``: the entries of every transport plan (monotone plans, plans on systems of
+  lines, their costs, dense or sparse assembly) and :func:`~tsw.barycentric_map`.
 """
