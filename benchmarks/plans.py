@@ -27,7 +27,6 @@ POT's expected plan forms the (N, M) cost matrix, so it is not run where N M > 1
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import statistics
@@ -91,28 +90,49 @@ def _work(n: int, d: int, L: int, k: int, swgg_steps: int, name: str) -> Callabl
     return calls(X, Y, P, k, swgg_steps)[name]
 
 
-def random_tree(V: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """A random recursive tree (each node's parent uniform among the earlier ones)."""
-    parents = np.concatenate([[-1], (rng.random(V - 1) * np.arange(1, V)).astype(np.int64)])
-    return parents, rng.random(V)
+def random_tree(V: int, rng: np.random.Generator, shape: str = "random") -> np.ndarray:
+    """The parents of a tree of V nodes: random recursive, a path or a star."""
+    if shape == "path":
+        return np.arange(-1, V - 1)
+    if shape == "star":
+        return np.concatenate([[-1], np.zeros(V - 1, dtype=np.int64)])
+    # each node's parent uniform among the earlier ones (depth about log V)
+    return np.concatenate([[-1], (rng.random(V - 1) * np.arange(1, V)).astype(np.int64)])
+
+
+#: the tree shapes :func:`tree_plan_times` measures
+SHAPES = ("random", "path", "star")
 
 
 def tree_plan_times(sizes: list[int], rounds: int) -> list[dict]:
-    """Median seconds of :func:`tsw.tree_plan` on random trees with V = N nodes."""
+    """Median seconds of :func:`tsw.tree_plan` on trees of V = N nodes, three shapes.
+
+    Half the nodes (at random) carry source mass, half target mass, independently.
+    ``slope`` is the log-log slope of the time from the previous size (1: linear).
+    """
     rng = np.random.default_rng(0)
     rows = []
-    for V in sizes:
-        parents, lengths = random_tree(V, rng)
-        ms, mt = rng.random(V) * (rng.random(V) < 0.5), rng.random(V) * (rng.random(V) < 0.5)
-        ms, mt = ms / ms.sum(), mt / mt.sum()
-        seconds = []
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            plan = tsw.tree_plan(parents, lengths, ms, mt)
-            seconds.append(time.perf_counter() - t0)
-        rows.append({"V": V, "seconds": statistics.median(seconds), "entries": plan.nnz})
-    for prev, row in itertools.pairwise(rows):
-        row["slope"] = math.log(row["seconds"] / prev["seconds"]) / math.log(row["V"] / prev["V"])
+    for shape in SHAPES:
+        previous = None
+        for V in sizes:
+            parents = random_tree(V, rng, shape)
+            lengths = rng.random(V)
+            ms = rng.random(V) * (rng.random(V) < 0.5)
+            mt = rng.random(V) * (rng.random(V) < 0.5)
+            ms, mt = ms / ms.sum(), mt / mt.sum()
+            seconds = []
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                plan = tsw.tree_plan(parents, lengths, ms, mt)
+                seconds.append(time.perf_counter() - t0)
+            row = {"shape": shape, "V": V, "seconds": statistics.median(seconds)}
+            row["entries"] = plan.nnz
+            if previous is not None:
+                row["slope"] = math.log(row["seconds"] / previous["seconds"]) / math.log(
+                    V / previous["V"]
+                )
+            rows.append(row)
+            previous = row
     return rows
 
 
@@ -162,6 +182,41 @@ def run_cell(n: int, d: int, args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def target(rounds: int) -> list[dict]:
+    """The issue's speed target: the sparse expected plan, N = M = 2000, d = 64, L = 200.
+
+    tsw against POT on the same projections, numpy inputs (POT's numpy backend) and
+    torch inputs (its torch backend), interleaved rounds; the median of the per-round
+    ratios.
+    """
+    X, Y, P = problem(2000, 64, 200)
+    Xt, Yt, Pt = (torch.from_numpy(v) for v in (X, Y, P))
+    pairs = {
+        "numpy": (
+            lambda: tsw.expected_sliced_plan(X, Y, projections=P, dense=False),
+            lambda: ot.sliced.expected_sliced_plan(X, Y, projections=P, dense=False),
+        ),
+        "torch": (
+            lambda: tsw.expected_sliced_plan(Xt, Yt, projections=Pt, dense=False),
+            lambda: ot.sliced.expected_sliced_plan(Xt, Yt, projections=Pt, dense=False),
+        ),
+    }
+    rows = []
+    for kind, (mine, theirs) in pairs.items():
+        times = interleaved({"tsw": mine, "pot": theirs}, rounds=rounds)
+        ratios = [a / b for a, b in zip(times["tsw"], times["pot"], strict=True)]
+        rows.append(
+            {
+                "inputs": kind,
+                "tsw seconds": statistics.median(times["tsw"]),
+                "pot seconds": statistics.median(times["pot"]),
+                "ratio": statistics.median(ratios),
+                "ratios": ratios,
+            }
+        )
+    return rows
+
+
 def _fmt(x: object, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
@@ -199,6 +254,26 @@ def plot(rows: list[dict], dims: list[int], out, key: str, ylabel: str, name: st
     plt.close(fig)
 
 
+def tree_plans_table(args: argparse.Namespace) -> list[dict]:
+    """Time :func:`tsw.tree_plan` and print the table."""
+    trees = tree_plan_times(args.tree_sizes, max(1, args.rounds))
+    print_table(
+        "tsw.tree_plan on random trees, paths and stars",
+        ["shape", "V", "seconds", "entries", "slope"],
+        [
+            [
+                r["shape"],
+                str(r["V"]),
+                f"{r['seconds']:.3g}",
+                str(r["entries"]),
+                _fmt(r.get("slope"), ".2f"),
+            ]
+            for r in trees
+        ],
+    )
+    return trees
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a tiny grid (smoke test)")
@@ -213,8 +288,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory-min", type=int, default=10000, help="smallest N measured")
     ap.add_argument("--resume", action="store_true", help="keep the cells of plans.json")
     ap.add_argument("--tree-sizes", type=int, nargs="+", default=[1000, 10000, 100000])
+    ap.add_argument(
+        "--target",
+        action="store_true",
+        help="only the issue's speed target (sparse expected plan, N = 2000, d = 64, L = 200)",
+    )
+    ap.add_argument("--tree-only", action="store_true", help="only the tree_plan timings")
     add_run_args(ap, "plans")
     args = ap.parse_args(argv)
+    if args.tree_only:
+        out = prepare(args)
+        (out / "plans_tree.json").write_text(json.dumps(tree_plans_table(args), indent=2))
+        return 0
+    if args.target:
+        out = prepare(args)
+        warnings.filterwarnings("ignore", category=UserWarning)
+        rows = target(max(args.rounds, 5))
+        print_table(
+            "expected_sliced_plan, sparse, N = M = 2000, d = 64, L = 200: tsw against POT",
+            ["inputs", "tsw s", "POT s", "tsw / POT (median of rounds)"],
+            [
+                [
+                    r["inputs"],
+                    f"{r['tsw seconds']:.3g}",
+                    f"{r['pot seconds']:.3g}",
+                    f"{r['ratio']:.3f}",
+                ]
+                for r in rows
+            ],
+        )
+        (out / "plans_target.json").write_text(json.dumps(rows, indent=2))
+        return 0
     if args.quick:
         args.sizes, args.dims, args.slices, args.swgg_steps = [60, 200], [2, 8], 8, 5
         args.rounds, args.tree_sizes = 1, [100, 1000]
@@ -249,15 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(
         f"Plans at L = {args.slices} lines ({args.lines} per tree), one thread", header, table
     )
-    trees = tree_plan_times(args.tree_sizes, max(1, args.rounds))
-    print_table(
-        "tsw.tree_plan on random trees",
-        ["V", "seconds", "entries", "slope"],
-        [
-            [str(r["V"]), f"{r['seconds']:.3g}", str(r["entries"]), _fmt(r.get("slope"), ".2f")]
-            for r in trees
-        ],
-    )
+    trees = tree_plans_table(args)
     csv_rows = [[r.get(h) for h in header] for r in rows]
     write_results(
         out, "plans", header, csv_rows, {"args": vars(args), "rows": rows, "tree_plan": trees}

@@ -436,7 +436,8 @@ def check_line_plan(cs, ct, ms, mt, attachments=None):
     sel_s = [line * n + j for line in range(k) for j in range(N)]
     sel_t = [line * n + N + j for line in range(k) for j in range(M)]
     cost = (P * D[np.ix_(sel_s, sel_t)]).sum()
-    assert_close(cost, ref.emd_on_lines(cs, ct, ms, mt, attachments))
+    given = (np.ascontiguousarray(v.numpy()) for v in (cs, ct, ms, mt))
+    assert_close(cost, ref.emd_on_lines(*given, attachments))
     return plan
 
 

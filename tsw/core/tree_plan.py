@@ -59,11 +59,12 @@ def _match(
     one piece, so the pass is O(V) with at most 2V - 1 entries.
     """
     V = len(parents)
-    children: list[list[int]] = [[] for _ in range(V)]
-    for v in pre.tolist():  # children in pre-order
-        u = int(parents[v])
-        if u >= 0:
-            children[u].append(v)
+    # the children of every node, in pre-order, as one flat list (no list per node: at
+    # V = 1e5 the lists and the garbage collector's passes over them took 0.35-0.5 s)
+    child = pre[parents[pre] >= 0]
+    by_parent = np.argsort(parents[child], kind="stable")
+    kids = child[by_parent].tolist()
+    starts = np.searchsorted(parents[child][by_parent], np.arange(V + 1)).tolist()
     atom: list[int] = []
     amount: list[float] = []
     nxt: list[int] = []
@@ -75,7 +76,8 @@ def _match(
     vals: list[float] = []
     for v in reversed(pre.tolist()):
         sh = st = dh = dt = -1
-        for c in children[v]:
+        for i in range(starts[v], starts[v + 1]):
+            c = kids[i]
             s = sign[c]
             if s > 0:
                 if sh < 0:
