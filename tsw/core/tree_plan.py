@@ -255,12 +255,18 @@ def tree_plan(
     acc = Accumulator(
         B, V, V, mass_s.detach(), dense=dense, batched=bool(lead), numpy=numpy, lead=lead
     )
+    # the nodes relabelled in pre-order, so that the pass reads its lists in order (at
+    # V = 1e5, a random recursive tree's pass took 1.8x longer in its own labels)
+    rank = np.empty(V, dtype=np.int64)
+    rank[pre] = np.arange(V)
+    par_pre = np.where(par[pre] >= 0, rank[np.maximum(par[pre], 0)], -1)
+    order = np.arange(V)
     dev = mass_s.device
     for i in range(B):
-        rows, cols, vals = _match(par, pre, ms[i].tolist(), mt[i].tolist())
+        rows, cols, vals = _match(par_pre, order, ms[i, pre].tolist(), mt[i, pre].tolist())
         acc.add(
-            torch.tensor(rows, dtype=torch.int64, device=dev),
-            torch.tensor(cols, dtype=torch.int64, device=dev),
+            torch.from_numpy(pre[np.asarray(rows, dtype=np.int64)]).to(dev),
+            torch.from_numpy(pre[np.asarray(cols, dtype=np.int64)]).to(dev),
             torch.tensor(vals, dtype=torch.float64, device=dev),
             item=i,
         )
