@@ -217,7 +217,9 @@ def test_numpy_integer_seeds_and_out_of_range_seeds():
     for bad in (2**64, -(2**63) - 1):
         with pytest.raises(ValueError, match=r"seed must be an int in \[-2\*\*63, 2\*\*64\)"):
             tsw.db_tsw(X, Y, seed=bad)
-    with pytest.raises(TypeError, match="seed must be an int or None; got float"):
+    with pytest.raises(
+        TypeError, match="seed must be an int, a numpy RandomState or Generator, or None; got float"
+    ):
         tsw.db_tsw(X, Y, seed=1.0)
 
 

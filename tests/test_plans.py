@@ -22,6 +22,7 @@ from _reference import TOL, assert_close, unit_rows, weights
 import tsw
 from tsw.core._plans import line_system_plan
 from tsw.core._validation import check_measures
+from tsw.core.splits import LineSplit
 from tsw.euclidean._db_tsw import db_projection
 from tsw.euclidean._tsw_sl import constant_split_projection
 
@@ -412,6 +413,13 @@ def test_tree_plan_bad_input_raises(parents, ms, mt, match):
 # --------------------------------------------------------------------------- 3 line systems
 
 
+def split_masses(proj):
+    """A projection's masses (B, T, k, n), split where the closed form would split them."""
+    masses = proj.masses
+    masses = masses.masses() if isinstance(masses, LineSplit) else masses
+    return masses.expand(proj.coords.shape)
+
+
 def atom_level(plan, k, N, M):
     """Atom-level plan (k N, k M), sources and targets flattened line-major."""
     out = np.zeros((k * N, k * M))
@@ -454,7 +462,7 @@ def test_star_plan_is_optimal_for_the_tree_metric(seed, delta):
         torch.tensor(rng.normal(size=(1, d))), torch.tensor(unit_rows(rng, k, d))[None]
     )
     proj = db_projection(m, trees, delta)
-    coords, masses = proj.coords[0, 0], proj.masses.expand(proj.coords.shape)[0, 0]
+    coords, masses = proj.coords[0, 0], split_masses(proj)[0, 0]
     check_line_plan(coords[:, :N], coords[:, N:], masses[:, :N], -masses[:, N:])
 
 
@@ -473,7 +481,7 @@ def test_chain_plan_is_optimal_for_the_tree_metric(seed):
     trees = tsw.ChainLines(torch.tensor(sources)[None], torch.tensor(dirs)[None])
     alpha = torch.tensor(weights(rng, k)).view(k, 1)
     proj = constant_split_projection(m, trees, alpha)
-    coords, masses = proj.coords[0, 0], proj.masses.expand(proj.coords.shape)[0, 0]
+    coords, masses = proj.coords[0, 0], split_masses(proj)[0, 0]
     check_line_plan(
         coords[:, :N], coords[:, N:], masses[:, :N], -masses[:, N:], trees.attachments[0].numpy()
     )
@@ -518,7 +526,7 @@ def test_each_tree_plan_costs_the_tree_w1_of_db_tsw():
         3, n_trees=5, n_lines=3, seed=2, dtype=F64, center=torch.zeros(3, dtype=F64)
     )
     proj = db_projection(m, trees, 2.0)
-    coords, masses = proj.coords[0], proj.masses.expand(proj.coords.shape)[0]
+    coords, masses = proj.coords[0], split_masses(proj)[0]
     N = X.shape[0]
     _, log = tsw.db_tsw(X, Y, a, b, trees=trees, p=1.0, log=True)
     for t in range(5):

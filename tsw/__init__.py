@@ -27,10 +27,8 @@ experiments) and :mod:`tsw.metrics` (exact W_p through ``ot.emd2``, the geodesic
 the sphere, the NLL of a von Mises-Fisher mixture).
 """
 
-import sys as _sys
-
 from tsw import datasets, metrics, nn
-from tsw.core._plans import barycentric_map
+from tsw.core._barycentric import barycentric_map
 from tsw.core.monte_carlo import trees_needed
 from tsw.core.tree_plan import tree_plan
 from tsw.core.tree_wasserstein import line_system_cost, tree_wasserstein
@@ -60,41 +58,6 @@ from tsw.sphere._spatial_stsw import spatial_stsw
 from tsw.sphere._stsw import stsw, stsw_unif
 
 __version__ = "0.2.0.dev0"
-
-# Module paths of earlier layouts keep working for ``from <path> import <name>``; each
-# names the module that now holds its code. First the flat layout before the subpackages
-# (``from tsw.trees import ...``), then the method modules before they became private
-# (``from tsw.euclidean.db_tsw import ...``): a method module is private (``_db_tsw``) so
-# that no function shadows its own module (``tsw.sliced.sw`` is the function ``sw``).
-_MOVED = {
-    "circular": "tsw.euclidean._circular_tsw",
-    "db_tsw": "tsw.euclidean._db_tsw",
-    "mappings": "tsw.euclidean.mappings",
-    "one_d": "tsw.core.wasserstein_1d",
-    "partial_tsw": "tsw.euclidean._partial_tsw",
-    "s3w": "tsw.sliced._s3w",
-    "spatial": "tsw.euclidean._spatial_tsw",
-    "spatial_sphere": "tsw.sphere._spatial_stsw",
-    "splits": "tsw.core.splits",
-    "ssw": "tsw.sliced._ssw",
-    "stsw": "tsw.sphere._stsw",
-    "tree_wasserstein": "tsw.core.tree_wasserstein",
-    "trees": "tsw.core.trees",
-    "tsw_sl": "tsw.euclidean._tsw_sl",
-    "unbalanced_sliced": "tsw.sliced._unbalanced_sw",
-    "euclidean.circular_tsw": "tsw.euclidean._circular_tsw",
-    "euclidean.db_tsw": "tsw.euclidean._db_tsw",
-    "euclidean.partial_tsw": "tsw.euclidean._partial_tsw",
-    "euclidean.spatial_tsw": "tsw.euclidean._spatial_tsw",
-    "euclidean.tsw_sl": "tsw.euclidean._tsw_sl",
-    "sliced.s3w": "tsw.sliced._s3w",
-    "sliced.ssw": "tsw.sliced._ssw",
-    "sliced.sw": "tsw.sliced._sw",
-    "sliced.unbalanced_sw": "tsw.sliced._unbalanced_sw",
-    "sphere.spatial_stsw": "tsw.sphere._spatial_stsw",
-    "sphere.stsw": "tsw.sphere._stsw",
-}
-_sys.modules.update({f"tsw.{old}": _sys.modules[new] for old, new in _MOVED.items()})
 
 __all__ = [
     "ChainLines",

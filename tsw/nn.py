@@ -12,7 +12,7 @@ for the same trees. Options are attributes: assign a new value to follow a sched
 non-persistent buffer (moved by ``.to()``, keeping its precision under ``.to(dtype)``
 and ``.half()``; assign a tensor to change it). Tensor options are cast to the data's
 dtype and device at every call. Options are checked at construction and at every
-assignment, by the functions' own checks (:data:`tsw.core._validation.OPTION_CHECKS`).
+assignment, by the same check functions the function runs (its ``option_checks``).
 
 Randomness:
 
@@ -24,7 +24,7 @@ Randomness:
   objective is a deterministic function of the inputs.
 * ``state_dict()`` holds the random stream (the generator's state, the fixed seed):
   a module restored with ``load_state_dict`` resumes the stream where the saved one
-  was; a checkpoint saved without it still loads.
+  was.
 """
 
 from __future__ import annotations
@@ -33,20 +33,14 @@ import inspect
 import re
 import secrets
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 
-from tsw.core._driver import LOW_PRECISION
+from tsw.core._api import LOW_PRECISION
 from tsw.core._random import check_seed
-from tsw.core._validation import (
-    OPTION_CHECKS,
-    check_bool,
-    check_choice,
-    check_options,
-    check_positive_int,
-)
+from tsw.core._validation import check_bool, check_choice, check_positive_int
 from tsw.euclidean._circular_tsw import circular_tsw
 from tsw.euclidean._db_tsw import db_tsw
 from tsw.euclidean._partial_tsw import partial_tsw
@@ -113,7 +107,10 @@ class _Loss(nn.Module):
         seed = self.seed
         self.resample: bool = check_bool(resample, "resample")
         bound = _bind_options(type(self), options)
-        check_options(bound)  # the functions' own checks, at construction
+        checks = self._checks()
+        for name, value in bound.items():  # the function's own checks, at construction
+            if name in checks:
+                checks[name](value, name)
         for name, value in bound.items():
             if isinstance(value, Tensor) and not isinstance(value, nn.Parameter):
                 self.register_buffer(name, value, persistent=False)
@@ -127,10 +124,16 @@ class _Loss(nn.Module):
         if not self.resample:
             self._fixed_seed = seed if seed is not None else secrets.randbits(63)
 
+    @classmethod
+    def _checks(cls) -> dict[str, Any]:
+        """Return the function's checks of its options (``option_checks``), by name."""
+        return getattr(cls._fn, "option_checks", {})
+
     def __setattr__(self, name: str, value: Any) -> None:
         """Set an attribute; an option is checked first (``loss.p = 0.5`` raises here)."""
-        if name in type(self)._options and name in OPTION_CHECKS:
-            OPTION_CHECKS[name](value, name)
+        checks = self._checks()
+        if name in type(self)._options and name in checks:
+            checks[name](value, name)
         super().__setattr__(name, value)
 
     @property
@@ -198,18 +201,6 @@ class _Loss(nn.Module):
         if state.get("fixed_seed") is not None:
             self._fixed_seed = state["fixed_seed"]
 
-    def _load_from_state_dict(
-        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-    ) -> None:
-        # a checkpoint saved before the random stream was part of the state loads too
-        key = prefix + "_extra_state"
-        had = key in state_dict
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
-        if not had and key in missing_keys:
-            missing_keys.remove(key)
-
     def _randomness(self) -> dict[str, Any]:
         return {"generator": self._generator} if self.resample else {"seed": self._fixed_seed}
 
@@ -276,12 +267,20 @@ class _UnifLoss(_Loss):
         return self._reduce(fn(X_s, a, **self._call_options(X_s), **self._randomness()))
 
 
+#: the measures: ``forward``'s arguments, not options
+MEASURES = frozenset({"X_s", "X_t", "a", "b"})
+
+
 def function_options(
     fn: Callable, exclude: frozenset[str] = NOT_OPTIONS
 ) -> list[inspect.Parameter]:
-    """List the keyword-only parameters of ``fn`` that a loss module takes, in order."""
+    """List the parameters of ``fn`` that a loss module takes, in order, as keyword-only."""
     params = inspect.signature(fn).parameters.values()
-    return [q for q in params if q.kind is q.KEYWORD_ONLY and q.name not in exclude]
+    return [
+        q.replace(kind=q.KEYWORD_ONLY)
+        for q in params
+        if q.name not in MEASURES and q.name not in exclude
+    ]
 
 
 def _bind_options(cls: type[_Loss], given: dict[str, Any]) -> dict[str, Any]:
@@ -702,7 +701,8 @@ class ARIS3WLoss(_S3WPoolBase):  # type: ignore[valid-type,misc]  # a class buil
         if isinstance(X_s, Tensor) and X_s.is_floating_point():
             dtype = torch.float32 if X_s.dtype in LOW_PRECISION else X_s.dtype
             rotations = rotations.to(device=X_s.device, dtype=dtype)
-        return self._reduce(s3w(X_s, X_t, a, b, **options, rotations=rotations, generator=gen))
+        value = s3w(X_s, X_t, a, b, **options, rotations=rotations, generator=gen)
+        return self._reduce(cast(Tensor, value))  # tensors in, no log: a tensor
 
     def _keep_dtype(self) -> set[str]:
         return {*self._options, "pool"}

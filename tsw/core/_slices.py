@@ -9,7 +9,6 @@ the driver's :class:`~tsw.core._random.Sampler` (the seeding contract).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -25,6 +24,7 @@ from tsw.core._validation import (
     check_positive_int,
     check_tensor,
     check_unit,
+    warn,
 )
 from tsw.core.trees import (
     ChainLines,
@@ -260,14 +260,12 @@ def check_spread(trees: TreeSystem | SphericalTrees, measures: Measures) -> None
     sigma, reach = torch.stack([spread, far.to(spread.dtype)]).tolist()  # one synchronisation
     eps = torch.finfo(X.dtype).eps
     if sigma > 0 and eps * reach > SPREAD_RTOL * sigma:
-        warnings.warn(
+        warn(
             f"the trees' roots reach {reach:.3g} from the data's mean while the data spread "
             f"over {sigma:.3g}: in {X.dtype} the line coordinates lose about "
             f"{eps * reach / sigma:.1g} of the data's differences (the value's relative "
             "error is of that order). Pass root_std (and source_range for chains) in the "
             f"data's units, e.g. root_std={0.1 * sigma:.3g}, or use torch.float64",
-            UserWarning,
-            stacklevel=4,
         )
 
 

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tsw.core._driver import from_numpy
 from tsw.core._plans import Accumulator
+from tsw.core._problem import from_numpy
 from tsw.core._safe import broadcast_shape
 from tsw.core._validation import (
     check_bool,

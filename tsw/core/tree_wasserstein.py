@@ -39,7 +39,16 @@ from tsw.core._validation import (
     check_tensor,
 )
 
-__all__ = ["line_cost", "line_system_cost", "tree_wasserstein"]
+__all__ = ["line_cost", "line_system_cost", "runs_compiled", "tree_wasserstein"]
+
+
+def runs_compiled(x: Tensor, p: float) -> bool:
+    """Whether the closed form on lines runs as compiled loops for tensors like ``x``.
+
+    On the CPU, float32 or float64, ``p`` in {1, 2}, with Numba installed and not
+    disabled (:func:`tsw.core._kernels.usable`).
+    """
+    return _kernels.usable(x, p=p)
 
 
 def _compiling() -> bool:

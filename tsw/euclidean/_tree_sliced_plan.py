@@ -9,8 +9,8 @@ tree-sliced plan, a coupling whose cost in R^d bounds the optimal transport cost
 above. The trees are those of :func:`tsw.db_tsw` and :func:`tsw.tsw_sl` for the same
 seed and options.
 
-The option plumbing goes through the driver's ``Problem.of`` for the measures and the
-randomness, and the methods' own tree resolution and projections; the trees are
+The option plumbing goes through :func:`tsw.core._plans.plan_problem` for the measures and
+the randomness, and the methods' own tree resolution and projections; the trees are
 processed in blocks (a plan is not a per-tree cost, so the driver's blocks do not apply).
 """
 
@@ -21,14 +21,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, to_numpy
 from tsw.core._plans import (
     Accumulator,
     SystemPlan,
     check_metric,
     grouped_plan_costs,
     line_system_plan,
+    plan_problem,
 )
+from tsw.core._problem import Problem, to_numpy
+from tsw.core._projection import Projection
 from tsw.core._slices import resolve_trees
 from tsw.core._validation import (
     Measures,
@@ -36,7 +38,7 @@ from tsw.core._validation import (
     check_choice,
     check_nonnegative_float,
 )
-from tsw.core.splits import check_alpha, constant_split, uniform_split
+from tsw.core.splits import LineSplit, check_alpha, constant_split, uniform_split
 from tsw.core.trees import ChainLines, ConcurrentLines, sample_chain_lines, sample_concurrent_lines
 from tsw.euclidean._db_tsw import db_projection, resolve_db_trees
 from tsw.euclidean._tsw_sl import TREES, constant_split_projection
@@ -214,7 +216,8 @@ def expected_tree_sliced_plan(
     dense = check_bool(dense, "dense")
     log = check_bool(log, "log")
     metric, p = check_metric(metric, p)
-    problem = Problem.of(X_s, X_t, a, b, p=1, seed=seed, generator=generator, validate=validate)
+    problem = plan_problem(X_s, X_t, a, b, seed, generator, validate)
+
     measures = problem.measures
     if method == "db_tsw":
         delta_ = check_nonnegative_float(options["delta"], "delta")
@@ -232,7 +235,7 @@ def expected_tree_sliced_plan(
 
         def project(m: Measures, block: Any, t0: int, t1: int) -> tuple[Tensor, Tensor]:
             proj = db_projection(m, block, delta_)
-            return proj.coords, proj.masses
+            return proj.coords, _masses(proj)
 
     else:
         kind = check_choice(options["tree"], "tree", TREES)
@@ -262,7 +265,7 @@ def expected_tree_sliced_plan(
         def project(m: Measures, block: Any, t0: int, t1: int) -> tuple[Tensor, Tensor]:
             part = split if split.dim() == 2 else split[t0:t1]
             proj = constant_split_projection(m, block, part)
-            return proj.coords, proj.masses
+            return proj.coords, _masses(proj)
 
     per_tree, acc = _plans(
         problem, resolved, project, star=method == "db_tsw", metric=metric, p=p, dense=dense
@@ -277,6 +280,16 @@ def expected_tree_sliced_plan(
     if log:
         return plan, out(cost), {"per_tree": out(per_tree), "trees": resolved}
     return plan, out(cost)
+
+
+def _masses(projection: Projection) -> Tensor:
+    """Return a projection's masses on the lines, split here if the closed form would split them."""
+    masses = projection.masses
+    if isinstance(masses, LineSplit):
+        return masses.masses()
+    if not isinstance(masses, Tensor):  # not reached: the Euclidean projections
+        raise TypeError(f"expected the masses of a Euclidean projection; got {type(masses)}")
+    return masses
 
 
 def _chain_sampler(source_range: object) -> Any:

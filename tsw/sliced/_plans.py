@@ -5,8 +5,9 @@ keep POT 0.9.7's signatures, defaults and return values (``ot.sliced``), and add
 batched (B, N, d) inputs, torch sparse COO plans, the seeding contract of :mod:`tsw`
 and a cost that is differentiable in the points with the plan held fixed. The plans are
 built by :mod:`tsw.core._plans` (monotone plans, vectorised over the projections); this
-module holds the option plumbing, which goes through the driver's ``Problem.of`` for the
-measures and the randomness only (no closed form: a plan is not a per-slice cost).
+module holds the option plumbing: :func:`tsw.core._plans.plan_problem` binds the shared
+options (the measures, ``seed``, ``generator``, ``validate``) for every plan function (a
+plan is not a distance: no closed form, no :func:`tsw.core._api.distance`).
 
 Differences from POT 0.9.7, all deliberate:
 
@@ -29,14 +30,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, to_numpy
 from tsw.core._plans import (
     Accumulator,
     PlanTuple,
     check_metric,
     monotone_plan,
     plan_costs,
+    plan_problem,
 )
+from tsw.core._problem import Problem, to_numpy
 from tsw.core._sort import argsort_last
 from tsw.core._validation import (
     Measures,
@@ -54,23 +56,15 @@ class _Sliced:
 
     def __init__(
         self,
-        X_s: Any,
-        X_t: Any,
-        a: Any,
-        b: Any,
+        problem: Problem,
         *,
         metric: object,
         p: object,
         projections: Any,
         n_projections: object,
-        seed: Any,
-        generator: Any,
         batch_size: object,
-        validate: bool,
     ):
-        self.problem = Problem.of(
-            X_s, X_t, a, b, p=1, seed=seed, generator=generator, validate=validate
-        )
+        self.problem = problem
         self.metric, self.p = check_metric(metric, p)
         if batch_size is not None:
             check_positive_int(batch_size, "batch_size")
@@ -241,18 +235,12 @@ def sliced_plans(
     """
     check_bool(log, "log")
     s = _Sliced(
-        X_s,
-        X_t,
-        a,
-        b,
+        plan_problem(X_s, X_t, a, b, seed, generator, validate),
         metric=metric,
         p=p,
         projections=projections,
         n_projections=n_projections,
-        seed=seed,
-        generator=generator,
         batch_size=batch_size,
-        validate=validate,
     )
     costs = s.costs()
     plans = [
@@ -361,18 +349,12 @@ def min_sliced_transport_plan(
     check_bool(log, "log")
     dense = check_bool(dense, "dense")
     s = _Sliced(
-        X_s,
-        X_t,
-        a,
-        b,
+        plan_problem(X_s, X_t, a, b, seed, generator, validate),
         metric=metric,
         p=p,
         projections=projections,
         n_projections=n_projections,
-        seed=seed,
-        generator=generator,
         batch_size=batch_size,
-        validate=validate,
     )
     with torch.no_grad():
         costs = s.costs()  # (B, L)
@@ -501,18 +483,12 @@ def expected_sliced_plan(
     dense = check_bool(dense, "dense")
     beta = check_nonnegative_float(beta, "beta")
     s = _Sliced(
-        X_s,
-        X_t,
-        a,
-        b,
+        plan_problem(X_s, X_t, a, b, seed, generator, validate),
         metric=metric,
         p=p,
         projections=projections,
         n_projections=n_projections,
-        seed=seed,
-        generator=generator,
         batch_size=batch_size,
-        validate=validate,
     )
     costs = s.costs()  # (B, L), differentiable
     if beta == 0.0:

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tsw.core._plans import monotone_plan, northwest_corner
+from tsw.core._plans import monotone_plan, northwest_corner, plan_problem
 from tsw.core._validation import (
     check_bool,
     check_nonnegative_float,
@@ -181,18 +181,12 @@ def swgg(
     smoothing = check_nonnegative_float(smoothing, "smoothing")
     n_perturbations = check_positive_int(n_perturbations, "n_perturbations")
     s = _Sliced(
-        X_s,
-        X_t,
-        a,
-        b,
+        plan_problem(X_s, X_t, a, b, seed, generator, validate),
         metric=metric,
         p=p,
         projections=projections,
         n_projections=n_projections,
-        seed=seed,
-        generator=generator,
         batch_size=batch_size,
-        validate=validate,
     )
     m = s.measures
     X, Y = m.X_s.detach(), m.X_t.detach()
