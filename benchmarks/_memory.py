@@ -43,8 +43,8 @@ def peak() -> float:
 def _measure(prepare: Callable[..., Callable[[], object]], args: tuple, queue) -> None:
     work = prepare(*args)  # set-up (data, trees) is not measured
     # nor is the one-time compilation of the compiled kernels (Numba, when installed:
-    # warm_up() loads all of them, 225 MiB resident measured in issue 13's tenth session,
-    # independent of the problem's size)
+    # warm_up() loads all of them, about 225 MiB resident, independent of the problem's
+    # size)
     from tsw.core._kernels import warm_up
 
     warm_up()

@@ -1,41 +1,53 @@
-"""Colour transfer between scikit-learn's two sample images, the papers' protocol.
+"""Colour transfer between scikit-learn's two sample images: the papers' flows, and plans.
 
-The TSW-SL and Db-TSW papers (after the SW-variant papers of Nguyen and Ho) recolour a
-source image with the colours of a target image: both images are summarised by k-means
-palettes (``--palette`` colours, in RGB scaled to [0, 1]; the papers use 3000); the
-source palette, one point per colour, follows a gradient flow of a sliced or tree-sliced
-loss towards the target palette, and every pixel of the source takes the final colour
-of its cluster. The images are ``china.jpg`` (source) and ``flower.jpg`` (target) of
-:func:`sklearn.datasets.load_sample_images`: nothing is downloaded.
+The images are ``china.jpg`` (source) and ``flower.jpg`` (target) of
+:func:`sklearn.datasets.load_sample_images`: nothing is downloaded. Modes (``--mode``;
+:data:`MODES` maps a name to a function ``(args, out) -> records``):
 
-Modes (``--mode``; :data:`MODES` maps a name to a function ``(args, data, out) ->
-records``, so that another mode can be added beside this one):
+* ``flow`` (default), the protocol of the TSW-SL and Db-TSW papers (after the
+  SW-variant papers of Nguyen and Ho): both images are summarised by k-means palettes
+  (``--palette`` colours, in RGB scaled to [0, 1]; the papers use 3000); the source
+  palette, one point per colour, follows a gradient flow of a sliced or tree-sliced loss
+  towards the target palette, and every pixel of the source takes the final colour of
+  its cluster (:func:`flow_mode`): Adam at ``--lr`` on the loss (the distance itself,
+  the root form), fresh lines or trees at every step, the palette clamped to [0, 1]
+  after each step, ``--iters`` steps (the papers: 2000). Every loss uses the same
+  number of lines (``--slices``: SW's directions, trees x lines per tree for the tree
+  losses, the papers' L = 25 trees of k = ``--lines`` = 4 lines by default).
+* ``plans``: each transport plan's barycentric map (:func:`run_plans`). Each plan
+  between the two pixel clouds in RGB (N = M pixels of a downsampled grid, every
+  ``--step``-th pixel, uniform weights) gives the barycentric map
+  ``x_i -> sum_j P_ij y_j / a_i`` (:func:`tsw.barycentric_map`), and every pixel of the
+  full-resolution source takes the colour shift of its nearest sampled colour. Plans:
+  the exact optimal plan (``ot.emd``, the reference), :func:`tsw.expected_sliced_plan`,
+  :func:`tsw.min_sliced_transport_plan`, :func:`tsw.swgg` (L directions) and
+  :func:`tsw.expected_tree_sliced_plan` (L / k trees of k lines, Db-TSW and TSW-SL).
+  For each: the plan's cost (mean squared colour displacement) against the exact one,
+  the squared W2 distance between the mapped colours and the target's (``ot.emd2``: how
+  well the palette is reached; a barycentric map averages colours, so only a
+  permutation reaches 0) and the seconds of the plan and its map. Output:
+  ``colour_transfer_plans.csv`` / ``.json`` and ``colour_transfer_plans.png`` (source,
+  target and every plan's result).
 
-* ``flow`` (default): the flow of the source palette under each loss of ``--methods``
-  (:func:`flow_mode`): Adam at ``--lr`` on the loss (the distance itself, the root
-  form), fresh lines or trees at every step, the palette clamped to [0, 1] after each
-  step, ``--iters`` steps (the papers: 2000). Every loss uses the same number of lines
-  (``--lines``: SW's directions, trees x lines per tree for the tree losses, the
-  papers' L = 25 trees of k = 4 lines by default).
+Methods of the flow (keys as in :mod:`benchmarks.gradient_flow`): ``sw2`` (SW_2),
+``maxsw`` (Max-SW_2, ``--max-iter`` ascent steps, 10 by default: the papers' 100 cost
+100x a step), ``tswsl`` (TSW-SL, chains), ``dbtsw`` and ``dbtsw-orth`` (Db-TSW, Db-TSW⊥,
+``--delta``), ``tssobolev`` (TS-Sobolev at ``--sobolev-p``, Db-TSW's trees), and the SW
+variants ``lcvsw``, ``ebsw``, ``rpsw``. The tree losses use ``p = 1`` (the papers'
+definition) and roots around the mean of both palettes with spread ``--root-std``.
 
-Methods (keys as in :mod:`benchmarks.gradient_flow`): ``sw2`` (SW_2), ``maxsw`` (Max-SW_2,
-``--max-iter`` ascent steps, 10 by default: the papers' 100 cost 100x a step), ``tswsl``
-(TSW-SL, chains), ``dbtsw`` and ``dbtsw-orth`` (Db-TSW, Db-TSW⊥, ``--delta``),
-``tssobolev`` (TS-Sobolev at ``--sobolev-p``, Db-TSW's trees), and the SW variants
-``lcvsw``, ``ebsw``, ``rpsw``. The tree losses use ``p = 1`` (the papers' definition)
-and roots around the mean of both palettes with spread ``--root-std``.
-
-Metric: the exact W2 between the current and the target palette (``ot.emd2``, squared
-Euclidean cost, uniform weights, float64, the root), at five checkpoints; the seconds
-of optimisation (the metric excluded). Records go to ``results.json`` (one per method
-and seed: ``mode``, ``method``, ``name``, ``seed``, ``seconds``, ``w2`` (final),
-``w2_checkpoints``); the recoloured images of the first seed, side by side with the
-source and the target, to ``colour_transfer.png``.
+Metric of the flow: the exact W2 between the current and the target palette
+(``ot.emd2``, squared Euclidean cost, uniform weights, float64, the root), at five
+checkpoints; the seconds of optimisation (the metric excluded). Records go to
+``results.json`` (one per method and seed: ``mode``, ``method``, ``name``, ``seed``,
+``seconds``, ``w2`` (final), ``w2_checkpoints``); the recoloured images of the first
+seed, side by side with the source and the target, to ``colour_transfer.png``.
 
 Examples::
 
     python -m benchmarks.colour_transfer --seeds 3          # about 15 minutes, 1 thread
     python -m benchmarks.colour_transfer --smoke --out /tmp/ct   # a few seconds
+    python -m benchmarks.colour_transfer --mode plans
 """
 
 from __future__ import annotations
@@ -53,7 +65,14 @@ import ot
 import torch
 
 import tsw
-from benchmarks._report import add_run_args, mean_std, prepare, print_table, progress
+from benchmarks._report import (
+    add_run_args,
+    mean_std,
+    prepare,
+    print_table,
+    progress,
+    write_results,
+)
 
 METHODS = ("sw2", "maxsw", "tswsl", "dbtsw", "dbtsw-orth", "tssobolev")
 
@@ -102,7 +121,7 @@ def exact_w2(X: np.ndarray, Y: np.ndarray) -> float:
 
 def method_table(args: argparse.Namespace) -> dict[str, dict]:
     """key -> {"name", "fn", "kw"} at ``args.lines`` lines per step."""
-    L, k = args.lines, args.n_lines
+    L, k = args.slices, args.lines
     T = max(L // k, 1)
     ko = min(k, 3)  # Db-TSW⊥: at most d = 3 orthonormal lines per tree
     To = max(L // ko, 1)
@@ -217,8 +236,135 @@ def flow_mode(args: argparse.Namespace, out: Path) -> list[dict]:
     return records
 
 
+# --------------------------------------------------------------------------- plans
+
+
+def plan_images(step: int) -> tuple[np.ndarray, np.ndarray]:
+    """The two images in [0, 1] (float64), every ``step``-th pixel, source first."""
+    source, target = load_images(step)
+    return source.astype(np.float64) / 255.0, target.astype(np.float64) / 255.0
+
+
+def plans(X: np.ndarray, Y: np.ndarray, L: int, k: int, steps: int) -> dict:
+    """Name -> a call returning the plan between the pixel clouds (dense for small N)."""
+    n = X.shape[0]
+    w = np.full(n, 1.0 / n)
+    P = tsw.sample_projections(X.shape[1], L, seed=0, dtype=torch.float64).numpy()
+    T = max(1, L // k)
+    return {
+        "exact (ot.emd)": lambda: ot.emd(w, w, ot.dist(X, Y), numItermax=10**8),
+        "expected sliced": lambda: tsw.expected_sliced_plan(X, Y, projections=P, dense=False)[0],
+        "min sliced": lambda: tsw.min_sliced_transport_plan(X, Y, projections=P, dense=False)[0],
+        "swgg": lambda: tsw.swgg(X, Y, projections=P, n_iter=steps, seed=0, dense=False)[0],
+        "tree Db-TSW": lambda: tsw.expected_tree_sliced_plan(
+            X, Y, n_trees=T, n_lines=k, seed=0, dense=False
+        )[0],
+        "tree TSW-SL": lambda: tsw.expected_tree_sliced_plan(
+            X, Y, method="tsw_sl", n_trees=T, n_lines=k, seed=0, dense=False
+        )[0],
+    }
+
+
+def extend(full: np.ndarray, X: np.ndarray, moved: np.ndarray, chunk: int = 8192) -> np.ndarray:
+    """Every pixel of ``full`` (H, W, 3) shifted as its nearest sampled colour in ``X``."""
+    pixels = torch.from_numpy(full.reshape(-1, 3))
+    samples = torch.from_numpy(X)
+    shift = torch.from_numpy(moved - X)
+    out = torch.empty_like(pixels)
+    for i in range(0, pixels.shape[0], chunk):
+        nearest = torch.cdist(pixels[i : i + chunk], samples).argmin(-1)
+        out[i : i + chunk] = pixels[i : i + chunk] + shift[nearest]
+    return out.clamp_(0, 1).numpy().reshape(full.shape)
+
+
+def run_plans(args: argparse.Namespace, out: Path) -> list[dict]:
+    """The ``plans`` mode (see the module docstring); its records, one per plan."""
+    from tsw.core._kernels import warm_up
+
+    warm_up()  # the compiled kernels (Numba, when installed) are not timed
+    tiny = np.random.default_rng(0).random((2, 16, 3))
+    for name, call in plans(tiny[0], tiny[1], 8, args.lines, 1).items():
+        if name != "exact (ot.emd)":
+            call()  # the first call of each path compiles or loads its kernels
+    source_full, target_full = plan_images(args.full_step)
+    source, target = plan_images(args.step)
+    X, Y = source.reshape(-1, 3), target.reshape(-1, 3)
+    n = X.shape[0]
+    w = np.full(n, 1.0 / n)
+    C = ot.dist(X, Y)
+    results, images = [], {"source": source_full, "target": target_full}
+    exact_cost = None
+    for name, call in plans(X, Y, args.slices, args.lines, args.swgg_steps).items():
+        t0 = time.perf_counter()
+        plan = call()
+        moved = tsw.barycentric_map(plan, Y)
+        seconds = time.perf_counter() - t0
+        dense = plan if isinstance(plan, np.ndarray) else plan.toarray()
+        cost = float((dense * C).sum())
+        exact_cost = cost if exact_cost is None else exact_cost
+        fidelity = float(ot.emd2(w, w, ot.dist(moved, Y), numItermax=10**8))
+        results.append(
+            {
+                "mode": "plans",
+                "plan": name,
+                "cost": cost,
+                "cost / exact": cost / exact_cost,
+                "W2^2(mapped, target)": fidelity,
+                "seconds": seconds,
+            }
+        )
+        images[name] = extend(source_full, X, moved)
+    header = ["plan", "cost", "cost / exact", "W2^2(mapped, target)", "seconds"]
+    rows = [
+        [
+            r["plan"],
+            f"{r['cost']:.4g}",
+            f"{r['cost / exact']:.3f}",
+            f"{r[header[3]]:.3g}",
+            f"{r['seconds']:.3g}",
+        ]
+        for r in results
+    ]
+    print_table(
+        f"Colour transfer, N = M = {n} pixels, L = {args.slices} lines ({args.lines} per tree)",
+        header,
+        rows,
+    )
+    write_results(
+        out,
+        "colour_transfer_plans",
+        header,
+        [[r[h] for h in header] for r in results],
+        {"args": vars(args), "rows": results},
+    )
+    figure(images, out / "colour_transfer_plans.png")
+    return results
+
+
+def figure(images: dict[str, np.ndarray], path) -> None:
+    """All images in one row of panels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = (len(images) + 1) // 2
+    fig, axes = plt.subplots(2, cols, figsize=(2.4 * cols, 3.6))
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, (name, image) in zip(axes.flat, images.items(), strict=False):
+        ax.imshow(image)
+        ax.set_title(name, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=75, bbox_inches="tight")
+    plt.close(fig)
+
+
 #: the modes of this benchmark: name -> function (args, output folder) -> records
-MODES: dict[str, Callable[[argparse.Namespace, Path], list[dict]]] = {"flow": flow_mode}
+MODES: dict[str, Callable[[argparse.Namespace, Path], list[dict]]] = {
+    "flow": flow_mode,
+    "plans": run_plans,
+}
 
 
 def plot_images(
@@ -241,7 +387,7 @@ def plot_images(
         ax.set_title(titles.get(key, key), fontsize=7)
     fig.suptitle(
         f"colour transfer: {args.palette}-colour palettes, {args.iters} steps of Adam "
-        f"(lr {args.lr:g}), {args.lines} lines per step; W2 between palettes",
+        f"(lr {args.lr:g}), {args.slices} lines per step; W2 between palettes",
         fontsize=8,
     )
     fig.tight_layout()
@@ -282,17 +428,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--scale", type=int, default=1, help="use every scale-th pixel")
     ap.add_argument("--iters", type=int, default=2000, help="flow steps (the papers: 2000)")
     ap.add_argument("--lr", type=float, default=1e-3, help="Adam lr, colours in [0, 1]")
-    ap.add_argument("--lines", type=int, default=100, help="lines per step (25 trees x 4)")
-    ap.add_argument("--n-lines", type=int, default=4, help="lines per tree")
+    ap.add_argument("--slices", type=int, default=100, help="lines in all (L; 25 trees x 4)")
+    ap.add_argument("--lines", type=int, default=4, help="lines per tree (k)")
+    ap.add_argument("--step", type=int, default=10, help="plans: pixel stride of the grid")
+    ap.add_argument("--full-step", type=int, default=4, help="plans: pixel stride of the figure")
+    ap.add_argument("--swgg-steps", type=int, default=50, help="plans: SWGG's steps")
     ap.add_argument("--delta", type=float, default=2.0, help="Db-TSW / TS-Sobolev split")
     ap.add_argument("--root-std", type=float, default=0.1, help="root spread of the trees")
     ap.add_argument("--sobolev-p", type=float, default=2.0, help="p of TS-Sobolev")
     ap.add_argument("--max-iter", type=int, default=10, help="Max-SW ascent steps")
-    ap.add_argument("--smoke", action="store_true", help="a few seconds: tiny palettes")
+    ap.add_argument(
+        "--smoke", "--quick", dest="smoke", action="store_true", help="a few seconds: tiny data"
+    )
     add_run_args(ap, "colour_transfer")
     args = ap.parse_args(argv)
-    if args.smoke:
+    if args.smoke and args.mode == "flow":
         args.palette, args.scale, args.iters, args.seeds, args.max_iter = 24, 8, 10, 1, 2
+    elif args.smoke:
+        args.step, args.full_step, args.slices, args.swgg_steps = 40, 20, 8, 3
     table = method_table(args)
     unknown = [k for k in args.methods if k not in table]
     if unknown:
@@ -306,6 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = dict(vars(args))
     print(f"settings: {settings}")
     records = MODES[args.mode](args, out)
+    if args.mode == "plans":  # its own table and files
+        return 0
     path = out / "results.json"
     old = json.loads(path.read_text()) if path.exists() else []
     old = [r for r in old if r.get("mode") != args.mode]  # this mode's records are replaced

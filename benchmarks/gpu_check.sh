@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared GPU check (issue 13): GPU tests, then the runtime grid on CUDA, then the
+# The prepared GPU check: GPU tests, then the runtime grid on CUDA, then the
 # largest N at 1000 x 4; about 6-8 minutes on one H200. Writes logs under ${OUT:-gpu_out}.
 #
 # On the device machine (CUDA torch, no POT): carry POT's wheel in .whl (see the device
@@ -37,7 +37,7 @@ timeout 200 python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider --device 
 timeout 150 python3 -m pytest tests -q -p no:cacheprovider --device cuda -k cuda \
   --continue-on-collection-errors --ignore=tests/test_notebooks.py --ignore=tests/test_benchmarks.py \
   --ignore=tests/test_distributed.py 2>&1 | tee "$OUT/test_device.txt" || status=1
-# 2. the runtime on CUDA: the reference cell, an N sweep to 1e5, and the issue's grid
+# 2. the runtime on CUDA: the reference cell, an N sweep to 1e5, and the grid
 #    d in {2, 64, 784, 3072} x N in {500, 2000, 1e4, 5e4} (ratios side by side in one run)
 timeout 60 python3 -m benchmarks.runtime --device cuda --rounds 7 --out "$OUT/runtime" \
   2>&1 | tee "$OUT/runtime_ref.txt" || status=1

@@ -10,8 +10,7 @@ projection matmul, one sort of the (L, n) coordinates, one gather of the signed 
 and one cumulative sum, forward and backward. Its sort is the fastest this process has,
 the one tsw's closed forms use (``tsw.core._sort.sort_last``: NumPy's on the CPU, 0.5x
 torch.sort's time at this size); ``lower limit (torch.sort)`` is the same work with
-``torch.sort``, the limit as measured before tsw sorted with NumPy (and the sort POT's
-torch backend uses).
+``torch.sort`` (the sort POT's torch backend uses).
 
 ``projections`` times the product alone: the (N + M, d) points on the ``L`` directions
 forward, and the (N, L) x (L, d) product of the source points' gradient backward. Every
@@ -28,8 +27,8 @@ lines and circular / Db-TSW at equal trees and lines.
 ``python -m benchmarks.runtime --sweep n``: times as a function of N with a log-log plot
 (``--grid 50000,100000`` chooses the values).
 ``python -m benchmarks.runtime --sweep sort``: the float32 sort of the closed forms on
-rows of 128 to 16384 atoms of seven kinds (Gaussian to clustered), with its 32-bit keys
-against 64-bit keys only and ``np.argsort``.
+rows of 128 to 16384 atoms of seven kinds (Gaussian to clustered), as packed 64-bit
+keys against ``np.argsort``.
 ``--memory``: peak resident memory of each method, each in a fresh subprocess.
 ``python -m benchmarks.runtime --sweep chunk --n 100000 --d 128 --trees 1000 --grid
 auto,250,100 --memory``: db_tsw's time and peak memory against ``chunk_size``
@@ -330,7 +329,7 @@ def batch_vs_loop(args) -> list[dict]:
     return [row]
 
 
-#: the kinds of rows of ``--sweep sort``: what the 32-bit keys' buckets make of them
+#: the kinds of rows of ``--sweep sort``
 SORT_KINDS = ("gaussian", "uniform", "student t3", "pairs", "cauchy", "clusters", "ties")
 
 
@@ -359,17 +358,16 @@ def sort_rows(kind: str, n_rows: int, n: int, seed: int = 0) -> np.ndarray:
 
 
 def sort_sweep(args) -> list[dict]:
-    """The float32 sort of the closed forms (``tsw.core._sort.argsort_last``) on rows of
-    ``--grid`` atoms of every kind of :data:`SORT_KINDS`, with its 32-bit keys, with
-    64-bit keys only (``tsw.core._kernels._NARROW`` set empty) and ``np.argsort``,
-    interleaved round by round. Each result is checked against NumPy's stable argsort.
+    """The float32 sort of the closed forms (``tsw.core._sort.argsort_last``: packed
+    64-bit keys with the compiled kernels) against ``np.argsort`` on rows of ``--grid``
+    atoms of every kind of :data:`SORT_KINDS`, interleaved round by round. Each result is
+    checked against NumPy's stable argsort.
     """
     from tsw.core import _kernels
     from tsw.core._sort import argsort_last
 
     if not _kernels.warm_up():
         raise SystemExit("--sweep sort needs the compiled kernels (pip install torch-tsw[fast])")
-    narrow = _kernels._NARROW
     lengths = [int(v) for v in (args.grid or "128,300,1000,4000,8192,16384").split(",")]
     rows = []
     for kind in SORT_KINDS:
@@ -379,25 +377,15 @@ def sort_sweep(args) -> list[dict]:
             want = np.argsort(x, axis=-1, kind="stable")
             if not np.array_equal(argsort_last(t).numpy(), want):  # pragma: no cover
                 raise AssertionError(f"argsort_last differs from np.argsort on {kind} rows")
-
-            def keys(wide: bool, t=t) -> None:
-                _kernels._NARROW = (0, 0) if wide else narrow
-                try:
-                    argsort_last(t)
-                finally:
-                    _kernels._NARROW = narrow
-
             work = {
-                "32-bit keys": partial(keys, False),
-                "64-bit keys": partial(keys, True),
+                "packed keys": partial(argsort_last, t),
                 "np.argsort": partial(np.argsort, x, axis=-1),
             }
             times = interleaved(work, rounds=args.rounds)
             row: dict[str, float | str] = {"kind": kind, "rows": x.shape[0], "atoms": n}
             for name in work:
                 row[f"{name} [s]"] = median(times[name])
-            row["32-bit / 64-bit keys"] = ratio(times, "32-bit keys", "64-bit keys")
-            row["32-bit keys / np.argsort"] = ratio(times, "32-bit keys", "np.argsort")
+            row["packed keys / np.argsort"] = ratio(times, "packed keys", "np.argsort")
             rows.append(row)
             print(f"done {kind} n={n}", file=sys.stderr, flush=True)
     return rows
@@ -447,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         help="sweep one parameter (chunk: db_tsw's chunk_size, with --memory its peak RSS;"
         " grid: every (N, d) of --grid-n x --grid-d; batch: --batch problems of --n points"
         " batched against a loop; sort: the float32 sort on rows of --grid atoms of"
-        " several kinds, with 32-bit keys, 64-bit keys and np.argsort)",
+        " several kinds, as packed 64-bit keys against np.argsort)",
     )
     ap.add_argument("--batch", type=int, default=16, help="problems of --sweep batch")
     ap.add_argument("--grid-n", default="500,2000,10000,50000", help="N values of --sweep grid")

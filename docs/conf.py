@@ -23,6 +23,8 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.mathjax",
+    # MathJax served from the built site's _static/, so that math renders offline
+    "sphinx-mathjax-offline",
     "sphinx.ext.viewcode",
     "numpydoc",
     "sphinx_gallery.gen_gallery",
@@ -56,4 +58,6 @@ sphinx_gallery_conf = {
     "within_subsection_order": "FileNameSortKey",
     "matplotlib_animations": False,
     "reset_modules": ("matplotlib",),
+    # no execution-times page: it loads its table scripts from CDNs, and the site is offline
+    "write_computation_times": False,
 }

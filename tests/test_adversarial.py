@@ -148,9 +148,9 @@ TWO = {
     "ssw[p=1]": (tsw.ssw, {"n_projections": 3, "p": 1}, True),
     "s3w": (tsw.s3w, {"n_projections": 3, "n_rotations": 2}, True),
     "ts_sobolev": (tsw.ts_sobolev, {"n_trees": 3, "n_lines": 2}, False),
-    "ts_sobolev[delta=-1,p=3]": (
+    "ts_sobolev[delta=0,p=3]": (
         tsw.ts_sobolev,
-        {"n_trees": 3, "n_lines": 2, "delta": -1.0, "p": 3},
+        {"n_trees": 3, "n_lines": 2, "delta": 0.0, "p": 3},
         False,
     ),
     "max_tsw_sl": (tsw.max_tsw_sl, {"n_trees": 2, "n_lines": 2, "n_iter": 2}, False),

@@ -42,11 +42,9 @@ def test_hard_split_example_loss_module():
 
     cls = _loss_from(ns["hard_tsw"], "HardTSWLoss", "Nearest-line TSW loss.", "")
     options = set(inspect.signature(cls).parameters)
-    assert options == {"n_trees", "n_lines", "p", "center", "root_std", "validate"} | {
-        "reduction",
-        "seed",
-        "resample",
-    }
+    own = {"n_trees", "n_lines", "p", "center", "root_std"}
+    shared = {"validate", "power", "chunk_size", "process_group", "gather"}
+    assert options == own | shared | {"reduction", "seed", "resample"}
     X = torch.randn(10, 3, dtype=torch.float64, requires_grad=True)
     cls(n_trees=5, n_lines=2, seed=0)(X, torch.randn(12, 3, dtype=torch.float64)).backward()
     assert torch.isfinite(X.grad).all()

@@ -74,7 +74,7 @@ def _problem(seed, N=5, M=4, d=3, T=2, k=3, zero=False):
 
 @pytest.mark.parametrize(
     ("p", "delta", "seed"),
-    [(2.0, 2.0, 0), (3.0, -1.0, 1), (1.5, 0.0, 2), (2.5, 1.0, 3), (1.0, 2.0, 4), (2.0, 2.0, 5)],
+    [(2.0, 2.0, 0), (3.0, 0.5, 1), (1.5, 0.0, 2), (2.5, 1.0, 3), (1.0, 2.0, 4), (2.0, 2.0, 5)],
 )
 def test_ts_sobolev_equals_its_edge_sum_on_explicit_trees(p, delta, seed):
     X, Y, a, b, trees = _problem(seed, zero=seed == 5)
@@ -91,23 +91,29 @@ def test_ts_sobolev_equals_its_edge_sum_on_explicit_trees(p, delta, seed):
 
 def test_ts_sobolev_reproduces_the_authors_self_test():
     """Their two lines along (1, 1) and (2, -1), root 0, delta = -1: 0.426344 (p = 2) and
-    0.349254 (p = 3) to their tolerance 1e-5 (float32), and the edge sum in float64."""
+    0.349254 (p = 3) to their tolerance 1e-5 (float32), and the edge sum in float64.
+
+    The public function takes ``delta >= 0`` (as Db-TSW does), so the self-test's
+    negative delta runs through the method's own projection and closed form."""
+    from tsw.core._validation import check_measures
+    from tsw.euclidean._db_tsw import db_projection
+    from tsw.euclidean._ts_sobolev import sobolev_cost
+
     for dtype in (torch.float32, F64):
         th = torch.tensor([[[1.0, 1.0], [2.0, -1.0]]], dtype=dtype)
         th = th / torch.linalg.vector_norm(th, dim=-1, keepdim=True)
         trees = tsw.ConcurrentLines(torch.zeros(1, 2, dtype=dtype), th)
         X = torch.tensor([[2.0, 0.0], [4.0, 0.0]], dtype=dtype)
         Y = torch.tensor([[2.0, 1.0], [6.0, 0.0]], dtype=dtype)
+        measures = check_measures(X, Y, None, None)
         for p, published in ((2, 0.426344), (3, 0.349254)):
-            value = float(tsw.ts_sobolev(X, Y, trees=trees, delta=-1.0, p=p))
+            cost = sobolev_cost(db_projection(measures, trees, -1.0), float(p))
+            value = float(cost.mean()) ** (1 / p)
             assert abs(value - published) <= 1e-5
             if dtype == F64:
-                cx, mx = _star_masses(
-                    X, torch.full((2,), 0.5, dtype=F64), trees.roots[0], th[0], -1
-                )
-                cy, my = _star_masses(
-                    Y, torch.full((2,), 0.5, dtype=F64), trees.roots[0], th[0], -1
-                )
+                half = torch.full((2,), 0.5, dtype=F64)
+                cx, mx = _star_masses(X, half, trees.roots[0], th[0], -1)
+                cy, my = _star_masses(Y, half, trees.roots[0], th[0], -1)
                 ref = sobolev_reference(
                     torch.cat([cx, cy], -1).numpy(), torch.cat([mx, -my], -1).numpy(), p
                 )
@@ -151,12 +157,38 @@ def test_ts_sobolev_triangle_fails_with_shared_trees():
     assert float(via) < 0.1 * float(d12)
 
 
-def test_ts_sobolev_rejects_a_non_finite_delta():
+@pytest.mark.parametrize("delta", [-1.0, -1e-300, math.inf, -math.inf, math.nan])
+def test_ts_sobolev_rejects_a_negative_or_non_finite_delta(delta):
     X = torch.zeros(2, 2)
-    with pytest.raises(ValueError, match="delta must be a finite real number"):
-        tsw.ts_sobolev(X, X + 1, delta=math.inf, n_trees=2, seed=0)
-    with pytest.raises(TypeError, match="delta must be a finite real number"):
-        tsw.ts_sobolev(X, X + 1, delta="2", n_trees=2, seed=0)
+    message = rf"delta must be a finite real number >= 0; got {delta}"
+    with pytest.raises(ValueError, match=message):
+        tsw.ts_sobolev(X, X + 1, delta=delta, n_trees=2, seed=0)
+    with pytest.raises(ValueError, match=message):  # the loss module runs the same check
+        tsw.nn.TSSobolevLoss(delta=delta)
+    loss = tsw.nn.TSSobolevLoss(n_trees=2, seed=0)
+    with pytest.raises(ValueError, match=message):
+        loss.delta = delta
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "error", "message"),
+    [
+        ("delta", "2", TypeError, "delta must be a real number >= 0; got str"),
+        ("p", 0.5, ValueError, "p must be a finite real number >= 1; got 0.5"),
+        ("n_trees", 0, ValueError, "n_trees must be an int >= 1; got 0"),
+        ("n_lines", 1.5, TypeError, "n_lines must be an int >= 1; got float"),
+        ("directions", "x", ValueError, "directions must be one of 'uniform', 'paths'; got 'x'"),
+        ("sampling", "y", ValueError, "sampling must be one of 'iid', 'orthogonal', 'qmc'"),
+        ("root_std", -1.0, ValueError, "root_std must be a finite real number >= 0; got -1.0"),
+        ("orthogonal", 1, TypeError, "orthogonal must be True or False; got int"),
+        ("center", "mode", ValueError, "center must be .* got 'mode'"),
+        ("trees", 5, TypeError, "trees must be ConcurrentLines; got int"),
+    ],
+)
+def test_ts_sobolev_bad_options_name_the_argument_and_the_value(option, value, error, message):
+    X = torch.zeros(2, 2)
+    with pytest.raises(error, match=message):
+        tsw.ts_sobolev(X, X + 1, **{"n_trees": 2, "seed": 0, option: value})
 
 
 # --------------------------------------------------------------------------- LCV-SW

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tsw
+import tsw.core._blocks as blocks
 import tsw.core._driver as driver
 import tsw.core._gradients as gradients
+from tsw.core._blocks import Block, plan_blocks
 
 F64 = torch.float64
 
@@ -98,7 +102,7 @@ def test_auto_chunks_only_above_the_budget(monkeypatch):
     tsw.db_tsw(X.requires_grad_(True), Y, n_trees=10, seed=0).backward()
     assert calls == []  # 10 x 4 lines x 35 atoms: far below 2 GiB
     # one tree's block: 4 lines x 35 atoms x 16 elements x 8 bytes = 17920 bytes
-    monkeypatch.setattr(driver, "MEMORY_BUDGET", 3 * 17920)
+    monkeypatch.setattr(blocks, "MEMORY_BUDGET", 3 * 17920)
     value = tsw.db_tsw(X, Y, n_trees=10, seed=0)
     assert calls == [(0, 3), (3, 6), (6, 9), (9, 10)]
     torch.testing.assert_close(value, tsw.db_tsw(X, Y, n_trees=10, seed=0, chunk_size=None))
@@ -189,23 +193,19 @@ def test_chunked_gradients_beyond_the_mean(case):
         torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-14)
 
 
-def _auto_plan_of_five_items(monkeypatch, batched_trees: bool) -> list:
-    """The blocks of ``chunk_size="auto"`` for 5 items (7 trees x 4 lines x 18 atoms = 504
-    elements each), after checking that values and gradients equal the one-block
-    evaluation, for the value and for a per-tree loss."""
+@pytest.mark.parametrize("cache", [1100, 400, 60])
+@pytest.mark.parametrize("batched_trees", [False, True])
+def test_auto_blocks_give_the_one_block_values_and_gradients(monkeypatch, cache, batched_trees):
+    """Blocks of whole items (cache 1100), of one item's trees (400 and 60 elements), and
+    of all items' trees (batched trees): values, per-tree costs and gradients (of the
+    value and of a loss built from the per-tree costs) equal one block's."""
+    monkeypatch.setattr(blocks, "CACHE_BLOCK_ELEMENTS", cache)
+    monkeypatch.setattr(blocks, "COMPILED_BLOCK_ELEMENTS", cache)
     g = torch.Generator().manual_seed(5)
     X = torch.randn(5, 10, 3, generator=g, dtype=F64)
     Y = torch.randn(5, 8, 3, generator=g, dtype=F64) + 0.5
     center = torch.zeros(5, 3, dtype=F64) if batched_trees else torch.zeros(3, dtype=F64)
     trees = tsw.sample_concurrent_lines(3, n_trees=7, n_lines=4, center=center, seed=0, dtype=F64)
-    plans = []
-    original = driver.Problem.plan_blocks
-
-    def spy(self, *args):
-        plans.append(original(self, *args))
-        return plans[-1]
-
-    monkeypatch.setattr(driver.Problem, "plan_blocks", spy)
     results = []
     for chunk_size in (None, "auto"):
         Xs, Ys = X.clone().requires_grad_(True), Y.clone().requires_grad_(True)
@@ -216,106 +216,78 @@ def _auto_plan_of_five_items(monkeypatch, batched_trees: bool) -> list:
         results[-1] += torch.autograd.grad(value2.sum(), (Xs, Ys))
     for x, y in zip(results[1], results[0], strict=True):
         torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-14)
-    return plans[-1]
 
 
-@pytest.mark.parametrize("cache", [1100, 400, 60])
-@pytest.mark.parametrize("batched_trees", [False, True])
-def test_auto_blocks_of_items_and_trees(monkeypatch, cache, batched_trees):
-    # "auto" on the CPU groups whole items (cache 1100: 2 items a block), cuts one item's
-    # trees (400 and 60 elements), or, with batched trees, cuts the trees of all items
-    monkeypatch.setattr(driver, "CACHE_BLOCK_ELEMENTS", cache)
-    monkeypatch.setattr(driver, "COMPILED_BLOCK_ELEMENTS", cache)
-    plan = _auto_plan_of_five_items(monkeypatch, batched_trees)
-    assert len(plan) > 1
-    if not batched_trees and cache == 1100:
-        assert plan == [(0, 2, 0, 7), (2, 4, 0, 7), (4, 5, 0, 7)]
-    if batched_trees:
-        assert all(b[:2] == (0, 5) for b in plan)
+def _plan(**sizes):
+    base = {"items": 1, "slices": 250, "lines": 4, "atoms": 4000, "dim": 64, "element_size": 4}
+    base.update(chunk_size="auto", cpu=True, compiled=False, shared=True)
+    base.update(sizes)
+    return base, plan_blocks(**base)
 
 
-@pytest.mark.parametrize(
-    ("shape", "lines", "plan"),
-    [
-        # 16 items of 250 x 4 lines x 400 atoms (4e5 elements): 5 whole items a block
-        ((16, 200, 64), (250, 4), [(i, min(i + 5, 16), 0, 250) for i in range(0, 16, 5)]),
-        # one item of 250 x 4 x 2e4 = 2e7 elements: 26 trees (2.08e6 elements) a block
-        ((1, 10_000, 64), (250, 4), [(0, 1, t, min(t + 26, 250)) for t in range(0, 250, 26)]),
-    ],
-)
-def test_auto_blocks_of_the_compiled_path_stay_under_the_mmap_threshold(shape, lines, plan):
-    """Where the closed form runs compiled, a block's (line x atom) elements stay under
-    2^21, so that its int64 permutation (16 MiB) stays under glibc's largest dynamic mmap
-    threshold (32 MiB) and its memory is reused instead of faulted in on every call."""
-    pytest.importorskip("numba")
-    X = torch.empty(shape)
-    problem = _planning_problem(X)
-    assert problem.cache_elements(X, None) == 2**21
-    got = problem.plan_blocks(lines, (X, X, X[..., 0], X[..., 0]), None)
-    assert got == plan
-    atoms = 2 * shape[1]
-    assert all((i1 - i0) * (t1 - t0) * lines[1] * atoms * 8 < 32 * 2**20 for i0, i1, t0, t1 in got)
-
-
-@pytest.mark.parametrize("line_kernel", ["numba", "torch"], indirect=True)
-def test_auto_cache_cap_follows_the_closed_form(line_kernel):
-    # trees whose closed form runs compiled take the larger cap (no per-block gain in
-    # cache for loops that stream each row once); SW's directions, p outside {1, 2}
-    # and the torch operators keep the cache-sized one
-    X = torch.zeros(3, 2, dtype=F64)
-    trees = tsw.sample_concurrent_lines(2, n_trees=3, n_lines=2, seed=0, dtype=F64)
-    directions = torch.zeros(2, 3, dtype=F64)
-
-    def cap(p, slices, x=X):
-        problem = driver.Problem.of(X, X, None, None, p=p, seed=0, generator=None, validate=False)
-        return problem.cache_elements(x, slices)
-
-    compiled = driver.COMPILED_BLOCK_ELEMENTS if line_kernel == "numba" else None
-    cache = driver.CACHE_BLOCK_ELEMENTS
-    assert compiled is None or compiled > cache
-    assert cap(1, trees) == (compiled or cache)
-    assert cap(2, trees) == (compiled or cache)
-    assert cap(1.5, trees) == cache
-    assert cap(1, directions) == cache
-    assert cap(1, trees, X.to(torch.float16)) == cache
-
-
-def _planning_problem(X: torch.Tensor) -> driver.Problem:
-    """A validated problem whose measures are ``X`` (B, n, d), for plan_blocks alone.
-
-    ``X`` may be a meta or empty tensor: only its shape, dtype and device are read.
-    """
-    B = X.shape[0]
-    problem = driver.Problem.of(
-        torch.zeros(B, 3, 2),
-        torch.zeros(B, 3, 2),
-        None,
-        None,
-        p=1,
-        seed=0,
-        generator=None,
-        validate=False,
+def _check_cover(plan: list[Block], B: int, T: int) -> None:
+    """The blocks cover every (item, slice) pair once, in row-major order."""
+    seen = [(i, t) for b in plan for i in range(b.i0, b.i1) for t in range(b.t0, b.t1)]
+    assert sorted(seen) == [(i, t) for i in range(B) for t in range(T)]
+    assert seen == sorted(seen, key=lambda it: (it[0], it[1])) or all(
+        b.i0 == 0 and b.i1 == B for b in plan
     )
-    return problem.replace(measures=problem.measures._replace(X_s=X, X_t=X))
 
 
-def test_auto_plan_with_compiled_kernels_keeps_the_memory_budget(monkeypatch):
-    # the larger cap of the compiled path still leaves MEMORY_BUDGET in charge
-    monkeypatch.setattr(driver.Problem, "cache_elements", lambda self, X, s: 2**40)
-    X = torch.empty(1, 10_000, 64)
-    plan = _planning_problem(X).plan_blocks((1000, 4), (X, X, X[..., 0], X[..., 0]), None)
-    # 16 float32 elements per (line x atom): 4 lines x 2e4 atoms x 64 B = 5.1 MB a tree,
-    # 419 trees in 2 GiB
-    assert [b[2:] for b in plan] == [(0, 419), (419, 838), (838, 1000)]
+@settings(max_examples=300, deadline=None)
+@given(
+    items=st.integers(1, 40),
+    slices=st.integers(1, 2000),
+    lines=st.integers(1, 8),
+    atoms=st.integers(2, 300_000),
+    dim=st.integers(1, 4096),
+    element_size=st.sampled_from([4, 8]),
+    cpu=st.booleans(),
+    compiled=st.booleans(),
+    shared=st.booleans(),
+)
+def test_auto_plan_properties(
+    items, slices, lines, atoms, dim, element_size, cpu, compiled, shared
+):
+    """``"auto"``: every (item, slice) once; a block of more than one tree stays under the
+    memory budget; on the CPU a block of more than the least trees stays under twice the
+    cache cap, and off the CPU every block holds every item; batched trees are never
+    cut by item."""
+    _, plan = _plan(
+        items=items, slices=slices, lines=lines, atoms=atoms, dim=dim,
+        element_size=element_size, cpu=cpu, compiled=compiled, shared=shared,
+    )  # fmt: skip
+    _check_cover(plan, items, slices)
+    per_tree = blocks.WORK_ELEMENTS_PER_LINE_POINT * element_size * lines * atoms
+    cap = blocks.COMPILED_BLOCK_ELEMENTS if compiled else blocks.CACHE_BLOCK_ELEMENTS
+    least = -(-dim // (3 * lines))
+    for b in plan:
+        n_items, n_trees = b.i1 - b.i0, b.t1 - b.t0
+        if n_trees > 1:
+            assert n_items * n_trees * per_tree <= blocks.MEMORY_BUDGET
+        if not cpu or not shared:
+            assert (b.i0, b.i1) == (0, items)
+        if cpu and n_trees > max(least, 1):
+            assert n_items * n_trees * lines * atoms <= 2 * cap
 
 
-def test_auto_blocks_on_accelerators_follow_only_the_memory_budget():
-    # kernel launches dominate small blocks on a GPU: no cache blocking there
-    X = torch.empty(4, 10_000, 64, device="meta")
-    plan = _planning_problem(X).plan_blocks((250, 4), (X, X, X[..., 0], X[..., 0]), None)
-    # 16 float32 elements per (line x atom): 4 items x 4 lines x 2e4 atoms x 64 B = 20.5 MB a
-    # tree, so 104 trees fit in 2 GiB; on the CPU the cache target would cut 13-tree blocks
-    assert plan == [(0, 4, 0, 104), (0, 4, 104, 208), (0, 4, 208, 250)]
+def test_plan_of_an_int_and_of_none():
+    _, plan = _plan(items=3, slices=10, chunk_size=4)
+    assert plan == [Block(0, 3, 0, 4), Block(0, 3, 4, 8), Block(0, 3, 8, 10)]
+    _, plan = _plan(items=3, slices=10, chunk_size=None)
+    assert plan == [Block(0, 3, 0, 10)]
+
+
+def test_auto_plan_cuts_only_what_exceeds_the_cache():
+    """A problem within twice the cache cap is one block; 16 small items are grouped by
+    whole items; one large item is cut by trees (at least d/3 lines a block)."""
+    _, plan = _plan(atoms=100, slices=50)
+    assert plan == [Block(0, 1, 0, 50)]
+    _, plan = _plan(items=16, atoms=400)  # 4e5 elements an item
+    assert all(b.t0 == 0 and b.t1 == 250 for b in plan)
+    assert len(plan) > 1
+    _, plan = _plan(atoms=20_000, dim=3072)  # d / 3 lines: 256 trees of 4 lines
+    assert plan == [Block(0, 1, 0, 250)]
 
 
 @pytest.mark.parametrize("d", [2, 8])

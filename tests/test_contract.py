@@ -197,13 +197,12 @@ def _registry() -> list[Entry]:
         )
     # TS-Sobolev: Db-TSW's trees and split, Sobolev weights beta_e = int (1 + lambda)^(1-p)
     # over the edge. The weights depend on the span of the measures (the tree is cut at
-    # the outermost atoms) and on the length scale of the "1 +": no homogeneity; a
-    # negative delta (mass to the farther lines) is a split as valid as a positive one.
+    # the outermost atoms) and on the length scale of the "1 +": no homogeneity.
     # No triangle inequality: each pair cuts the trees at its own span, so a third
     # measure with a tiny far atom shrinks the weights of its two sides
     # (tests/test_baselines.py::test_ts_sobolev_triangle_fails_with_shared_trees)
     sobolev_props = (COMMON | EXPLICIT | {TREE_DEGENERATE}) - {TRIANGLE}
-    for delta, orthogonal, p in ((2.0, False, 2), (-1.0, True, 3)):
+    for delta, orthogonal, p in ((2.0, False, 2), (0.0, True, 3)):
         k = 2 if orthogonal else K
         out.append(
             Entry(
@@ -703,6 +702,14 @@ NOT_DISTANCES = {
     "sample_rotations",
     "sample_sphere_projections",
     "sample_spherical_trees",
+    # transport plans (a plan and its cost, not a distance): tests/test_plans.py
+    "barycentric_map",
+    "expected_sliced_plan",
+    "expected_tree_sliced_plan",
+    "min_sliced_transport_plan",
+    "sliced_plans",
+    "swgg",
+    "tree_plan",
 }
 
 

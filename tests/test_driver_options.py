@@ -88,6 +88,9 @@ def test_every_distance_is_listed():
     not_distances |= {"sample_rotations", "sample_sphere_projections", "sample_spherical_trees"}
     not_distances |= {"s3w_map", "wasserstein_1d", "line_system_cost", "tree_wasserstein"}
     not_distances |= {"trees_needed"}
+    # transport plans return (plan, cost): tests/test_plans.py
+    not_distances |= {"barycentric_map", "expected_sliced_plan", "expected_tree_sliced_plan"}
+    not_distances |= {"min_sliced_transport_plan", "sliced_plans", "swgg", "tree_plan"}
     assert distances - not_distances == listed
 
 
@@ -227,7 +230,9 @@ def test_numpy_integer_seeds_and_out_of_range_seeds():
     for bad in (2**64, -(2**63) - 1):
         with pytest.raises(ValueError, match=r"seed must be an int in \[-2\*\*63, 2\*\*64\)"):
             tsw.db_tsw(X, Y, seed=bad)
-    with pytest.raises(TypeError, match="seed must be an int or None; got float"):
+    with pytest.raises(
+        TypeError, match="seed must be an int, a numpy RandomState or Generator, or None; got float"
+    ):
         tsw.db_tsw(X, Y, seed=1.0)
 
 

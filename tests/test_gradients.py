@@ -237,14 +237,14 @@ def test_front_end_holds_no_translated_copy(monkeypatch):
     torch.testing.assert_close(Xs.grad, X0.grad, rtol=1e-10, atol=1e-12)
 
 
-def test_centre_moves_points_and_trees_together():
-    """``centre`` translates points and trees by the mean root; coordinates do not move.
+def test_centered_moves_points_and_trees_together():
+    """``centered`` translates points and trees by the mean root; coordinates do not move.
 
     Independent reference: ``<z - x_tau, theta>`` and ``|z - c|^2`` written out on the
     untranslated points, for concurrent and chained trees, shared and batched.
     """
     from tsw.core._validation import check_measures
-    from tsw.euclidean._lines import centre, project
+    from tsw.euclidean._lines import centered, project
 
     g = torch.Generator().manual_seed(0)
     X = torch.randn(2, 7, 5, generator=g, dtype=F64) + 40.0
@@ -258,7 +258,7 @@ def test_centre_moves_points_and_trees_together():
     chains = tsw.sample_chain_lines(5, n_trees=3, n_lines=2, center=center, seed=2, dtype=F64)
     Z = torch.cat([X, Y], dim=1)
     for trees in (shared, batched, chains):
-        moved_measures, moved = centre(measures, trees)
+        moved_measures, moved = centered(measures, trees)
         roots = trees.roots if trees.roots.ndim == 3 else trees.roots[None]
         c = roots.mean(dim=-2, keepdim=True)  # (B|1, 1, d)
         # translated on the fly: the supports stay as given, the centre travels as shift
@@ -286,7 +286,7 @@ def test_gradcheck_in_the_trees_with_translation_on_the_fly(method, chunk_size, 
     """Finite differences w.r.t. the points, the roots (sources) and the directions.
 
     The front end translates the points by the trees' detached mean root on the fly,
-    in every product (:func:`tsw.euclidean._lines.centre`); learnable trees then take
+    in every product (:func:`tsw.euclidean._lines.centered`); learnable trees then take
     the translated rows' gradient (``Products``' gradient of the rows), in one block and
     in one-tree blocks (checkpointed: the trees require grad). Data sit away from the
     origin (offset 3), so a translation left out of a gradient would show.

@@ -22,7 +22,8 @@ import pytest
 import torch
 
 import tsw
-from tsw.core import _kernels
+from tsw.core import _kernels, splits
+from tsw.core.splits import SplitForm
 from tsw.core.tree_wasserstein import line_cost
 
 pytest.importorskip("numba")
@@ -195,7 +196,11 @@ def test_split_backward_equals_torch(name, given):
     from tsw.core.splits import distance_split
 
     sq, t, w, up = _split_inputs(name)
-    mode = {"line": _kernels.LINE, "distance": _kernels.DISTANCES, "signed": _kernels.SIGNED}
+    mode = {
+        "line": SplitForm.COORDINATES,
+        "distance": SplitForm.DISTANCES,
+        "signed": SplitForm.SIGNED,
+    }
     if given == "distance":
         sq, t = sq - sq + 1.0, LineDistance.apply(sq, t)  # grads below: d/dt of the split
     elif given == "signed":
@@ -205,7 +210,7 @@ def test_split_backward_equals_torch(name, given):
     for compiled in (True, False):
         s, c = sq.clone().requires_grad_(True), t.clone().requires_grad_(True)
         if compiled:
-            m = _kernels.DistanceSplit.apply(s if given == "line" else None, c, w, 1.5, mode[given])
+            m = splits._DistanceSplit.apply(s if given == "line" else None, c, w, 1.5, mode[given])
         elif given == "line":
             m = distance_split(LineDistance.apply(s, c), 1.5) * w[:, None, None, :]
         elif given == "signed":
@@ -228,21 +233,23 @@ def test_split_gradcheck():
     sq, t, w, _ = _split_inputs("float64", seed=6)
     sq = sq + 0.5  # away from the lines: the distance is smooth there
     assert torch.autograd.gradcheck(
-        lambda s, c: _kernels.DistanceSplit.apply(s, c, w, 0.7, _kernels.LINE),
+        lambda s, c: splits._DistanceSplit.apply(s, c, w, 0.7, SplitForm.COORDINATES),
         (sq.requires_grad_(True), t.requires_grad_(True)),
     )
     dist = t.detach().abs().requires_grad_(True)
-    assert torch.autograd.gradcheck(lambda x: _kernels.DistanceSplit.apply(None, x, w, 0.7), dist)
+    assert torch.autograd.gradcheck(
+        lambda x: splits._DistanceSplit.apply(None, x, w, 0.7, SplitForm.DISTANCES), dist
+    )
     signed = (t.detach() + 0.05 * t.detach().sign()).requires_grad_(True)  # off the lines
     assert torch.autograd.gradcheck(
-        lambda x: _kernels.DistanceSplit.apply(None, x, w, 0.7, _kernels.SIGNED), signed
+        lambda x: splits._DistanceSplit.apply(None, x, w, 0.7, SplitForm.SIGNED), signed
     )
 
 
 def test_split_takes_the_torch_path_for_learnable_weights(monkeypatch):
     """Weights that need a gradient (not formed by the compiled backward) use autograd."""
     calls = []
-    monkeypatch.setattr(_kernels.DistanceSplit, "apply", lambda *a: calls.append(a))
+    monkeypatch.setattr(splits._DistanceSplit, "apply", lambda *a: calls.append(a))
     g = torch.Generator().manual_seed(7)
     X, Y = torch.randn(10, 6, generator=g, dtype=F64), torch.randn(8, 6, generator=g, dtype=F64)
     a = torch.full((10,), 0.1, dtype=F64, requires_grad=True)
@@ -265,22 +272,22 @@ def _split_line_inputs(name: str, given: str, seed: int = 5):
     g = torch.Generator().manual_seed(seed + 100)
     up = torch.randn(2, 3, 4, generator=g, dtype=F64).to(t.dtype)
     if given == "line":
-        return sq, t, t, w, up, _kernels.LINE
+        return sq, t, t, w, up, SplitForm.COORDINATES
     x = torch.randn(t.shape, generator=g, dtype=F64).to(t.dtype)
     if given == "signed":
         t[0, 1, 2, :3] = 0.0  # atoms on a line
-        return None, t, x, w, up, _kernels.SIGNED
-    return None, t.abs() + 0.1, x, w, up, _kernels.DISTANCES
+        return None, t, x, w, up, SplitForm.SIGNED
+    return None, t.abs() + 0.1, x, w, up, SplitForm.DISTANCES
 
 
 def _split_line_costs(sq, t, x, w, up, mode, p, together: bool):
     s = sq.clone().requires_grad_(True) if sq is not None else None
     c = t.clone().requires_grad_(True)
-    y = c if mode == _kernels.LINE else x.clone().requires_grad_(True)
+    y = c if mode == SplitForm.COORDINATES else x.clone().requires_grad_(True)
     if together:
-        cost = _kernels.SplitLineCost.apply(s, c, y, w, 1.5, mode, p)
+        cost = splits._SplitLineCost.apply(s, c, y, w, 1.5, mode, p)
     else:
-        cost = line_cost(y, _kernels.DistanceSplit.apply(s, c, w, 1.5, mode), p)
+        cost = line_cost(y, splits._DistanceSplit.apply(s, c, w, 1.5, mode), p)
     inputs = [v for v in (s, c, y if y is not c else None) if v is not None]
     return (cost.detach(), *torch.autograd.grad(cost, inputs, up))
 
@@ -316,11 +323,11 @@ def test_split_line_cost_equals_torch(p, given, monkeypatch):
         mp.setattr(_kernels, "usable", lambda *tensors, **kw: False)
         s = sq.clone().requires_grad_(True) if sq is not None else None
         c = t.clone().requires_grad_(True)
-        y = c if mode == _kernels.LINE else x.clone().requires_grad_(True)
-        if mode == _kernels.LINE:
+        y = c if mode == SplitForm.COORDINATES else x.clone().requires_grad_(True)
+        if mode == SplitForm.COORDINATES:
             dist = LineDistance.apply(s, c)
         else:
-            dist = c.abs() if mode == _kernels.SIGNED else c
+            dist = c.abs() if mode == SplitForm.SIGNED else c
         cost = line_cost(y, distance_split(dist, 1.5) * w[:, None, None, :], p)
         inputs = [v for v in (s, c, y if y is not c else None) if v is not None]
         want = (cost.detach(), *torch.autograd.grad(cost, inputs, up))
@@ -335,24 +342,27 @@ def test_split_line_cost_gradcheck():
     signed = t.detach() + 0.05 * t.detach().sign()  # off the lines
     for p in (1.0, 2.0):
         assert torch.autograd.gradcheck(
-            lambda s, c, p=p: _kernels.SplitLineCost.apply(s, c, c, w, 0.7, _kernels.LINE, p),
+            lambda s, c, p=p: splits._SplitLineCost.apply(
+                s, c, c, w, 0.7, SplitForm.COORDINATES, p
+            ),
             (sq.clone().requires_grad_(True), t.clone().requires_grad_(True)),
         )
-        for mode, dist in ((_kernels.SIGNED, signed), (_kernels.DISTANCES, signed.abs())):
+        for mode, dist in ((SplitForm.SIGNED, signed), (SplitForm.DISTANCES, signed.abs())):
             assert torch.autograd.gradcheck(
-                lambda c, y, p=p, mode=mode: _kernels.SplitLineCost.apply(
+                lambda c, y, p=p, mode=mode: splits._SplitLineCost.apply(
                     None, c, y, w, 0.7, mode, p
                 ),
                 (dist.clone().requires_grad_(True), x.clone().requires_grad_(True)),
             )
 
 
-def test_split_line_cost_checks_its_form():
-    sq, t, w, _ = _split_inputs("float64")
-    with pytest.raises(ValueError, match="exactly for mode"):
-        _kernels.SplitLineCost.apply(sq, t, t.clone(), w, 1.0, _kernels.LINE, 1.0)
-    with pytest.raises(ValueError, match="exactly for mode"):
-        _kernels.SplitLineCost.apply(sq, t, t, w, 1.0, _kernels.SIGNED, 1.0)
+def _split_apart(projection):
+    split = projection.masses
+    return (
+        projection._replace(masses=split.masses())
+        if isinstance(split, splits.LineSplit)
+        else projection
+    )
 
 
 @pytest.mark.parametrize(
@@ -376,19 +386,19 @@ def test_db_tsw_runs_split_and_line_cost_together_where_it_can(d, learnable, p, 
     Y = torch.randn(15, d, generator=g, dtype=F64) + 0.2
     a = torch.full((20,), 1 / 20, dtype=F64, requires_grad=learnable)
     trees = tsw.sample_concurrent_lines(d, n_trees=5, n_lines=3, seed=0, dtype=F64)
-    real_apply, real_projection = _kernels.SplitLineCost.apply, db.db_projection
+    real_apply, real_projection = splits._SplitLineCost.apply, db.db_projection
     results = []
     for apart in (False, True):
         calls: list[int] = []
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(
-                _kernels.SplitLineCost,
+                splits._SplitLineCost,
                 "apply",
                 lambda *x, calls=calls: calls.append(1) or real_apply(*x),
             )
-            if apart:
+            if apart:  # the masses split by the projection, then the shared closed form
                 mp.setattr(
-                    db, "db_projection", lambda *x, together=False, **k: real_projection(*x, **k)
+                    db, "db_projection", lambda *x, **k: _split_apart(real_projection(*x, **k))
                 )
             Xs = X.clone().requires_grad_(True)
             v = tsw.db_tsw(Xs, Y, a=a, trees=trees, p=p, chunk_size=2)
@@ -409,7 +419,7 @@ def test_a_failing_numba_falls_back_with_a_warning(monkeypatch):
             raise RuntimeError("cannot cache function: no locator available")
         return real_import(name, globals, locals, fromlist, level)
 
-    monkeypatch.setattr(_kernels, "_kernels", {})
+    monkeypatch.setattr(_kernels, "_compiled", {})
     monkeypatch.setattr(_kernels, "_failed", False)
     monkeypatch.setattr(builtins, "__import__", failing)
     with pytest.warns(RuntimeWarning, match="torch operators run instead"):
@@ -426,7 +436,7 @@ def test_a_failing_numba_falls_back_with_a_warning(monkeypatch):
 
 
 def test_wrapped_angle_split_gradcheck():
-    from tsw.sphere._geometry import _WrappedAngleSplit
+    from tsw.core.splits import _AngularSplitMasses as _WrappedAngleSplit
 
     g = torch.Generator().manual_seed(9)
     polar = torch.rand(2, 3, 6, generator=g, dtype=F64) * 6.2
@@ -498,14 +508,17 @@ def _ray_inputs(name: str, shared: bool, case: str = "generic", seed: int = 11):
     return tuple(x.to(dt) for x in (t, polar, theta, scale, w))
 
 
-def _ray_costs(inputs, delta, p, up, compiled, monkeypatch):
-    from tsw.sphere._geometry import SplitRays, split_ray_cost
+def _split_ray_cost(t, polar, theta, scale, w, delta, p):
+    """STSW's split and the closed form on the rays (the compiled path where it runs)."""
+    return splits.angular_split_cost(t, splits.AngularSplit(polar, theta, scale, w, delta), p)
 
+
+def _ray_costs(inputs, delta, p, up, compiled, monkeypatch):
     with monkeypatch.context() as mp:
         if not compiled:
             mp.setattr(_kernels, "usable", lambda *tensors, **kw: False)
         xs = [x.clone().requires_grad_(True) for x in inputs]
-        out = split_ray_cost(SplitRays(*xs, delta), p)
+        out = _split_ray_cost(*xs, delta, p)
         return out.detach(), *torch.autograd.grad(out, xs, up)
 
 
@@ -587,21 +600,18 @@ def test_split_ray_cost_extreme_temperatures(delta, monkeypatch):
 
 
 def test_split_ray_cost_gradcheck():
-    from tsw.sphere._geometry import SplitRays, split_ray_cost
-
     t, polar, theta, scale, w = _ray_inputs("float64", False)
     args = tuple(x[:2, :3, :7] if x.dim() == 3 else x[:2, :7] for x in (t, polar, scale, w))
     t, polar, scale, w = (x.clone().requires_grad_() for x in args)
     theta = theta[:2, :3].clone().requires_grad_()
     for p in (1.0, 2.0):
         assert torch.autograd.gradcheck(
-            lambda *xs, p=p: split_ray_cost(SplitRays(*xs, 0.9), p), (t, polar, theta, scale, w)
+            lambda *xs, p=p: _split_ray_cost(*xs, 0.9, p), (t, polar, theta, scale, w)
         )
 
 
 def test_split_ray_cost_threads_give_the_same_bits():
     """Trees shared among threads (above the sort's threshold) give one thread's bits."""
-    from tsw.sphere._geometry import SplitRays, split_ray_cost
 
     g = torch.Generator().manual_seed(13)
     T, n = 40, 2000
@@ -615,7 +625,7 @@ def test_split_ray_cost_threads_give_the_same_bits():
         for count in (1, 2):
             torch.set_num_threads(count)
             xs = [x.clone().requires_grad_(True) for x in (t, polar, theta, torch.sin(t), w)]
-            v = split_ray_cost(SplitRays(*xs, 2.0), 1.0)
+            v = _split_ray_cost(*xs, 2.0, 1.0)
             out.append((v.detach(), *torch.autograd.grad(v.sum(), xs)))
     finally:
         torch.set_num_threads(threads)
@@ -651,10 +661,11 @@ def test_compiled_exponential(name):
 
 @pytest.mark.parametrize("name", ["float32", "float64"])
 def test_s2_angles_backward_equals_autograd(name, monkeypatch):
-    """The written-out backward of STSW's angles on S^2 (_S2Angles), compiled and in torch
+    """The written-out backward of STSW's angles on S^2 (S2Angles), compiled and in torch
     operators, against autograd's graph of the operations it replaces (atan2, hypot with
     a zero subgradient at rho = 0, the norm of the points): gradients of the points and
     of the frames, with points at a root and its antipode (rho = 0) among them."""
+    from tsw.core import _angles
     from tsw.sphere import _geometry as geo
 
     dt = getattr(torch, name)
@@ -671,7 +682,7 @@ def test_s2_angles_backward_equals_autograd(name, monkeypatch):
         A = torch.matmul(Fg.reshape(B, 3 * T, 3), Zg.transpose(-1, -2)).reshape(B, T, 3, n)
         rho, polar = geo._Polar.apply(A[:, :, 1], A[:, :, 2])
         t = torch.atan2(rho, A[:, :, 0])
-        return t, polar, rho * geo._inv_norm(Zg)
+        return t, polar, rho * _angles.inv_norm(Zg)
 
     results = []
     for how in ("compiled", "torch", "autograd"):
@@ -679,7 +690,7 @@ def test_s2_angles_backward_equals_autograd(name, monkeypatch):
             if how == "torch":
                 mp.setattr(_kernels, "usable", lambda *tensors, **kw: False)
             Zg, Fg = Z.clone().requires_grad_(), frames.clone().requires_grad_()
-            outs = autograd_graph(Zg, Fg) if how == "autograd" else geo._S2Angles.apply(Zg, Fg)
+            outs = autograd_graph(Zg, Fg) if how == "autograd" else _angles.S2Angles.apply(Zg, Fg)
             loss = sum((o * u).sum() for o, u in zip(outs, ups, strict=True))
             results.append((*(o.detach() for o in outs), *torch.autograd.grad(loss, (Zg, Fg))))
     tol = 1e-12 if name == "float64" else 2e-5
@@ -689,13 +700,14 @@ def test_s2_angles_backward_equals_autograd(name, monkeypatch):
 
 
 def test_s2_angles_gradcheck():
+    from tsw.core import _angles
     from tsw.sphere import _geometry as geo
 
     g = torch.Generator().manual_seed(15)
     trees = tsw.sample_spherical_trees(3, n_trees=2, n_lines=3, seed=2, dtype=F64)
     frames = geo._frames(trees)[0][None].clone().requires_grad_()
     Z = torch.randn(2, 5, 3, generator=g, dtype=F64).requires_grad_()
-    assert torch.autograd.gradcheck(lambda Z, F: geo._S2Angles.apply(Z, F), (Z, frames))
+    assert torch.autograd.gradcheck(lambda Z, F: _angles.S2Angles.apply(Z, F), (Z, frames))
 
 
 @pytest.mark.parametrize(
@@ -724,7 +736,7 @@ def test_split_line_cost_batched_trees_and_threads(d, k, threads):
                     mp.setattr(
                         db,
                         "db_projection",
-                        lambda *x, together=False, **kw: real_projection(*x, **kw),
+                        lambda *x, **kw: _split_apart(real_projection(*x, **kw)),
                     )
                 Xs, Ys = X.clone().requires_grad_(True), Y.clone().requires_grad_(True)
                 v = tsw.db_tsw(Xs, Ys, trees=trees, p=2, chunk_size=3)

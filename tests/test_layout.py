@@ -1,4 +1,4 @@
-"""The package layout: public names, old module paths, no import cycles, docstrings."""
+"""The package layout: public names, private method modules, imports that go down only."""
 
 from __future__ import annotations
 
@@ -7,87 +7,27 @@ import importlib
 import pkgutil
 from pathlib import Path
 
-import pytest
-
 import tsw
-
-#: ``tsw.__all__`` before the subpackages: user code written against it must not change
-PUBLIC_BEFORE = [
-    "ChainLines",
-    "ConcurrentLines",
-    "SphericalTrees",
-    "__version__",
-    "circular_tsw",
-    "db_tsw",
-    "line_system_cost",
-    "mappings",
-    "max_sw",
-    "nn",
-    "partial_sw",
-    "partial_tsw",
-    "s3w",
-    "s3w_map",
-    "s3w_unif",
-    "sample_chain_lines",
-    "sample_concurrent_lines",
-    "sample_projections",
-    "sample_rotations",
-    "sample_sphere_projections",
-    "sample_spherical_trees",
-    "spatial_stsw",
-    "spatial_tsw",
-    "ssw",
-    "ssw_unif",
-    "stsw",
-    "stsw_unif",
-    "sw",
-    "tree_wasserstein",
-    "tsw_sl",
-    "unbalanced_sw",
-    "wasserstein_1d",
-]
 
 MODULES = sorted(m.name for m in pkgutil.walk_packages(tsw.__path__, "tsw."))
 
+#: the only modules that call the compiled kernels: core's closed form, splits, sort and
+#: S^2 angles choose the compiled or the torch implementation there
+KERNEL_CALLERS = {
+    "tsw.core.tree_wasserstein",
+    "tsw.core.splits",
+    "tsw.core._sort",
+    "tsw.core._angles",
+}
 
-def test_public_names_of_before_are_all_there():
-    assert set(PUBLIC_BEFORE) <= set(tsw.__all__)
+
+def test_every_public_name_is_there():
     for name in tsw.__all__:
         assert hasattr(tsw, name), name
 
 
-@pytest.mark.parametrize(
-    ("old", "name"),
-    [
-        ("tsw.trees", "ConcurrentLines"),
-        ("tsw.tree_wasserstein", "line_cost"),
-        ("tsw.one_d", "wasserstein_1d"),
-        ("tsw.mappings", "poly_map"),
-        ("tsw.splits", "distance_split"),
-        ("tsw.stsw", "stsw_unif"),
-        ("tsw.sliced", "max_sw"),
-        ("tsw.unbalanced_sliced", "partial_sw"),
-        # the method modules before they became private (issue 16)
-        ("tsw.euclidean.db_tsw", "resolve_db_trees"),
-        ("tsw.euclidean.tsw_sl", "tsw_sl"),
-        ("tsw.euclidean.circular_tsw", "circular_tsw"),
-        ("tsw.euclidean.spatial_tsw", "spatial_tsw"),
-        ("tsw.euclidean.partial_tsw", "partial_tsw"),
-        ("tsw.sphere.stsw", "stsw_unif"),
-        ("tsw.sphere.spatial_stsw", "sphere_lift"),
-        ("tsw.sliced.sw", "sample_projections"),
-        ("tsw.sliced.ssw", "ssw_unif"),
-        ("tsw.sliced.s3w", "s3w_map"),
-        ("tsw.sliced.unbalanced_sw", "unbalanced_sw"),
-    ],
-)
-def test_old_module_paths_still_import(old, name):
-    assert hasattr(importlib.import_module(old), name)
-
-
 def test_no_function_shadows_its_own_submodule():
-    """``pkg.name`` is the module ``pkg/name.py`` for every module file of the package
-    (``tsw.sliced.sw`` was both a module and the function ``sw`` re-exported there)."""
+    """``pkg.name`` is the module ``pkg/name.py`` for every module file of the package."""
     for name in MODULES:
         parent, _, leaf = name.rpartition(".")
         module = importlib.import_module(name)
@@ -106,35 +46,48 @@ def test_every_package_and_module_says_what_lives_there():
         assert importlib.import_module(name).__doc__, name
 
 
-def _internal_imports() -> dict[str, set[str]]:
-    """Module -> the tsw modules it imports at module level (read from the source)."""
-    graph = {}
-    for name in MODULES:
-        tree = ast.parse(Path(importlib.import_module(name).__file__).read_text())
-        deps = set()
-        for node in tree.body:
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tsw"):
-                deps.add(node.module)
-                deps.update(f"{node.module}.{a.name}" for a in node.names)
-            elif isinstance(node, ast.Import):
-                deps.update(a.name for a in node.names if a.name.startswith("tsw"))
-        graph[name] = {d for d in deps if d in MODULES and d != name}
-    return graph
+def _source(name: str) -> Path:
+    return Path(importlib.import_module(name).__file__)
+
+
+def _imports(name: str) -> set[str]:
+    """The tsw modules ``name`` imports anywhere in its source, in functions too."""
+    deps = set()
+    for node in ast.walk(ast.parse(_source(name).read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tsw"):
+            deps.add(node.module)
+            deps.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            deps.update(a.name for a in node.names if a.name.startswith("tsw"))
+    return {d for d in deps if d in MODULES and d != name}
+
+
+def _graph() -> dict[str, set[str]]:
+    graph = {name: _imports(name) for name in MODULES}
+    # a package imports its own submodules from its __init__: not an edge back
+    return {
+        name: {d for d in deps if not (d.rsplit(".", 1)[0] == name and name in d)}
+        for name, deps in graph.items()
+    }
+
+
+def test_imports_read_from_the_source_include_those_in_functions():
+    assert "tsw.core._kernels" in _imports("tsw.core._sort")
+    deps = _imports("tsw.sliced._ssw")  # POT's solver is imported inside the function
+    assert "tsw.core._api" in deps
 
 
 def test_no_import_cycles():
-    graph = _internal_imports()
+    graph = _graph()
     state: dict[str, int] = {}
 
-    def visit(node, path):
+    def visit(node: str, path: list[str]) -> None:
         if state.get(node) == 1:
             raise AssertionError("import cycle: " + " -> ".join([*path, node]))
         if state.get(node) == 2:
             return
         state[node] = 1
         for dep in graph[node]:
-            if not graph.get(dep) and dep.rsplit(".", 1)[0] == node:
-                continue  # a package's own submodule, imported from its __init__
             visit(dep, [*path, node])
         state[node] = 2
 
@@ -143,7 +96,32 @@ def test_no_import_cycles():
 
 
 def test_core_imports_no_method_package():
-    graph = _internal_imports()
-    for name, deps in graph.items():
+    for name, deps in _graph().items():
         if name.startswith("tsw.core"):
             assert all(d.startswith("tsw.core") for d in deps), (name, deps)
+
+
+def test_the_compiled_kernels_sit_behind_one_seam():
+    for name, deps in _graph().items():
+        if "tsw.core._kernels" in deps:
+            assert name in KERNEL_CALLERS, name
+        if "tsw.core._numba_kernels" in deps:
+            assert name == "tsw.core._kernels", name
+
+
+def test_no_module_outgrows_its_purpose():
+    """The driver stays small; no module but the compiled kernels passes 800 lines."""
+    assert len(_source("tsw.core._driver").read_text().splitlines()) <= 500
+    for name in MODULES:
+        lines = len(_source(name).read_text().splitlines())
+        if name != "tsw.core._numba_kernels":
+            assert lines <= 800, (name, lines)
+
+
+def test_no_method_passes_the_shared_options_by_hand():
+    """The public-API decorator binds them: no method module names ``seed=seed``."""
+    for name in MODULES:
+        if name.startswith(("tsw.euclidean.", "tsw.sphere.", "tsw.sliced.")):
+            text = _source(name).read_text()
+            for option in ("generator", "validate", "power", "log", "chunk_size", "process_group"):
+                assert f"{option}={option}" not in text, (name, option)

@@ -11,11 +11,17 @@ cell ran, none produced an error output, the notebook printed or displayed somet
 and a probe cell appended after the last cell reports the value of the notebook's own
 ``QUICK`` global, so a notebook that ignores the variable (and would run in full in the
 default run) fails here.
+
+What is checked on the committed files (no execution): every notebook was run top to
+bottom without an error, and every code cell that draws has a picture in its output, so
+a reader on a code host sees the figures.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
@@ -30,6 +36,53 @@ PROBE = "__tsw_notebook_probe__"
 
 def test_notebooks_exist():
     assert [p.name for p in NOTEBOOKS], "no notebook found"
+
+
+#: a call that draws with matplotlib (outside imports and function definitions)
+DRAWS = re.compile(
+    r"\bplt\.|\bmatplotlib\.|\.(plot|imshow|matshow|scatter|semilogy|semilogx|loglog|hist|bar"
+    r"|barh|contour|contourf|pcolormesh|errorbar|fill_between|plot_wireframe|plot_surface)\("
+)
+
+
+def _draws(source: str) -> bool:
+    """Whether a cell's top-level statements draw (definitions and imports do not)."""
+    tree = ast.parse(source)
+    skip = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return any(
+        DRAWS.search(ast.get_source_segment(source, node) or "")
+        for node in tree.body
+        if not isinstance(node, skip)
+    )
+
+
+def test_draws_recognises_drawing_cells():
+    assert _draws("fig, ax = plt.subplots()\nax.plot([1, 2])")
+    assert _draws("for ax in axes:\n    ax.scatter(*X.T)")
+    assert not _draws("import matplotlib.pyplot as plt\nX = 1")
+    assert not _draws("def show(ax):\n    ax.imshow(X)")
+    assert not _draws("print(tsw.db_tsw(X, Y))")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_notebook_ran_in_full_with_its_figures(path):
+    """The committed outputs are a complete run, and every drawing cell shows its figure."""
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    counts = [c.get("execution_count") for c in code]
+    assert counts == list(range(1, len(code) + 1)), (
+        f"{path.name}: committed execution counts {counts}; run it top to bottom and save"
+    )
+    for i, cell in enumerate(code, start=1):
+        outputs = cell.get("outputs", [])
+        errors = [o for o in outputs if o.get("output_type") == "error"]
+        assert not errors, f"{path.name}, cell [{i}]: committed with an error output"
+        if _draws(cell.source):
+            images = [o for o in outputs if "image/png" in o.get("data", {})]
+            assert images, (
+                f"{path.name}, cell [{i}] draws but its committed output holds no image: "
+                "execute it with MPLBACKEND=module://matplotlib_inline.backend_inline"
+            )
 
 
 def _client(path: Path, *, quick: bool):

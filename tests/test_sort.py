@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tsw.core import _sort
+from tsw.core import _sort, _threads
 from tsw.core._sort import sort_last
 
 
@@ -41,10 +41,10 @@ def test_ties_nan_infinities_and_strided_input():
 
 
 def test_threads_share_rows(monkeypatch):
-    """Above _PARALLEL_MIN elements the rows are shared among threads: same result."""
+    """Above PARALLEL_MIN elements the rows are shared among threads: same result."""
     x = torch.randn(37, 300, generator=torch.Generator().manual_seed(1))
     one = sort_last(x)
-    monkeypatch.setattr(_sort, "_PARALLEL_MIN", 1)
+    monkeypatch.setattr(_threads, "PARALLEL_MIN", 1)
     threads = torch.get_num_threads()
     torch.set_num_threads(3)
     try:
@@ -104,7 +104,7 @@ def test_unsort_inverts_the_sort(monkeypatch, numpy_path, dt, threads):
     float16 always takes scatter_ (NumPy does not handle it here)."""
     if numpy_path:
         monkeypatch.setattr(_sort, "_UNSORT_MIN", 2)
-        monkeypatch.setattr(_sort, "_PARALLEL_MIN", 1)
+        monkeypatch.setattr(_threads, "PARALLEL_MIN", 1)
     scattered = []
     real = torch.Tensor.scatter_
 
@@ -191,7 +191,7 @@ def test_packed_sort_is_numpy_stable_argsort(shape, monkeypatch):
     assert _kernels.packs(x.numpy())
     want = torch.from_numpy(np.argsort(x.numpy(), axis=-1, kind="stable"))
     assert torch.equal(_sort.argsort_last(x), want)
-    monkeypatch.setattr(_sort, "_PARALLEL_MIN", 1)
+    monkeypatch.setattr(_threads, "PARALLEL_MIN", 1)
     monkeypatch.setattr(_kernels, "_PACK_ELEMENTS", 2 * shape[-1])
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
@@ -202,125 +202,40 @@ def test_packed_sort_is_numpy_stable_argsort(shape, monkeypatch):
         torch.set_num_threads(threads)
 
 
-def _narrow_rows(kind: str, n_rows: int, n: int):
-    """float32 rows whose 32-bit keys (bucket, index) need more or less settling.
-
-    The benchmark's kinds (``benchmarks.runtime.sort_rows``): Gaussian (buckets of one
-    atom, a few shared), clusters (long runs out of order), Cauchy (the bulk in a few
-    buckets of the row's range), ties (runs of equal values, already in index order);
-    and edge cases of the grid's arithmetic below.
-    """
-    import numpy as np
-
-    from benchmarks.runtime import SORT_KINDS, sort_rows
-
-    if kind in SORT_KINDS:
-        return sort_rows(kind, n_rows, n, seed=n)
-    g = np.random.default_rng(len(kind) * 1000 + n)
-    shape = (n_rows, n)
-    if kind == "pairs":  # every value twice, 1e-6 apart: runs of two out of order
-        half = g.standard_normal((n_rows, (n + 1) // 2))
-        x = np.concatenate([half + 1e-6, half], axis=1)[:, :n]
-    elif kind == "ulps":  # a range of a few ulps: every atom in one of a few buckets
-        x = np.nextafter(np.float32(1.0), np.float32(2.0)) * np.ones(shape, np.float32)
-        x[:, ::3] = np.float32(1.0)
-        x[:, 1::7] = np.nextafter(np.float32(1.0), np.float32(0.0))
-    elif kind == "span":  # a range of 6e38: (x - min) * scale overflows float32
-        x = g.uniform(-1, 1, shape) * 3e38
-        x[:, 0], x[:, 1] = -3.4e38, 3.4e38
-    elif kind == "signed zeros":  # -0.0 ties with 0.0, subnormals next to them
-        x = g.integers(-2, 3, size=shape).astype(np.float32)
-        x[x == 2] = -0.0
-        x[x == -2] = 1e-40
-    elif kind == "subnormal span":  # (max - min) of 4e-45: the grid's scale overflows
-        x = g.integers(-3, 4, size=shape) * np.float32(1.4e-45)
-    elif kind == "constant":
-        x = np.full(shape, 3.0)
-    else:
-        raise ValueError(kind)
-    return np.ascontiguousarray(x.astype(np.float32))
-
-
-_KINDS = ["gaussian", "clusters", "cauchy", "ties", "pairs", "ulps", "span",
-          "signed zeros", "subnormal span", "constant"]  # fmt: skip
-
-
-@pytest.mark.parametrize("n", [257, 300, 1000, 4096, 16384])
-@pytest.mark.parametrize("kind", _KINDS)
-def test_narrow_keys_give_the_stable_argsort(kind, n, monkeypatch):
-    """Rows of 257 to 16384 atoms take 32-bit keys (a bucket of the value, then the
-    index) and settle each bucket on the exact values: the permutation is NumPy's stable
-    argsort for clustered, heavy-tailed, tied, nearly tied, overflowing and constant
-    rows, whether the rows are settled, sent back to 64-bit keys, or the call moves to
-    64-bit keys once crowded."""
+@pytest.mark.parametrize("kind", ["pairs", "ulps", "cauchy", "signed zeros", "span"])
+def test_packed_sort_on_adversarial_rows(kind):
+    """Rows whose keys differ in their last bits (values 1e-6 or one ulp apart), heavy
+    tails, signed zeros beside subnormals and a range of 6e38 sort to NumPy's stable
+    argsort too, in rows of 257 to 16384 atoms."""
     import numpy as np
 
     from tsw.core import _kernels
 
     pytest.importorskip("numba")
-    assert _kernels._NARROW[0] < n <= _kernels._NARROW[1]
-    x = _narrow_rows(kind, 40 if n < 4096 else 6, n)
-    assert _kernels.packs(x)  # (which loads the kernels)
-    want = np.argsort(x, axis=-1, kind="stable")
-    out = np.empty(x.shape, dtype=np.int64)
-    _kernels.packed_argsort(x, out)
-    np.testing.assert_array_equal(out, want)
-    if n == 300:  # rows shared among two threads, each probing its own, int32 out
-        monkeypatch.setattr(_sort, "_PARALLEL_MIN", 1)
-        threads = torch.get_num_threads()
-        torch.set_num_threads(2)
-        try:
-            got = _sort.argsort_last(torch.from_numpy(x), compact=True)
-        finally:
-            torch.set_num_threads(threads)
-        assert got.dtype == torch.int32
-        np.testing.assert_array_equal(got.numpy(), want)
-
-
-def test_narrow_keys_send_unsettled_rows_to_wide_keys(monkeypatch):
-    """Rows with an infinity or a NaN, and rows with a run out of order longer than
-    ``_RUN_MAX``, are sorted again with 64-bit keys; settled rows are not. A crowded
-    probe moves the rest of the call to 64-bit keys; an uncrowded one does not."""
-    import numpy as np
-
-    from tsw.core import _kernels
-
-    pytest.importorskip("numba")
-    wide_rows: list[int] = []
-    real_wide = _kernels._wide
-
-    def spy(rows, out, keys):
-        wide_rows.append(rows.shape[0])
-        real_wide(rows, out, keys)
-
-    monkeypatch.setattr(_kernels, "_wide", spy)
-    x = _narrow_rows("gaussian", 8, 1000)
-    assert _kernels.packs(x)  # (which loads the kernels)
-    x[2, 5], x[5, 7] = np.inf, np.nan  # NaN not first: min and max would skip it
-    out = np.empty(x.shape, dtype=np.int64)
-    _kernels.packed_argsort(x, out)
-    np.testing.assert_array_equal(out, np.argsort(x, axis=-1, kind="stable"))
-    assert wide_rows == [2]  # rows 2 and 5 only
-
-    wide_rows.clear()
-    monkeypatch.setattr(_kernels, "_RUN_MAX", 1)  # every run out of order is too long
-    x = _narrow_rows("pairs", 8, 1000)
-    _kernels.packed_argsort(x, out)
-    np.testing.assert_array_equal(out, np.argsort(x, axis=-1, kind="stable"))
-    assert wide_rows == [8]
-
-    monkeypatch.setattr(_kernels, "_RUN_MAX", 64)
-    monkeypatch.setattr(_kernels, "_PROBE_ELEMENTS", 3 * 1000)
-    for kind, crowded in [("clusters", True), ("gaussian", False)]:
-        wide_rows.clear()
-        x = _narrow_rows(kind, 20, 1000)
+    g = np.random.default_rng(len(kind))
+    for n in (257, 4096, 16384):
+        shape = (4, n)
+        if kind == "pairs":  # every value twice, 1e-6 apart, the larger first
+            half = g.standard_normal((4, (n + 1) // 2))
+            x = np.concatenate([half + 1e-6, half], axis=1)[:, :n]
+        elif kind == "ulps":  # three neighbouring floats
+            x = np.nextafter(np.float32(1.0), np.float32(2.0)) * np.ones(shape, np.float32)
+            x[:, ::3] = np.float32(1.0)
+            x[:, 1::7] = np.nextafter(np.float32(1.0), np.float32(0.0))
+        elif kind == "cauchy":
+            x = g.standard_cauchy(shape)
+        elif kind == "signed zeros":
+            x = g.integers(-2, 3, size=shape).astype(np.float32)
+            x[x == 2] = -0.0
+            x[x == -2] = 1e-40
+        else:
+            x = g.uniform(-1, 1, shape) * 3e38
+            x[:, 0], x[:, 1] = -3.4e38, 3.4e38
+        x = np.ascontiguousarray(x.astype(np.float32))
+        assert _kernels.packs(x)  # (which loads the kernels)
         out = np.empty(x.shape, dtype=np.int64)
         _kernels.packed_argsort(x, out)
         np.testing.assert_array_equal(out, np.argsort(x, axis=-1, kind="stable"))
-        if crowded:  # the 17 rows after the 3 probed ones (some of those may be redone)
-            assert wide_rows[-1] == 17, wide_rows
-        else:
-            assert wide_rows == []
 
 
 def test_packed_sort_only_for_float32_with_the_kernels(monkeypatch):
@@ -335,19 +250,19 @@ def test_packed_sort_only_for_float32_with_the_kernels(monkeypatch):
     assert _kernels.packs(rows)
     assert not _kernels.packs(rows.astype(np.float64))
     monkeypatch.setenv("TSW_NUMBA", "0")
-    monkeypatch.setattr(_kernels, "_kernels", {})
+    monkeypatch.setattr(_kernels, "_compiled", {})
     assert not _kernels.packs(rows)
 
 
 def test_compact_permutation_is_int32_where_the_packed_sort_writes_it(monkeypatch):
     """``argsort_last(x, compact=True)``: torch's stable permutation, int32 for float32
-    rows sorted as packed keys (narrow and wide), int64 otherwise (float64, and float32
-    without the kernels)."""
+    rows sorted as packed keys, int64 otherwise (float64, and float32 without the
+    kernels)."""
     from tsw.core import _kernels
 
     pytest.importorskip("numba")
     g = torch.Generator().manual_seed(3)
-    for n in (5, 300, 20000):  # 64-bit keys, 32-bit keys, 64-bit keys
+    for n in (5, 300, 20000):
         x = torch.randn(3, 2, n, generator=g)
         got = _sort.argsort_last(x, compact=True)
         assert got.dtype == torch.int32

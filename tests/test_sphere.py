@@ -19,6 +19,7 @@ from _reference import star_sobolev
 import tsw
 from benchmarks._memory import peak_growth
 from tsw import SphericalTrees
+from tsw.core.splits import _AngularSplitMasses
 
 F64 = torch.float64
 
@@ -251,14 +252,15 @@ def test_one_sort_per_tree(monkeypatch, numba):
     """The rays of a tree share their coordinate: one sort of a (B, T, n) coordinate tensor.
 
     With the compiled kernels the split and the closed form run together
-    (tsw.sphere._geometry._SplitRayCost, which sorts (B, T, n)); with torch operators the
+    (tsw.core.splits._SplitRayCost, which sorts (B, T, n)); with torch operators the
     closed form sorts the (B, T, 1, n) coordinates its rays share.
     """
     import tsw.core._kernels as kernels
+    import tsw.core.splits as splits_module
     import tsw.core.tree_wasserstein as closed_form
 
     monkeypatch.setenv("TSW_NUMBA", numba)
-    monkeypatch.setattr(kernels, "_kernels", {})
+    monkeypatch.setattr(kernels, "_compiled", {})
     monkeypatch.setattr(kernels, "_failed", False)
     shapes = []
     sort = torch.sort
@@ -274,7 +276,7 @@ def test_one_sort_per_tree(monkeypatch, numba):
 
     spying(closed_form, "sort_last")
     spying(closed_form, "argsort_last")
-    spying(kernels, "argsort_last")
+    spying(splits_module, "argsort_last")
 
     def other(x, *args, **kwargs):  # any sort outside the closed form's
         shapes.append(("torch.sort", *x.shape))
@@ -548,7 +550,7 @@ def test_peak_memory_does_not_scale_with_tknd():
 
 
 def test_written_out_split_on_s2_equals_autograd():
-    """On S^2 the split is one written-out function (_WrappedAngleSplit). Its coordinates,
+    """On S^2 the split is one written-out function (_AngularSplitMasses). Its coordinates,
     masses and gradients (points, weights) equal the spec's formula written here
     from scratch with arccos and autograd: t = arccos<x, z>, u the unit tangent of z at x,
     phi_i = arccos<u, v_i>, masses softmax_i(-delta sin(t) phi_i) w; batched and shared
@@ -604,4 +606,4 @@ def test_written_out_split_on_s2_equals_autograd():
     scale = torch.rand(2, 3, 6, generator=g, dtype=F64) + 0.1
     w = torch.randn(2, 6, generator=g, dtype=F64)
     args = [x.clone().requires_grad_() for x in (polar, theta, scale, w)]
-    assert torch.autograd.gradcheck(lambda *xs: geo._WrappedAngleSplit.apply(*xs, 0.8), args)
+    assert torch.autograd.gradcheck(lambda *xs: _AngularSplitMasses.apply(*xs, 0.8), args)

@@ -93,7 +93,7 @@ def test_partial_sw_validation():
     w = torch.full((7,), 1 / 7, dtype=F64)
     with pytest.raises(ValueError, match=re.escape("partial_sw supports atoms of equal unit mass")):
         tsw.partial_sw(X, Y, w)
-    with pytest.raises(ValueError, match=re.escape("pass b=None; got a Tensor")):
+    with pytest.raises(ValueError, match=re.escape("pass b=None; got weights")):
         tsw.partial_sw(X, Y, None, torch.ones(5, dtype=F64))
     with pytest.raises(ValueError, match=re.escape("n_transported must be <= min(N, M) = 5")):
         tsw.partial_sw(X, Y, n_transported=6)

@@ -2,8 +2,12 @@
 repository, it imports as ``tsw`` and runs the notebooks (which import only ``tsw`` and
 ordinary third-party packages, never the repository's ``benchmarks``).
 
-The environment is a ``venv --system-site-packages`` (torch, POT, matplotlib come from
-the machine, so nothing is downloaded); the wheel goes in with ``--no-deps``. Each
+The environment is a plain ``venv`` whose site-packages holds the wheel (installed with
+``--no-deps``) and a ``.pth`` file that lists the site directories of the interpreter
+running the tests, so torch, POT and matplotlib come from wherever that interpreter
+finds them (the system, or the virtual environment the tests run in) and nothing is
+downloaded. ``venv --system-site-packages`` would not do: from inside a virtual
+environment it inherits the base interpreter's packages, not the running one's. Each
 notebook's code cells run as one script with ``TSW_NOTEBOOK_QUICK=1`` in a temporary
 directory, so neither the repository nor its ``benchmarks`` package is importable.
 """
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import site
 import subprocess
 import sys
 import zipfile
@@ -35,6 +40,25 @@ def _run(*cmd: str | Path, cwd: Path, env: dict | None = None) -> str:
     return proc.stdout
 
 
+def _site_dirs() -> list[str]:
+    """The running interpreter's site directories (where its packages are installed).
+
+    Only directories named ``site-packages`` or ``dist-packages``: never the repository
+    (on ``sys.path`` in the tests), so that the wheel is the only ``tsw`` and the
+    repository's ``benchmarks`` stays out of reach.
+    """
+    candidates = [*site.getsitepackages(), *sys.path]
+    if site.ENABLE_USER_SITE:
+        candidates.append(site.getusersitepackages())
+    dirs: list[str] = []
+    for entry in candidates:
+        path = Path(entry or ".").resolve()
+        wanted = path.name in ("site-packages", "dist-packages") and path.is_dir()
+        if wanted and str(path) not in dirs and not path.is_relative_to(ROOT):
+            dirs.append(str(path))
+    return dirs
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """(python of a fresh venv holding only the wheel, the wheel's path)."""
@@ -42,9 +66,15 @@ def installed(tmp_path_factory):
     _run(sys.executable, "-m", "pip", "wheel", ROOT, "--no-deps", "--no-build-isolation",
          "-q", "-w", tmp / "dist", cwd=tmp)  # fmt: skip
     (wheel,) = (tmp / "dist").glob("*.whl")
-    _run(sys.executable, "-m", "venv", "--system-site-packages", tmp / "venv", cwd=tmp)
+    _run(sys.executable, "-m", "venv", "--without-pip", tmp / "venv", cwd=tmp)
     python = tmp / "venv" / ("Scripts" if os.name == "nt" else "bin") / "python"
-    _run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel, cwd=tmp)
+    purelib = _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+                   cwd=tmp, env=_clean_env()).strip()  # fmt: skip
+    # the running interpreter's pip puts the wheel into the venv's own site-packages
+    _run(sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+         "--target", purelib, wheel, cwd=tmp)  # fmt: skip
+    # then the running interpreter's packages (torch, POT, matplotlib, ...) after it
+    (Path(purelib) / "_tsw_test_site_dirs.pth").write_text("\n".join(_site_dirs()) + "\n")
     return python, wheel
 
 
@@ -82,6 +112,24 @@ def test_installed_package_is_imported_from_the_venv(installed, tmp_path):
     fails = "import benchmarks"
     proc = subprocess.run([python, "-c", fails], cwd=tmp_path, env=_clean_env(), check=False)
     assert proc.returncode != 0, "the repository's benchmarks package is importable"
+
+
+def test_venv_sees_the_running_interpreters_packages(installed, tmp_path):
+    """The test venv imports torch, numpy and POT from where the tests import them.
+
+    A ``venv --system-site-packages`` made from inside a virtual environment would see the
+    base interpreter's copies instead (or none), which is what failed there.
+    """
+    python, _ = installed
+    names = ["torch", "numpy", "ot"]
+    code = (
+        "import importlib, json; "
+        f"print(json.dumps([importlib.import_module(n).__file__ for n in {names!r}]))"
+    )
+    found = json.loads(_run(python, "-c", code, cwd=tmp_path, env=_clean_env()))
+    for name, path in zip(names, found, strict=True):
+        expected = __import__(name).__file__
+        assert Path(path).resolve() == Path(expected).resolve(), (name, path, expected)
 
 
 @pytest.mark.parametrize(

@@ -16,15 +16,21 @@ splits, closed forms, the driver), :mod:`tsw.euclidean`, :mod:`tsw.sphere`,
 See ``ARCHITECTURE.md``. Sliced baselines for unequal masses (POT's solvers):
 :func:`partial_sw`, :func:`unbalanced_sw`.
 
+Transport plans (couplings, not only distances): POT's sliced plans
+:func:`sliced_plans`, :func:`min_sliced_transport_plan`, :func:`expected_sliced_plan`,
+:func:`swgg` (min-pivot with an optimised direction), the exact :func:`tree_plan` on a
+rooted tree, :func:`expected_tree_sliced_plan` (the mean of the optimal plans of
+Db-TSW's or TSW-SL's trees), and :func:`barycentric_map`.
+
 Data and evaluation: :mod:`tsw.datasets` (the synthetic point clouds of the papers'
 experiments) and :mod:`tsw.metrics` (exact W_p through ``ot.emd2``, the geodesic W_p on
 the sphere, the NLL of a von Mises-Fisher mixture).
 """
 
-import sys as _sys
-
 from tsw import datasets, metrics, nn
+from tsw.core._barycentric import barycentric_map
 from tsw.core.monte_carlo import trees_needed
+from tsw.core.tree_plan import tree_plan
 from tsw.core.tree_wasserstein import line_system_cost, tree_wasserstein
 from tsw.core.trees import (
     ChainLines,
@@ -41,70 +47,42 @@ from tsw.euclidean._db_tsw import db_tsw
 from tsw.euclidean._max_tsw_sl import max_tsw_sl
 from tsw.euclidean._partial_tsw import partial_tsw
 from tsw.euclidean._spatial_tsw import spatial_tsw
+from tsw.euclidean._tree_sliced_plan import expected_tree_sliced_plan
 from tsw.euclidean._ts_sobolev import ts_sobolev
 from tsw.euclidean._tsw_sl import tsw_sl
 from tsw.sliced._eb_sw import eb_sw
 from tsw.sliced._lcv_sw import lcv_sw
+from tsw.sliced._plans import expected_sliced_plan, min_sliced_transport_plan, sliced_plans
 from tsw.sliced._rp_sw import rp_sw
 from tsw.sliced._s3w import s3w, s3w_map, s3w_unif, sample_rotations
 from tsw.sliced._ssw import sample_sphere_projections, ssw, ssw_unif
 from tsw.sliced._sw import max_sw, sample_projections, sw
+from tsw.sliced._swgg import swgg
 from tsw.sliced._unbalanced_sw import partial_sw, unbalanced_sw
 from tsw.sphere._spatial_stsw import spatial_stsw
 from tsw.sphere._stsw import stsw, stsw_unif
 
 __version__ = "0.2.0.dev0"
 
-# Module paths of earlier layouts keep working for ``from <path> import <name>``; each
-# names the module that now holds its code. First the flat layout before the subpackages
-# (``from tsw.trees import ...``), then the method modules before they became private
-# (``from tsw.euclidean.db_tsw import ...``): a method module is private (``_db_tsw``) so
-# that no function shadows its own module (``tsw.sliced.sw`` is the function ``sw``).
-_MOVED = {
-    "circular": "tsw.euclidean._circular_tsw",
-    "db_tsw": "tsw.euclidean._db_tsw",
-    "mappings": "tsw.euclidean.mappings",
-    "one_d": "tsw.core.wasserstein_1d",
-    "partial_tsw": "tsw.euclidean._partial_tsw",
-    "s3w": "tsw.sliced._s3w",
-    "spatial": "tsw.euclidean._spatial_tsw",
-    "spatial_sphere": "tsw.sphere._spatial_stsw",
-    "splits": "tsw.core.splits",
-    "ssw": "tsw.sliced._ssw",
-    "stsw": "tsw.sphere._stsw",
-    "tree_wasserstein": "tsw.core.tree_wasserstein",
-    "trees": "tsw.core.trees",
-    "tsw_sl": "tsw.euclidean._tsw_sl",
-    "unbalanced_sliced": "tsw.sliced._unbalanced_sw",
-    "euclidean.circular_tsw": "tsw.euclidean._circular_tsw",
-    "euclidean.db_tsw": "tsw.euclidean._db_tsw",
-    "euclidean.partial_tsw": "tsw.euclidean._partial_tsw",
-    "euclidean.spatial_tsw": "tsw.euclidean._spatial_tsw",
-    "euclidean.tsw_sl": "tsw.euclidean._tsw_sl",
-    "sliced.s3w": "tsw.sliced._s3w",
-    "sliced.ssw": "tsw.sliced._ssw",
-    "sliced.sw": "tsw.sliced._sw",
-    "sliced.unbalanced_sw": "tsw.sliced._unbalanced_sw",
-    "sphere.spatial_stsw": "tsw.sphere._spatial_stsw",
-    "sphere.stsw": "tsw.sphere._stsw",
-}
-_sys.modules.update({f"tsw.{old}": _sys.modules[new] for old, new in _MOVED.items()})
-
 __all__ = [
     "ChainLines",
     "ConcurrentLines",
     "SphericalTrees",
     "__version__",
+    "barycentric_map",
     "circular_tsw",
     "datasets",
     "db_tsw",
     "eb_sw",
+    "expected_sliced_plan",
+    "expected_tree_sliced_plan",
     "lcv_sw",
     "line_system_cost",
     "mappings",
     "max_sw",
     "max_tsw_sl",
     "metrics",
+    "min_sliced_transport_plan",
     "nn",
     "partial_sw",
     "partial_tsw",
@@ -118,6 +96,7 @@ __all__ = [
     "sample_rotations",
     "sample_sphere_projections",
     "sample_spherical_trees",
+    "sliced_plans",
     "spatial_stsw",
     "spatial_tsw",
     "ssw",
@@ -125,6 +104,8 @@ __all__ = [
     "stsw",
     "stsw_unif",
     "sw",
+    "swgg",
+    "tree_plan",
     "tree_wasserstein",
     "trees_needed",
     "ts_sobolev",

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import ot
 import torch
 from torch import Tensor
 
@@ -62,6 +61,8 @@ def _pair(
 
 
 def _emd2(a: np.ndarray, b: np.ndarray, M: np.ndarray) -> float:
+    import ot  # POT, imported when an exact value is asked for
+
     value = float(ot.emd2(a, b, M, numItermax=NUM_ITER_MAX))
     return max(value, 0.0)
 
@@ -109,6 +110,8 @@ def wasserstein(
     """
     p = check_p(p)
     X, Y, wa, wb = _pair(X_s, X_t, a, b)
+    import ot
+
     # ot.dist's default is the squared Euclidean cost
     M = ot.dist(X, Y) if p == 2 else ot.dist(X, Y, metric="euclidean") ** p
     value = _emd2(wa, wb, M)

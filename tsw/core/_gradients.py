@@ -1,7 +1,7 @@
 """Gradients that an op adds straight into the driver's accumulator.
 
 When the driver evaluates the slices in blocks under grad mode
-(``tsw.core._driver._BlockCosts``), each block's gradient with respect to the supports
+(``tsw.core._blocks._BlockCosts``), each block's gradient with respect to the supports
 is formed during the forward pass and summed over the blocks. Summed as
 ``total[i0:i1] += g``, every block writes a fresh (n, d) gradient and reads it back:
 at N = 1e6, d = 128 (one thread, float32) the projections' backward product took
@@ -101,7 +101,7 @@ class Products(torch.autograd.Function):
     :func:`_points_gradient`). A group whose output gets no gradient costs nothing
     backward.
 
-    With a ``shift`` (the translation of :func:`tsw.euclidean._lines.centre`), the
+    With a ``shift`` (the translation of :func:`tsw.euclidean._lines.centered`), the
     translated points are formed a chunk of atoms at a time (:func:`translated`) and
     multiplied into the product's columns, so that no translated (B, m, d) copy of the
     points exists: at N = 6.5e6, d = 128 the two supports' copies held 6.2 GiB. The

@@ -1,58 +1,54 @@
-"""Compiled CPU kernels (Numba) for the passes around the sort.
+"""Compiled CPU kernels (Numba): the one seam between the library and compiled code.
 
-After the sort, the closed form on a line (``tree_wasserstein._LineCost``) is a gather,
-two cumulative sums, a scatter per gradient and about thirty elementwise passes over
-the (lines x atoms) block, each with torch operators a pass over memory. At 1000 lines
-x 4000 atoms (float32, one thread, Intel Xeon) they took about 1.5x the time of the
-sort itself. Here the forward (the gather of the masses, the prefix sums, the cost) and
-the backward (both gradients, written straight to input order) are each one compiled
-loop per line.
+Only core's closed form (:mod:`tsw.core.tree_wasserstein`), splits
+(:mod:`tsw.core.splits`), sort (:mod:`tsw.core._sort`) and S^2 angles
+(:mod:`tsw.core._angles`) call this module; each of them chooses the compiled or the
+torch implementation with :func:`usable`, and the method packages never see the
+difference. The functions here take tensors and return tensors (no autograd): the
+autograd functions that call them live with the mathematics they compute.
 
-:class:`DistanceSplit` is Db-TSW's split of the masses (``softmax_l(-delta dist_l) w``):
-its forward and its backward are each one vectorised loop per tree instead of about
-seven and twelve torch passes (forward measured 0.56-0.59x the torch operators' time).
-:class:`SplitLineCost` runs that split and the line cost of the tree's lines one tree
-at a time, so that the masses and their gradient stay in the cache (Db-TSW's and
-SpatialTSW's compiled path).
-
-:func:`ray_split_forward` / :func:`ray_split_backward` are STSW's split on S^2 and the
-closed form on the tree's rays together (``tsw.sphere._geometry._SplitRayCost``), and
-:func:`s2_angles_backward` the backward of its angles. The softmaxes use an
-exponential the compiler vectorises (``_numba_kernels.exp32_`` / ``exp64_``).
-
-:func:`packed_argsort` sorts float32 rows as packed 64-bit keys, or 32-bit keys whose
-buckets are then settled on the values, for :mod:`tsw.core._sort` (:func:`packs`; see
-that module's notes for the times measured).
+* :func:`line_cost_forward` / :func:`line_cost_backward`: the closed form on rooted lines
+  after the sort (a gather, two cumulative sums, the cost; both gradients straight to
+  input order), one compiled loop per line.
+* :func:`split_forward` / :func:`split_backward`: the distance-based split
+  ``softmax_l(-delta dist_l) w``, one loop per tree; :func:`split_line_forward` /
+  :func:`split_line_backward`: the split and the line cost of a tree's lines together,
+  one tree at a time, so that the masses stay in the cache.
+* :func:`ray_split_forward` / :func:`ray_split_backward`: STSW's split on S^2 and the
+  closed form on the rays together; :func:`s2_angles_backward`: the backward of the
+  angles of points on S^2.
+* :func:`packed_argsort`: float32 rows sorted as packed 64-bit keys (the value's
+  order-preserving 32 bits above its index), the permutation of NumPy's stable argsort.
 
 Used when Numba (an optional dependency: ``pip install torch-tsw[fast]``) can be
-imported, the tensors are float32 or float64 on the CPU, ``p`` is 1 or 2 (line cost),
-no graph is being traced, and the environment variable ``TSW_NUMBA`` is not ``0``.
-Otherwise the torch operators run; both are tested against each other
-(``tests/test_kernels.py``) and against ``ot.emd2`` (``tests/test_exactness.py``).
-
-The kernels follow the torch path's formulas, with differences of rounding only: the
-line cost's sums over a line and the sums of the masses' gradient accumulate in float64
-(torch sums float32 in float32), and its prefix sums accumulate in float64 as torch's
-CPU ``cumsum`` does. The kernels run serially without the GIL; rows are shared among
-``torch.get_num_threads()`` threads as the sort's are, each row written by one thread,
-so the result does not depend on the number of threads.
+imported, the tensors are float32 or float64 on the CPU, ``p`` is 1 or 2, no graph is
+being traced, and the environment variable ``TSW_NUMBA`` is not ``0``. No call waits for
+the compiler: the first call that could use the kernels of a dtype starts their
+compilation (or their loading from Numba's disk cache) in a background thread, and the
+torch operators serve until they are ready; ``TSW_NUMBA=wait`` compiles them in the
+calling thread instead, so that every call takes the compiled path, and
+:func:`warm_up` compiles them all at once. The kernels follow
+the torch formulas, with differences of rounding only (sums over a line accumulate in
+float64). Rows are shared among ``torch.get_num_threads()`` threads, each row written by
+one thread, so the result does not depend on the number of threads.
 """
 
 from __future__ import annotations
 
+import enum
 import os
-import warnings
+import threading
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from tsw.core._sort import _by_rows, _threads, argsort_last
+from tsw.core._threads import by_rows, threads_for
+from tsw.core._validation import warn
 
 __all__ = [
-    "DistanceSplit",
-    "SplitLineCost",
+    "SplitForm",
     "line_cost_backward",
     "line_cost_forward",
     "packed_argsort",
@@ -60,20 +56,68 @@ __all__ = [
     "ray_split_backward",
     "ray_split_forward",
     "s2_angles_backward",
+    "split_backward",
+    "split_forward",
+    "split_line_backward",
+    "split_line_forward",
     "usable",
     "warm_up",
 ]
 
-_kernels: dict[str, Any] = {}
+#: the names of the compiled functions
+_NAMES = (
+    "forward",
+    "backward",
+    "split_forward",
+    "split_backward",
+    "split_line_forward",
+    "split_line_backward",
+    "ray_split_forward",
+    "ray_split_backward",
+    "s2_angles_backward",
+    "pack_keys",
+    "unpack_order",
+)
+#: the compiled functions, by name, once Numba and the kernels are imported
+_compiled: dict[str, Any] = {}
+#: the dtypes whose specialisations are compiled (or loaded from Numba's disk cache)
+_ready: set[torch.dtype] = set()
+#: the background compilations under way, by dtype
+_pending: dict[torch.dtype, threading.Thread] = {}
 _failed = False
+#: held while a thread compiles (one compilation at a time), and while one is started
+_compiling = threading.Lock()
+_starting = threading.Lock()
+#: the dtypes the kernels take
+DTYPES = (torch.float32, torch.float64)
 
 
-def _load() -> bool:
-    """Import Numba and define the kernels once; False if Numba is missing or disabled."""
+class SplitForm(enum.IntEnum):
+    """How the distances to the lines of a distance-based split are given.
+
+    ``DISTANCES``: ``t`` holds the distances. ``COORDINATES``: ``t`` holds the
+    coordinates on the lines and ``sq`` the squared distances to the tree's root, the
+    distances being ``sqrt(max(sq - t^2, 0))``. ``SIGNED``: ``t`` holds signed distances
+    (along the lines' normals in the plane), the distances being ``|t|``.
+    """
+
+    DISTANCES = 0
+    COORDINATES = 1
+    SIGNED = 2
+
+
+def _mode() -> str:
+    """``TSW_NUMBA``: ``"0"`` (off), ``"wait"`` (compile before the first call) or ``"1"``."""
+    mode = os.environ.get("TSW_NUMBA", "1")
+    return mode if mode in ("0", "wait") else "1"
+
+
+def _import() -> bool:
+    """Import Numba and the kernels once; False if Numba is missing or cannot load."""
     global _failed
-    if _kernels:
+    if _compiled:
         return True
-    if _failed or os.environ.get("TSW_NUMBA", "1") == "0":
+    if _failed:
         return False
     try:
         from tsw.core import _numba_kernels
@@ -82,80 +126,143 @@ def _load() -> bool:
         return False
     except Exception as err:  # e.g. no writable place for Numba's cache: say so, once
         _failed = True
-        warnings.warn(
+        warn(
             f"tsw: the compiled CPU kernels could not be loaded ({type(err).__name__}: "
             f"{err}); the torch operators run instead (set TSW_NUMBA=0 to silence this)",
             RuntimeWarning,
-            stacklevel=2,
         )
         return False
-    _kernels.update(
-        forward=_numba_kernels.forward,
-        backward=_numba_kernels.backward,
-        split_forward=_numba_kernels.split_forward,
-        split_backward=_numba_kernels.split_backward,
-        split_line_forward=_numba_kernels.split_line_forward,
-        split_line_backward=_numba_kernels.split_line_backward,
-        ray_split_forward=_numba_kernels.ray_split_forward,
-        ray_split_backward=_numba_kernels.ray_split_backward,
-        s2_angles_backward=_numba_kernels.s2_angles_backward,
-        pack_keys=_numba_kernels.pack_keys,
-        unpack_order=_numba_kernels.unpack_order,
-        pack_keys32=_numba_kernels.pack_keys32,
-        unpack_order32=_numba_kernels.unpack_order32,
-    )
+    _compiled.update({name: getattr(_numba_kernels, name) for name in _NAMES})
     return True
 
 
+def _prepare(dtype: torch.dtype) -> None:
+    """Compile (or load from the disk cache) every kernel's specialisations for ``dtype``."""
+    global _failed
+    with _compiling:
+        if dtype in _ready or not _import():
+            return
+        try:
+            _exercise(dtype)
+        except Exception as err:  # a kernel that does not compile here: say so, once
+            _failed = True
+            warn(
+                f"tsw: the compiled CPU kernels could not be compiled ({type(err).__name__}: "
+                f"{err}); the torch operators run instead (set TSW_NUMBA=0 to silence this)",
+                RuntimeWarning,
+            )
+            return
+        _ready.add(dtype)
+
+
+def _load(dtype: torch.dtype = torch.float32) -> bool:
+    """Whether the kernels for ``dtype`` are ready; if not, start preparing them.
+
+    By default they are compiled in a background thread, and the torch operators serve
+    until they are ready (no call waits for the compiler); with ``TSW_NUMBA=wait`` the
+    calling thread compiles them first.
+    """
+    if dtype in _ready:
+        return True
+    mode = _mode()
+    if _failed or mode == "0" or dtype not in DTYPES:
+        return False
+    if mode == "wait":
+        _prepare(dtype)
+        return dtype in _ready
+    with _starting:
+        if dtype not in _pending and dtype not in _ready:
+            thread = threading.Thread(
+                target=_prepare, args=(dtype,), name=f"tsw-kernels-{dtype}", daemon=True
+            )
+            _pending[dtype] = thread
+            thread.start()
+    return dtype in _ready
+
+
+def _forget_pending() -> None:
+    """After a fork: a compilation under way in the parent has no thread in the child.
+
+    Its locks may be held by that thread, so the child never compiles: the kernels
+    ready in the parent stay usable, the others take the torch operators.
+    """
+    global _failed, _compiling, _starting
+    _compiling, _starting = threading.Lock(), threading.Lock()
+    if _pending and any(dtype not in _ready for dtype in _pending):
+        _failed = True
+    _pending.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pending)
+
+
 def usable(*tensors: Tensor, p: float = 1.0) -> bool:
-    """Whether the fused kernels may run on these tensors (see the module notes)."""
+    """Whether the compiled kernels may run on these tensors (see the module notes).
+
+    Starts their compilation in the background the first time it is asked for a dtype
+    (see :func:`_load`): until it is done, the answer is no.
+    """
     if p not in (1.0, 2.0) or torch.compiler.is_compiling():
         return False
     t = tensors[0]
     for x in tensors:
         if x.device.type != "cpu" or x.dtype != t.dtype or type(x) is not Tensor:
             return False
-    if t.dtype not in (torch.float32, torch.float64) or t.numel() == 0 or t.ndim == 0:
+    if t.dtype not in DTYPES or t.numel() == 0 or t.ndim == 0:
         return False
-    return _load()
+    return _load(t.dtype)
 
 
 def warm_up() -> bool:
-    """Compile (or load from Numba's cache) the kernels for float32 and float64 now.
+    """Compile (or load from Numba's cache) every kernel for float32 and float64 now.
 
-    For measurements that should not count the one-time compilation (its time and
-    memory do not depend on the problem). Returns whether the kernels are usable.
+    Blocks until they are ready: for measurements that should not count the one-time
+    compilation, and for runs whose every call should take the compiled path. Returns
+    whether the kernels are usable.
     """
-    ok = False
-    for dtype in (torch.float32, torch.float64):
-        c = torch.tensor([[-1.0, 2.0]], dtype=dtype)
-        if usable(c, p=1.0):
-            for idx in (torch.tensor([[0, 1]]), torch.tensor([[0, 1]], dtype=torch.int32)):
-                cost, prefix, _ = line_cost_forward(c, idx, c, 1.0, False)
-                line_cost_backward(c, idx, prefix, cost, 1.0, False, True, True)
-            t = c.abs().unsqueeze(0)  # STSW on S^2: one tree, one ray, two atoms
-            cost, saved = ray_split_forward(t, t, t[..., :1], t, c, None, 1.0, 1.0)
-            ray_split_backward(saved, cost, 1.0, 1.0, True)
-            lines = c[None, None].clone().requires_grad_(True)  # Db-TSW's split
-            DistanceSplit.apply(c.abs()[None, None], lines, c, 1.0, LINE).sum().backward()
-            for p in (1.0, 2.0):  # the split and the line cost together, in each form
-                sq = c.abs()[None, None]
-                SplitLineCost.apply(sq, lines, lines, c, 1.0, LINE, p).sum().backward()
-                for mode in (SIGNED, DISTANCES):
-                    SplitLineCost.apply(None, lines, lines * 1, c, 1.0, mode, p).sum().backward()
-            s2_angles_backward(t.unsqueeze(-2).expand(1, 1, 3, 2), t, t, t, t, t)
-            ok = True
-    if ok:  # the packed sorts (float32): 32-bit keys with a run to settle, 64-bit keys,
-        # into int64 and int32 (``argsort_last(..., compact=True)``) permutations
-        narrow = np.linspace(0.0, 1.0, 600, dtype=np.float32).reshape(2, 300)[:, ::-1]
-        narrow[:, :2] = [1e-9, 0.0]
-        for rows in (narrow, np.zeros((1, 3), dtype=np.float32)):
-            for index in (np.int64, np.int32):
-                packed_argsort(rows, np.empty(rows.shape, dtype=index))
-    return ok
+    if _mode() == "0":
+        return False
+    for dtype in DTYPES:
+        _prepare(dtype)
+    return all(dtype in _ready for dtype in DTYPES)
 
 
-def _rows(x: Tensor, *shape: int) -> Any:
+def _exercise(dtype: torch.dtype) -> None:
+    """Call every kernel once on tiny inputs of ``dtype``: Numba compiles what a call needs.
+
+    The same wrappers, index types and layouts as the library's calls, so that these
+    specialisations are the ones the calls use.
+    """
+    c = torch.tensor([[-1.0, 2.0]], dtype=dtype)
+    for index in (torch.int64, torch.int32):
+        idx = torch.tensor([[0, 1]], dtype=index)
+        for p in (1.0, 2.0):
+            cost, prefix, _ = line_cost_forward(c, idx, c, p, False)
+            line_cost_backward(c, idx, prefix, cost, p, False, True, True)
+    index = torch.int32 if dtype == torch.float32 else torch.int64  # the sort's
+    lines = c[None, None]  # Db-TSW's split: one tree, one line, two atoms
+    for form in SplitForm:
+        sq = lines.abs() if form == SplitForm.COORDINATES else None
+        _, alpha = split_forward(sq, lines, c, 1.0, form)
+        split_backward(lines, alpha, c, sq, lines, 1.0, form)
+        for p in (1.0, 2.0):
+            order = torch.tensor([[[[0, 1]]]], dtype=index)
+            costs, kept = split_line_forward(sq, lines, lines, c, 1.0, form, order, p)
+            split_line_backward(kept, costs, sq, lines, c, 1.0, form, p)
+    t = c.abs().unsqueeze(0)  # STSW on S^2: one tree, one ray, two atoms
+    for p in (1.0, 2.0):
+        order = torch.tensor([[[0, 1]]], dtype=index)
+        tree_cost, rays = ray_split_forward(t, t, t[..., :1], t, c, None, 1.0, p, order)
+        ray_split_backward(rays, tree_cost, 1.0, p, True)
+    s2_angles_backward(t.unsqueeze(-2).expand(1, 1, 3, 2), t, t, t, t, t)
+    if dtype == torch.float32:  # the packed sort, into int64 and int32 permutations
+        rows = np.linspace(0.0, 1.0, 600, dtype=np.float32).reshape(2, 300)[:, ::-1]
+        for out in (np.int64, np.int32):
+            packed_argsort(np.ascontiguousarray(rows), np.empty(rows.shape, dtype=out))
+
+
+def _as_rows(x: Tensor, *shape: int) -> Any:
     """``x`` as a C-contiguous (rows, *shape) NumPy array (a view when it already is one).
 
     ``shape`` defaults to the last axis: (rows, n).
@@ -169,10 +276,20 @@ def _row_map(c_shape: torch.Size, m_shape: torch.Size) -> Any:
     return rows.expand(m_shape[:-1]).reshape(-1).numpy()
 
 
+def _run(part: Any, n_rows: int, size: int) -> None:
+    """Run ``part`` over ``n_rows`` rows of ``size`` elements, threads by the size."""
+    by_rows(part, n_rows, threads_for(n_rows, size))
+
+
+def _work_index(dtype: torch.dtype) -> np.dtype[Any]:
+    """Return the integer type of the kernels' per-thread work space for ``dtype``."""
+    return np.dtype(np.int32) if dtype == torch.float32 else np.dtype(np.int64)
+
+
 def line_cost_forward(
     coords: Tensor, idx: Tensor, masses: Tensor, p: float, rays: bool
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Cost, prefix sums and sorted coordinates of ``_LineCost.forward``.
+    """Cost, prefix sums and sorted coordinates of the line cost.
 
     ``coords`` and ``idx`` (the coordinates and the permutation that sorts them, shape
     (..., n) with size 1 on the axes of shared coordinates) broadcast with ``masses``
@@ -180,8 +297,8 @@ def line_cost_forward(
     ``masses``) and the sorted coordinates (shaped as ``coords``; without shared
     coordinates they are gathered in the kernel's loop).
     """
-    m = _rows(masses)
-    xn, ixn = _rows(coords), _rows(idx)
+    m = _as_rows(masses)
+    xn, ixn = _as_rows(coords), _as_rows(idx)
     cmap = _row_map(coords.shape, masses.shape)
     sort_c = coords.shape == masses.shape
     c = (  # (torch.gather takes int64 indices; the kernels take int32 or int64)
@@ -193,7 +310,7 @@ def line_cost_forward(
     prefix = torch.empty(masses.shape, dtype=masses.dtype)
     cost = torch.empty(masses.shape[:-1], dtype=masses.dtype)
     pn, con = prefix.view(-1, m.shape[1]).numpy(), cost.view(-1).numpy()
-    kernel = _kernels["forward"]
+    kernel = _compiled["forward"]
     sq = p == 2.0
 
     def part(s: slice) -> None:
@@ -203,7 +320,7 @@ def line_cost_forward(
         else:
             kernel(xn, cn, ixn, cmap[s], m[s], pn[s], con[s], sq, rays, False)
 
-    _by_rows(part, m.shape[0], _threads(m.shape[0], m.size))
+    _run(part, m.shape[0], m.size)
     return cost, prefix, c
 
 
@@ -217,13 +334,13 @@ def line_cost_backward(
     want_m: bool,
     want_c: bool,
 ) -> tuple[Tensor | None, Tensor | None]:
-    """Gradients of ``_LineCost`` with respect to the masses and the coordinates.
+    """Gradients of the line cost with respect to the masses and the coordinates.
 
     Both come back in input order, shaped as ``prefix`` (the masses' shape); the
     coordinates' gradient is not yet summed over the lines that share coordinates.
     """
-    pn = _rows(prefix)
-    cn, ixn = _rows(c), _rows(idx)
+    pn = _as_rows(prefix)
+    cn, ixn = _as_rows(c), _as_rows(idx)
     cmap = _row_map(c.shape, prefix.shape)
     g = grad.detach().expand(prefix.shape[:-1]).reshape(-1).contiguous().numpy()
     gm = torch.empty(prefix.shape, dtype=prefix.dtype) if want_m else None
@@ -231,7 +348,7 @@ def line_cost_backward(
     dummy = pn[:1]
     gmn = gm.view(-1, pn.shape[1]).numpy() if gm is not None else dummy
     gcn = gc.view(-1, pn.shape[1]).numpy() if gc is not None else dummy
-    kernel = _kernels["backward"]
+    kernel = _compiled["backward"]
     sq = p == 2.0
 
     def part(s: slice) -> None:
@@ -239,89 +356,182 @@ def line_cost_backward(
         gcs = gcn[s] if gc is not None else dummy
         kernel(cn, ixn, cmap[s], pn[s], g[s], gms, gcs, sq, rays, want_m, want_c)
 
-    _by_rows(part, pn.shape[0], _threads(pn.shape[0], pn.size))
+    _run(part, pn.shape[0], pn.size)
     return gm, gc
 
 
-#: what :class:`DistanceSplit`'s ``t`` holds (the kernels' ``mode``)
-DISTANCES, LINE, SIGNED = 0, 1, 2
+def split_forward(
+    sq: Tensor | None, t: Tensor, w: Tensor, delta: float, form: SplitForm
+) -> tuple[Tensor, Tensor]:
+    r"""Split ``w``: the masses ``softmax_l(-delta dist_l) w`` (B, T, k, n) and ``alpha``.
 
-
-class DistanceSplit(torch.autograd.Function):
-    r"""Db-TSW's masses on the lines: ``softmax_l(-delta dist_l) * w``, compiled backward.
-
-    ``DistanceSplit.apply(sq, t, w, delta, mode)``: with ``mode=LINE``, ``t`` (B, T, k, n)
-    holds the coordinates on the lines and ``sq`` (B, T, 1, n) :math:`|z - x_\tau|^2`;
-    the distances are then ``LineDistance``'s ``sqrt(max(sq - t^2, 0))``. With
-    ``mode=SIGNED`` (``sq=None``), the distances are ``|t|`` (the coordinates along the
-    normals of lines in the plane), with ``abs``' zero subgradient on a line. With
-    ``mode=DISTANCES`` (``sq=None``), ``t`` is the distance itself (formed by
-    autograd-tracked torch operators, as the cross-product distances in space).
-    ``w`` (B, n) holds the signed masses, not differentiated: callers whose weights need a
-    gradient use the torch operators. The forward (about seven passes over (B, T, k, n)
-    with torch operators, the softmax over the lines among them) and the backward (about
-    twelve, five without the distance) are each one vectorised compiled loop per tree
-    (``_numba_kernels.split_forward``, ``split_backward``; the backward forms the
-    distances again from ``sq`` and ``t`` rather than storing them) with the formulas of
-    :class:`~tsw.core._safe.LineDistance`, :func:`~tsw.core.splits.distance_split` and
-    their gradients, including the zero subgradient on a line.
+    ``t`` (B, T, k, n) and ``sq`` (B, T, 1, n), given exactly for ``COORDINATES``, hold
+    the distances in the :class:`SplitForm` ``form``; ``w`` (B, n) the signed masses.
     """
+    B, T, k, n = t.shape
+    masses = torch.empty((B, T, k, n), dtype=t.dtype)
+    alpha = torch.empty((B, T, k, n), dtype=t.dtype)
+    tn, wn = _as_rows(t, k, n), _as_rows(w)
+    sqn = _as_rows(sq) if sq is not None else wn
+    wrow = _row_map(torch.Size((B, 1, n)), torch.Size((B, T, n)))
+    mn, an = (x.view(-1, k, n).numpy() for x in (masses, alpha))
+    kernel = _compiled["split_forward"]
+    coordinates = form == SplitForm.COORDINATES
 
-    @staticmethod
-    def forward(  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        ctx, sq: Tensor | None, t: Tensor, w: Tensor, delta: float, mode: int = DISTANCES
-    ) -> Tensor:
-        if not _load():
-            raise RuntimeError("DistanceSplit needs the compiled kernels (see usable())")
-        if (sq is not None) != (mode == LINE):  # not reached from split_masses
-            raise ValueError(f"DistanceSplit: sq is given exactly for mode={LINE} (LINE)")
-        B, T, k, n = t.shape
-        masses = torch.empty((B, T, k, n), dtype=t.dtype)
-        alpha = torch.empty((B, T, k, n), dtype=t.dtype)
-        tn, wn = _rows(t, k, n), _rows(w)
-        sqn = _rows(sq) if sq is not None else wn
-        wrow = _row_map(torch.Size((B, 1, n)), torch.Size((B, T, n)))
-        mn, an = (x.view(-1, k, n).numpy() for x in (masses, alpha))
-        kernel = _kernels["split_forward"]
-        int_type = np.int32 if t.dtype == torch.float32 else np.int64
+    def part(s: slice) -> None:
+        bits = np.empty(n, dtype=_work_index(t.dtype))  # work space of each thread
+        rows = sqn[s] if coordinates else sqn
+        kernel(rows, tn[s], wn, wrow[s], float(delta), int(form), mn[s], an[s], bits)
 
-        def part(s: slice) -> None:
-            bits = np.empty(n, dtype=int_type)  # work space of each thread
-            rows = sqn[s] if mode == LINE else sqn
-            kernel(rows, tn[s], wn, wrow[s], float(delta), mode, mn[s], an[s], bits)
+    _run(part, tn.shape[0], tn.size)
+    return masses, alpha
 
-        _by_rows(part, tn.shape[0], _threads(tn.shape[0], tn.size))
-        ctx.mode, ctx.delta = mode, delta
-        # the backward forms the distances again from sq and t (no (B, T, k, n) stored);
-        # with the distances given, it needs neither
-        ctx.save_for_backward(alpha, w, sq, t if mode != DISTANCES else None)
-        return masses
 
-    @staticmethod
-    def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        alpha, w, sq, t = ctx.saved_tensors
-        B, T, k, n = alpha.shape
-        mode = int(ctx.mode)
+def split_backward(
+    grad: Tensor,
+    alpha: Tensor,
+    w: Tensor,
+    sq: Tensor | None,
+    t: Tensor | None,
+    delta: float,
+    form: SplitForm,
+) -> tuple[Tensor | None, Tensor]:
+    """Gradients of :func:`split_forward`'s masses times ``grad``: of ``sq`` and of ``t``.
 
-        gm, an = _rows(grad, k, n), _rows(alpha, k, n)
-        wn, wrow = _rows(w), _row_map(torch.Size((B, 1, n)), torch.Size((B, T, n)))
-        sqn = _rows(sq) if sq is not None else wn  # placeholders where the mode reads none
-        tn = _rows(t, k, n) if t is not None else an
-        gsq = torch.empty((B, T, 1, n), dtype=alpha.dtype) if mode == LINE else None
-        gt = torch.empty((B, T, k, n), dtype=alpha.dtype)
-        gtn = gt.view(-1, k, n).numpy()
-        gsn = gsq.view(-1, n).numpy() if gsq is not None else gtn[:, 0]
-        tiny = float(torch.finfo(alpha.dtype).tiny)
-        kernel = _kernels["split_backward"]
-        delta = float(ctx.delta)
+    ``t`` may be None for ``DISTANCES`` (the backward does not read the distances); the
+    gradient of ``sq`` is None except for ``COORDINATES``.
+    """
+    B, T, k, n = alpha.shape
+    gm, an = _as_rows(grad, k, n), _as_rows(alpha, k, n)
+    wn, wrow = _as_rows(w), _row_map(torch.Size((B, 1, n)), torch.Size((B, T, n)))
+    sqn = _as_rows(sq) if sq is not None else wn  # placeholders where the form reads none
+    tn = _as_rows(t, k, n) if t is not None else an
+    coordinates = form == SplitForm.COORDINATES
+    gsq = torch.empty((B, T, 1, n), dtype=alpha.dtype) if coordinates else None
+    gt = torch.empty((B, T, k, n), dtype=alpha.dtype)
+    gtn = gt.view(-1, k, n).numpy()
+    gsn = gsq.view(-1, n).numpy() if gsq is not None else gtn[:, 0]
+    tiny = float(torch.finfo(alpha.dtype).tiny)
+    kernel = _compiled["split_backward"]
 
-        def part(s: slice) -> None:
-            rows = sqn[s] if mode == LINE else sqn
-            kernel(gm[s], an[s], rows, tn[s], wn, wrow[s], delta, tiny, mode, gsn[s], gtn[s])
+    def part(s: slice) -> None:
+        rows = sqn[s] if coordinates else sqn
+        kernel(
+            gm[s], an[s], rows, tn[s], wn, wrow[s], float(delta), tiny, int(form), gsn[s], gtn[s]
+        )
 
-        _by_rows(part, gm.shape[0], _threads(gm.shape[0], gm.size))
-        needs = ctx.needs_input_grad
-        return (gsq if needs[0] else None), (gt if needs[1] else None), None, None, None
+    _run(part, gm.shape[0], gm.size)
+    return gsq, gt
+
+
+def split_line_forward(
+    sq: Tensor | None,
+    t: Tensor,
+    x: Tensor,
+    w: Tensor,
+    delta: float,
+    form: SplitForm,
+    idx: Tensor,
+    p: float,
+) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor, Tensor]]:
+    """Run the split and the line cost of every line together, one tree at a time.
+
+    The distances as :func:`split_forward` takes them, ``x`` (B, T, k, n) the coordinates
+    on the lines (``t`` itself for ``COORDINATES``) and ``idx`` the permutation sorting
+    them. Returns the cost of every line (B, T, k) and what :func:`split_line_backward`
+    reads: the sorted coordinates, the prefix sums and the split.
+    """
+    B, T, k, n = t.shape
+    alpha, c, prefix = (torch.empty((B, T, k, n), dtype=t.dtype) for _ in range(3))
+    cost = torch.empty((B, T, k), dtype=t.dtype)
+    tn, xn, ixn, wn = _as_rows(t, k, n), _as_rows(x, k, n), _as_rows(idx, k, n), _as_rows(w)
+    sqn = _as_rows(sq) if sq is not None else wn  # a placeholder where the form reads none
+    wrow = _row_map(torch.Size((B, 1, n)), torch.Size((B, T, n)))
+    an, cn, pn = (y.view(-1, k, n).numpy() for y in (alpha, c, prefix))
+    con = cost.view(-1, k).numpy()
+    kernel = _compiled["split_line_forward"]
+    coordinates = form == SplitForm.COORDINATES
+    delta, mode, sq_p = float(delta), int(form), p == 2.0
+
+    def part(s: slice) -> None:
+        bits = np.empty(n, dtype=_work_index(t.dtype))  # work space of each thread
+        rows = sqn[s] if coordinates else sqn
+        kernel(
+            rows,
+            tn[s],
+            xn[s],
+            wn,
+            wrow[s],
+            delta,
+            mode,
+            ixn[s],
+            sq_p,
+            an[s],
+            cn[s],
+            pn[s],
+            con[s],
+            bits,
+        )
+
+    _run(part, tn.shape[0], tn.size)
+    return cost, (c, idx, prefix, alpha)
+
+
+def split_line_backward(
+    saved: tuple[Tensor, Tensor, Tensor, Tensor],
+    grad: Tensor,
+    sq: Tensor | None,
+    t: Tensor,
+    w: Tensor,
+    delta: float,
+    form: SplitForm,
+    p: float,
+) -> tuple[Tensor | None, Tensor, Tensor | None]:
+    """Gradients of :func:`split_line_forward`'s costs times ``grad`` (B, T, k).
+
+    Returns the gradients of ``sq`` (``COORDINATES`` only), of ``t`` and of ``x``
+    (except for ``COORDINATES``, where ``x`` is ``t`` and its gradient is in ``t``'s).
+    """
+    c, idx, prefix, alpha = saved
+    B, T, k, n = t.shape
+    g = grad.detach().expand(B, T, k).reshape(-1, k).contiguous().numpy()
+    cn, ixn, pn, an, tn = (_as_rows(y, k, n) for y in (c, idx, prefix, alpha, t))
+    wn = _as_rows(w)
+    sqn = _as_rows(sq) if sq is not None else wn
+    wrow = _row_map(torch.Size((B, 1, n)), torch.Size((B, T, n)))
+    coordinates = form == SplitForm.COORDINATES
+    gt = torch.empty((B, T, k, n), dtype=t.dtype)
+    gsq = torch.empty((B, T, 1, n), dtype=t.dtype) if coordinates else None
+    gx = torch.empty((B, T, k, n), dtype=t.dtype) if not coordinates else None
+    gtn = gt.view(-1, k, n).numpy()
+    gsn = gsq.view(-1, n).numpy() if gsq is not None else gtn[:1, 0]
+    gxn = gx.view(-1, k, n).numpy() if gx is not None else gtn[:1]
+    tiny = float(torch.finfo(t.dtype).tiny)
+    kernel = _compiled["split_line_backward"]
+    delta, mode, sq_p = float(delta), int(form), p == 2.0
+
+    def part(s: slice) -> None:
+        kernel(
+            cn[s],
+            ixn[s],
+            pn[s],
+            g[s],
+            an[s],
+            sqn[s] if coordinates else sqn,
+            tn[s],
+            wn,
+            wrow[s],
+            delta,
+            tiny,
+            mode,
+            sq_p,
+            gsn[s] if coordinates else gsn,
+            gtn[s],
+            gxn if coordinates else gxn[s],
+        )
+
+    _run(part, tn.shape[0], tn.size)
+    return gsq, gt, gx
 
 
 def ray_split_forward(
@@ -333,39 +543,38 @@ def ray_split_forward(
     fixed: Tensor | None,
     delta: float,
     p: float,
+    idx: Tensor,
 ) -> tuple[Tensor, tuple[Tensor, ...]]:
     """STSW's split on S^2 and the closed form on the rays, one compiled loop per tree.
 
-    ``t``, ``polar``, ``scale`` (B, T, n), ``theta`` (B|1, T, k), ``w`` (B, n);
-    ``fixed`` (B|1, T, k, G), optional: the last ``G`` atoms' masses on the rays
-    (their ``w`` 1 and ``scale`` 0). Returns the cost (B, T) and what
-    :func:`ray_split_backward` reads: the permutation sorting ``t``, the atoms'
-    coordinates, polar angles, ``sin t`` and masses in sorted order (B, T, 4, n), the
-    split in sorted order (B, T, k, n) and ``theta``.
+    ``t``, ``polar``, ``scale`` (B, T, n), ``theta`` (B|1, T, k), ``w`` (B, n), ``idx``
+    the permutation sorting ``t``; ``fixed`` (B|1, T, k, G), optional: the last ``G``
+    atoms' masses on the rays (their ``w`` 1 and ``scale`` 0). Returns the cost (B, T)
+    and what :func:`ray_split_backward` reads: the permutation, the atoms' coordinates,
+    polar angles, ``sin t`` and masses in sorted order (B, T, 4, n), the split in sorted
+    order (B, T, k, n) and ``theta``.
     """
     B, T, n = t.shape
     k = theta.shape[-1]
-    idx = argsort_last(t, compact=True)  # read by the kernels only
-    tn, pn, sn, ixn = _rows(t), _rows(polar), _rows(scale), _rows(idx)
-    thn, wn = _rows(theta), _rows(w)
+    tn, pn, sn, ixn = _as_rows(t), _as_rows(polar), _as_rows(scale), _as_rows(idx)
+    thn, wn = _as_rows(theta), _as_rows(w)
     trow = _row_map(torch.Size((*theta.shape[:-1], 1)), torch.Size((B, T, 1)))
     wrow = _row_map(torch.Size((B, 1, 1)), torch.Size((B, T, 1)))
     n0 = n if fixed is None else n - fixed.shape[-1]  # the atoms split by the kernel
     if fixed is None:  # not read
         fixed = t.new_zeros(1, 1, k, 1)
-    fn = _rows(fixed, k, fixed.shape[-1])
+    fn = _as_rows(fixed, k, fixed.shape[-1])
     frow = _row_map(torch.Size((*fixed.shape[:-2], 1)), torch.Size((B, T, 1)))
     srt = torch.empty((B, T, 4, n), dtype=t.dtype)
     alpha = torch.empty((B, T, k, n), dtype=t.dtype)
     cost = torch.empty((B, T), dtype=t.dtype)
     srn, an = srt.view(-1, 4, n).numpy(), alpha.view(-1, k, n).numpy()
     con = cost.view(-1).numpy()
-    kernel = _kernels["ray_split_forward"]
+    kernel = _compiled["ray_split_forward"]
     delta, sq = float(delta), p == 2.0
-    int_type = np.int32 if t.dtype == torch.float32 else np.int64
 
     def part(s: slice) -> None:
-        bits = np.empty(n, dtype=int_type)  # work space of each thread
+        bits = np.empty(n, dtype=_work_index(t.dtype))  # work space of each thread
         kernel(
             tn[s],
             pn[s],
@@ -387,7 +596,7 @@ def ray_split_forward(
             np.empty((k, 0)),  # S is not kept: no work space
         )
 
-    _by_rows(part, tn.shape[0], _threads(tn.shape[0], tn.size * k))
+    _run(part, tn.shape[0], tn.size * k)
     return cost, (idx, srt, alpha, theta)
 
 
@@ -402,8 +611,8 @@ def ray_split_backward(
     """
     idx, srt, alpha, theta = saved
     B, T, k, n = alpha.shape
-    ixn, srn, an = _rows(idx), _rows(srt, 4, n), _rows(alpha, k, n)
-    thn = _rows(theta)
+    ixn, srn, an = _as_rows(idx), _as_rows(srt, 4, n), _as_rows(alpha, k, n)
+    thn = _as_rows(theta)
     trow = _row_map(torch.Size((*theta.shape[:-1], 1)), torch.Size((B, T, 1)))
     gn = g.detach().to(torch.float64).expand(B, T).reshape(-1).contiguous().numpy()
     out = [torch.empty((B, T, n), dtype=alpha.dtype) for _ in range(3)]
@@ -412,7 +621,7 @@ def ray_split_backward(
     gt, gp, gs = (x.view(-1, n).numpy() for x in out)
     gwn = gw.view(-1, n).numpy() if gw is not None else gt
     gthn = gtheta.view(-1, k).numpy()
-    kernel = _kernels["ray_split_backward"]
+    kernel = _compiled["ray_split_backward"]
     delta, sq = float(delta), p == 2.0
 
     def part(s: slice) -> None:
@@ -434,266 +643,66 @@ def ray_split_backward(
             np.empty((k, n)),
         )
 
-    _by_rows(part, srn.shape[0], _threads(srn.shape[0], srn.size * k))
+    _run(part, srn.shape[0], srn.size * k)
     return out[0], out[1], out[2], gtheta, gw
 
 
 def s2_angles_backward(
     A: Tensor, rho: Tensor, inv: Tensor, gt: Tensor, gpolar: Tensor, gscale: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """Backward of STSW's angles on S^2 (``tsw.sphere._geometry._S2Angles``).
+    """Backward of the angles of points on S^2 (:class:`tsw.core._angles.S2Angles`).
 
     ``A`` (B, T, 3, n), ``rho``, ``gt``, ``gpolar``, ``gscale`` (B, T, n), ``inv``
     (B, 1, n). Returns the gradient of ``A`` and ``gscale * rho`` (B, T, n).
     """
     B, T, _, n = A.shape
-    An = _rows(A, 3, n)
-    rn, invn = _rows(rho), _rows(inv)
-    gtn, gpn, gsn = _rows(gt), _rows(gpolar), _rows(gscale)
+    An = _as_rows(A, 3, n)
+    rn, invn = _as_rows(rho), _as_rows(inv)
+    gtn, gpn, gsn = _as_rows(gt), _as_rows(gpolar), _as_rows(gscale)
     irow = _row_map(torch.Size((B, 1, 1)), torch.Size((B, T, 1)))
     gA = torch.empty((B, T, 3, n), dtype=A.dtype)
     gq = torch.empty((B, T, n), dtype=A.dtype)
     gAn, gqn = gA.view(-1, 3, n).numpy(), gq.view(-1, n).numpy()
     tiny = float(torch.finfo(A.dtype).tiny)
-    kernel = _kernels["s2_angles_backward"]
+    kernel = _compiled["s2_angles_backward"]
 
     def part(s: slice) -> None:
         kernel(An[s], rn[s], invn, irow[s], gtn[s], gpn[s], gsn[s], tiny, gAn[s], gqn[s])
 
-    _by_rows(part, rn.shape[0], _threads(rn.shape[0], rn.size))
+    _run(part, rn.shape[0], rn.size)
     return gA, gq
-
-
-class SplitLineCost(torch.autograd.Function):
-    r"""Db-TSW's split and the line cost together: the cost of every line, (B, T, k).
-
-    ``SplitLineCost.apply(sq, t, x, w, delta, mode, p)``: the distances to the lines as
-    :class:`DistanceSplit` takes them (``sq``, ``t`` and ``mode``: ``LINE``, where ``t``
-    is the coordinates and ``sq`` (B, T, 1, n) :math:`|z - x_\tau|^2`; ``SIGNED`` or
-    ``DISTANCES``, ``sq`` None), ``x`` (B, T, k, n) the coordinates on the lines (pass
-    ``t`` itself for ``LINE``), ``w`` (B, n) the signed masses (no gradient),
-    ``delta != 0``, ``p`` in {1, 2}. The value is ``tree_wasserstein.line_cost(x,
-    DistanceSplit.apply(sq, t, w, delta, mode), p)``, and so are the gradients, bit for
-    bit: the same kernels run (``_numba_kernels.split_line_forward`` /
-    ``split_line_backward``), one tree at a time. A tree's masses and their gradient
-    live in (k, n) work spaces while the tree is in the cache instead of (B, T, k, n)
-    arrays; for ``LINE`` so does the coordinates' gradient through the cost, added there
-    to the one through the split rather than by autograd. On this project's AMD EPYC
-    (Zen 4), one thread, float32, 250 trees x 4 lines, ``LINE``: the sort, split and
-    line cost forward and backward took 0.84-0.85x the time of the two functions at
-    1000 and 4000 atoms.
-    """
-
-    @staticmethod
-    def forward(  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        ctx,
-        sq: Tensor | None,
-        t: Tensor,
-        x: Tensor,
-        w: Tensor,
-        delta: float,
-        mode: int,
-        p: float,
-    ) -> Tensor:
-        if not _load():
-            raise RuntimeError("SplitLineCost needs the compiled kernels (see usable())")
-        if (sq is not None) != (mode == LINE) or (mode == LINE and x is not t):
-            raise ValueError(f"SplitLineCost: sq is given, and x is t, exactly for mode={LINE}")
-        B, T, k, n = t.shape
-        idx = argsort_last(x, compact=True)  # int32 where the sort writes it
-        alpha, c, prefix = (torch.empty((B, T, k, n), dtype=t.dtype) for _ in range(3))
-        cost = torch.empty((B, T, k), dtype=t.dtype)
-        tn, xn, ixn, wn = _rows(t, k, n), _rows(x, k, n), _rows(idx, k, n), _rows(w)
-        sqn = _rows(sq) if sq is not None else wn  # a placeholder where the mode reads none
-        wrow = _row_map(torch.Size((B, 1, n)), torch.Size((B, T, n)))
-        an, cn, pn = (y.view(-1, k, n).numpy() for y in (alpha, c, prefix))
-        con = cost.view(-1, k).numpy()
-        kernel = _kernels["split_line_forward"]
-        int_type = np.int32 if t.dtype == torch.float32 else np.int64
-        delta = float(delta)
-
-        def part(s: slice) -> None:
-            bits = np.empty(n, dtype=int_type)  # work space of each thread
-            rows = sqn[s] if mode == LINE else sqn
-            kernel(
-                rows,
-                tn[s],
-                xn[s],
-                wn,
-                wrow[s],
-                delta,
-                mode,
-                ixn[s],
-                p == 2.0,
-                an[s],
-                cn[s],
-                pn[s],
-                con[s],
-                bits,
-            )
-
-        _by_rows(part, tn.shape[0], _threads(tn.shape[0], tn.size))
-        ctx.save_for_backward(c, idx, prefix, alpha, sq, t, w)
-        ctx.delta, ctx.mode, ctx.p = delta, mode, p
-        return cost
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        c, idx, prefix, alpha, sq, t, w = ctx.saved_tensors
-        B, T, k, n = t.shape
-        mode = int(ctx.mode)
-        g = grad.detach().expand(B, T, k).reshape(-1, k).contiguous().numpy()
-        cn, ixn, pn, an, tn = (_rows(y, k, n) for y in (c, idx, prefix, alpha, t))
-        wn = _rows(w)
-        sqn = _rows(sq) if sq is not None else wn
-        wrow = _row_map(torch.Size((B, 1, n)), torch.Size((B, T, n)))
-        gt = torch.empty((B, T, k, n), dtype=t.dtype)
-        gsq = torch.empty((B, T, 1, n), dtype=t.dtype) if mode == LINE else None
-        gx = torch.empty((B, T, k, n), dtype=t.dtype) if mode != LINE else None
-        gtn = gt.view(-1, k, n).numpy()
-        gsn = gsq.view(-1, n).numpy() if gsq is not None else gtn[:1, 0]
-        gxn = gx.view(-1, k, n).numpy() if gx is not None else gtn[:1]
-        tiny = float(torch.finfo(t.dtype).tiny)
-        kernel = _kernels["split_line_backward"]
-        delta, sq_p = float(ctx.delta), ctx.p == 2.0
-
-        def part(s: slice) -> None:
-            line = mode == LINE
-            kernel(
-                cn[s],
-                ixn[s],
-                pn[s],
-                g[s],
-                an[s],
-                sqn[s] if line else sqn,
-                tn[s],
-                wn,
-                wrow[s],
-                delta,
-                tiny,
-                mode,
-                sq_p,
-                gsn[s] if line else gsn,
-                gtn[s],
-                gxn if line else gxn[s],
-            )
-
-        _by_rows(part, tn.shape[0], _threads(tn.shape[0], tn.size))
-        needs = ctx.needs_input_grad
-        return (
-            gsq if needs[0] else None,
-            gt if needs[1] else None,
-            gx if needs[2] else None,
-            None,
-            None,
-            None,
-            None,
-        )
 
 
 #: rows sorted as packed keys at a time: at most this many elements (a 32 MiB buffer of
 #: 64-bit keys)
 _PACK_ELEMENTS = 1 << 22
 
-#: rows of ``_NARROW[0] < n <= _NARROW[1]`` atoms are sorted as 32-bit keys first
-#: (:func:`packed_argsort`): up to 256, NumPy's 64-bit sort is as fast (a sorting
-#: network), and beyond 2^14 the buckets grow crowded
-_NARROW = (256, 1 << 14)
-
-#: the rows of the first block sorted as 32-bit keys: about this many elements
-_PROBE_ELEMENTS = 1 << 16
-
-#: a block whose runs to settle hold more than this share of its atoms is crowded, and
-#: the rest of the call sorts 64-bit keys
-_CROWDED = 0.1
-
-#: a run of one bucket out of order and longer than this sends its row to 64-bit keys
-_RUN_MAX = 64
-
 
 def packs(rows: Any) -> bool:
     """Whether :func:`packed_argsort` sorts these NumPy rows (see :mod:`tsw.core._sort`).
 
     float32 rows shorter than 2^32 (the index takes the low 32 bits of a key), with the
-    kernels loaded. With 64-bit keys it measured faster than ``np.argsort`` on CPUs with
-    and without AVX-512 (0.18-0.78x); it was not measured on an Intel CPU with AVX-512.
+    kernels loaded.
     """
-    return rows.dtype == np.float32 and rows.shape[-1] < 2**32 and _load()
-
-
-def _wide(rows: Any, out: Any, keys: list[Any]) -> None:
-    """``out`` <- the permutations of ``rows``, sorted as 64-bit keys.
-
-    ``keys`` holds the keys' buffer once one is made (none is, in calls that never sort
-    64-bit keys: an untouched buffer changes where later arrays are placed, and with
-    them the page faults).
-    """
-    if not keys or keys[0].shape[0] < rows.shape[0]:
-        keys[:] = [np.empty(rows.shape, dtype=np.uint64)]
-    k = keys[0][: rows.shape[0]]
-    _kernels["pack_keys"](rows, k)
-    k.sort(axis=-1)
-    _kernels["unpack_order"](k, out)
-
-
-def _narrow(rows: Any, out: Any, keys: Any, wide: list[Any]) -> float:
-    """``out`` <- the permutations of ``rows``, sorted as 32-bit keys; how crowded it was.
-
-    Rows that the 32-bit keys could not settle (an infinity or a NaN, or a long run of
-    one bucket out of order) are sorted again with 64-bit keys in ``wide``.
-    """
-    n_rows, n = rows.shape
-    bits = max(1, (n - 1).bit_length())
-    k = keys[:n_rows]
-    ok = np.empty(n_rows, dtype=np.bool_)
-    _kernels["pack_keys32"](rows, k, bits, ok)
-    k.sort(axis=-1)
-    crowd = _kernels["unpack_order32"](rows, k, out, bits, ok, _RUN_MAX)
-    if not ok.all():
-        redo = np.flatnonzero(~ok)
-        order = np.empty((redo.size, n), dtype=out.dtype)
-        _wide(np.ascontiguousarray(rows[redo]), order, wide)
-        out[redo] = order
-    return crowd / max(rows.size, 1)
+    return rows.dtype == np.float32 and rows.shape[-1] < 2**32 and _load(torch.float32)
 
 
 def packed_argsort(rows: Any, out: Any) -> None:
     """``out`` (rows, n) int64 or int32 <- the permutation sorting each float32 row.
 
-    The permutation of NumPy's stable argsort: ties in the order of their indices,
-    -0.0 tied with 0.0, NaN last. Two ways, which give the same permutation:
-
-    * **64-bit keys**: each value's order-preserving 32 bits above its index
-      (``_numba_kernels.pack_keys``); NumPy sorts the keys (its sort of 64-bit integers
-      is vectorised on AVX2, unlike ``np.argsort``), and the indices come back from the
-      low bits.
-    * **32-bit keys**, for rows of ``_NARROW`` lengths (257 to 16384 atoms): a bucket of
-      the value on a grid across the row's range above its index
-      (``pack_keys32``), which NumPy sorts 2 to 6 times faster than 64-bit keys on an
-      AVX-512 CPU. The keys order the buckets; the atoms that share a bucket are then
-      put in the order of their values (``unpack_order32``). Rows the buckets cannot
-      settle cheaply (an infinity or a NaN, a long run of one bucket out of order) are
-      sorted again with 64-bit keys. The first block holds about ``_PROBE_ELEMENTS``
-      elements; once a block is crowded (more than ``_CROWDED`` of its atoms in runs to
-      settle: clustered or heavy-tailed rows), the rest of the call takes 64-bit keys.
-
-    The choice changes the time only, never the permutation. At most
-    :data:`_PACK_ELEMENTS` keys are held at once.
+    The permutation of NumPy's stable argsort (ties in the order of their indices, -0.0
+    tied with 0.0, NaN last): each value's order-preserving 32 bits above its index
+    (``_numba_kernels.pack_keys``); NumPy sorts the 64-bit keys (its sort of integers is
+    vectorised, unlike ``np.argsort`` of float32), and the indices come back from the
+    low bits. At most :data:`_PACK_ELEMENTS` keys are held at once.
     """
     rows = np.ascontiguousarray(rows)
     n_rows, n = rows.shape
     per = max(1, _PACK_ELEMENTS // max(n, 1))
-    wide: list[Any] = []  # the 64-bit keys' buffer, made by the first call that needs it
-    narrow = _NARROW[0] < n <= _NARROW[1]
-    keys = np.empty((min(per, n_rows), n), dtype=np.uint32) if narrow else None
-    r0 = 0
-    while r0 < n_rows:
-        if narrow:
-            step = per if r0 else max(1, min(per, _PROBE_ELEMENTS // n))
-            r1 = min(r0 + step, n_rows)
-            narrow = _narrow(rows[r0:r1], out[r0:r1], keys, wide) <= _CROWDED
-        else:
-            r1 = min(r0 + per, n_rows)
-            _wide(rows[r0:r1], out[r0:r1], wide)
-        r0 = r1
+    keys = np.empty((min(per, n_rows), n), dtype=np.uint64)
+    for r0 in range(0, n_rows, per):
+        r1 = min(r0 + per, n_rows)
+        k = keys[: r1 - r0]
+        _compiled["pack_keys"](rows[r0:r1], k)
+        k.sort(axis=-1)
+        _compiled["unpack_order"](k, out[r0:r1])

@@ -18,11 +18,17 @@ import numbers
 import secrets
 from collections.abc import Callable
 from functools import partial
+from typing import TypeAlias
 
+import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["Sampler", "check_seed", "haar_rows", "resolve_sampler"]
+__all__ = ["Sampler", "Seed", "check_seed", "haar_rows", "resolve_sampler"]
+
+#: what ``seed=`` takes: an int (numpy integers too), a numpy ``RandomState`` or
+#: ``Generator`` (one int is drawn from it), or None
+Seed: TypeAlias = int | np.integer | np.random.RandomState | np.random.Generator | None
 
 #: the seeds a torch.Generator accepts
 SEED_RANGE = (-(2**63), 2**64)
@@ -31,11 +37,28 @@ SOBOL_MAX_DIM = 21201
 
 
 def check_seed(seed: object) -> int | None:
-    """Return ``seed`` as a Python int (numpy integers accepted), or None; else raise."""
+    """Return ``seed`` as a Python int, or None; else raise.
+
+    numpy integers are accepted, and a numpy ``RandomState`` or ``Generator`` gives one
+    int drawn from it (so that a seeded numpy stream, as POT's ``seed=`` takes, gives
+    the same draws again). A ``torch.Generator`` belongs in ``generator=``.
+    """
     if seed is None:
         return None
+    if isinstance(seed, np.random.RandomState):
+        return int(seed.randint(0, 2**63 - 1, dtype=np.int64))
+    if isinstance(seed, np.random.Generator):
+        return int(seed.integers(0, 2**63 - 1))
+    if isinstance(seed, torch.Generator):
+        raise TypeError(
+            "seed must be an int, a numpy RandomState or Generator, or None; got a "
+            "torch.Generator: pass it as generator= instead"
+        )
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an int or None; got {type(seed).__name__}")
+        raise TypeError(
+            "seed must be an int, a numpy RandomState or Generator, or None; got "
+            f"{type(seed).__name__}"
+        )
     seed = int(seed)
     if not SEED_RANGE[0] <= seed < SEED_RANGE[1]:
         raise ValueError(f"seed must be an int in [-2**63, 2**64); got {seed}")
@@ -179,7 +202,7 @@ def haar_rows(g: Tensor) -> Tensor:
 
 
 def resolve_sampler(
-    seed: int | None,
+    seed: Seed,
     generator: torch.Generator | None,
     *,
     dtype: torch.dtype,

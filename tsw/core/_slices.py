@@ -9,7 +9,6 @@ the driver's :class:`~tsw.core._random.Sampler` (the seeding contract).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -25,6 +24,7 @@ from tsw.core._validation import (
     check_positive_int,
     check_tensor,
     check_unit,
+    warn,
 )
 from tsw.core.trees import (
     ChainLines,
@@ -193,12 +193,14 @@ def resolve_counts(
 def resolve_center(
     center: Tensor | str | None, measures: Measures, validate: bool = True
 ) -> Tensor:
-    """Centre of the roots: a given tensor, or a detached centre of both measures.
+    """Center of the roots: a given tensor, or a detached center of both measures.
 
     ``"mean"`` (or ``None``): their weighted mean; ``"median"``: their weighted
     geometric median (:func:`geometric_median`, FW-TSW). Shape (d,) for unbatched
     measures (so that the drawn trees are unbatched too), (B, d) or (d,) for batched
-    ones. A given tensor must be finite (a value check, with ``validate``).
+    ones. A given tensor must be finite (a value check, with ``validate``); it is not
+    detached, so a center that requires grad (an ``nn.Parameter`` of a loss) gets its
+    gradient through the roots.
     """
     if center is None or isinstance(center, str):
         if center not in (None, *CENTERS):
@@ -216,7 +218,7 @@ def resolve_center(
         raise ValueError(f"center must have shape {form}; got center.shape={tuple(center.shape)}")
     if validate:
         check_finite(center, "center")
-    return center.to(dtype=measures.X_s.dtype, device=measures.X_s.device).detach()
+    return center.to(dtype=measures.X_s.dtype, device=measures.X_s.device)
 
 
 #: the largest accepted rounding error of the line coordinates relative to the data's
@@ -260,14 +262,12 @@ def check_spread(trees: TreeSystem | SphericalTrees, measures: Measures) -> None
     sigma, reach = torch.stack([spread, far.to(spread.dtype)]).tolist()  # one synchronisation
     eps = torch.finfo(X.dtype).eps
     if sigma > 0 and eps * reach > SPREAD_RTOL * sigma:
-        warnings.warn(
+        warn(
             f"the trees' roots reach {reach:.3g} from the data's mean while the data spread "
             f"over {sigma:.3g}: in {X.dtype} the line coordinates lose about "
             f"{eps * reach / sigma:.1g} of the data's differences (the value's relative "
             "error is of that order). Pass root_std (and source_range for chains) in the "
             f"data's units, e.g. root_std={0.1 * sigma:.3g}, or use torch.float64",
-            UserWarning,
-            stacklevel=4,
         )
 
 

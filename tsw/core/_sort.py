@@ -9,24 +9,15 @@ on this project's AMD EPYC machine (AVX-512), and 0.24 to 0.73x on (1000, 1000) 
 float64). So :func:`sort_last` takes NumPy's
 permutation on the CPU and torch's on other devices and under ``torch.compile``.
 
-NumPy's sort of 64-bit integers is faster than its argsort of float32, and more so on a
-CPU without AVX-512, where the argsort is not vectorised. So, with the compiled kernels
-loaded (``[fast]``), float32 rows are sorted as packed keys, each value's
-order-preserving 32 bits above its index (:func:`tsw.core._kernels.packed_argsort`), which
-gives the permutation of NumPy's stable argsort. Against ``np.argsort``, one thread, on
-(1000, 1000) to (4, 2e6) rows: 0.18-0.56x its time on an AMD EPYC with AVX2 only, and
-0.69-0.78x on an AMD EPYC with AVX-512 (Zen 4), where Db-TSW's forward + backward took
-0.80-0.96x its time with ``np.argsort`` (250 x 4, N = 500-1e4, d = 2-3072). Not measured
-on an Intel CPU with AVX-512. float64 (no room for the index in 64 bits) and runs
-without Numba keep ``np.argsort``.
-
-Rows of 257 to 16384 atoms are first sorted as 32-bit keys (a bucket of the value on a
-grid across the row's range, then the index), which NumPy sorts 2 to 6 times faster
-than 64-bit keys on the AVX-512 EPYC; the atoms that share a bucket are then put in the
-order of their values, so the permutation is the same. Clustered or heavy-tailed rows,
-whose buckets are crowded, go back to 64-bit keys after a probe (see
-:func:`tsw.core._kernels.packed_argsort`). With the compiled kernels the permutation
-can be int32 (``argsort_last(..., compact=True)``), which they read faster.
+NumPy's sort of 64-bit integers is faster than its argsort of float32. So, with the
+compiled kernels loaded (``[fast]``), float32 rows are sorted as packed keys, each
+value's order-preserving 32 bits above its index
+(:func:`tsw.core._kernels.packed_argsort`), which gives the permutation of NumPy's
+stable argsort, int32 where the caller asks for it (``argsort_last(..., compact=True)``:
+the compiled kernels read it faster). Against ``np.argsort``, one thread, on (1000,
+1000) to (4, 2e6) rows: 0.18-0.56x its time on an AMD EPYC with AVX2 only, and
+0.69-0.78x on an AMD EPYC with AVX-512 (Zen 4). float64 (no room for the index in 64
+bits) and runs without Numba keep ``np.argsort``.
 
 The backward passes put sorted-order gradients back in the input order, a scatter by
 the permutation (:func:`unsort_last`). On long rows these are random writes over more
@@ -45,22 +36,17 @@ any gradient away from ties.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import torch
 from torch import Tensor
+
+from tsw.core import _kernels
+from tsw.core._threads import by_rows, threads_for
 
 __all__ = ["argsort_last", "sort_last", "unsort_last"]
 
 #: dtypes sorted by NumPy on the CPU (NumPy has no bfloat16; half precision is rare here)
 _NUMPY_DTYPES = (torch.float32, torch.float64)
-
-#: below this many elements one thread sorts; above, rows are shared among
-#: ``torch.get_num_threads()`` threads (NumPy releases the GIL while it sorts and
-#: while it assigns by index)
-_PARALLEL_MIN = 1 << 18
 
 #: rows at least this long are put back in input order by NumPy (see the module notes)
 _UNSORT_MIN = 1 << 17
@@ -80,21 +66,6 @@ def _numpy_ok(x: Tensor) -> bool:
     )
 
 
-def _threads(n_rows: int, size: int) -> int:
-    """How many threads share ``n_rows`` rows of ``size`` elements in all."""
-    return 1 if size < _PARALLEL_MIN else max(1, min(torch.get_num_threads(), n_rows))
-
-
-def _by_rows(part: Callable[[slice], None], n_rows: int, threads: int) -> None:
-    """Run ``part`` on all rows: in one call, or on blocks of rows in ``threads`` threads."""
-    if threads <= 1:
-        part(slice(0, n_rows))
-        return
-    bounds = np.linspace(0, n_rows, threads + 1).astype(int)
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(part, [slice(bounds[i], bounds[i + 1]) for i in range(threads)]))
-
-
 def _numpy_argsort(x: Tensor, compact: bool = False) -> Tensor | None:
     """Return the permutation sorting ``x`` along its last axis (NumPy), or None.
 
@@ -106,9 +77,7 @@ def _numpy_argsort(x: Tensor, compact: bool = False) -> Tensor | None:
         rows = x.detach().reshape(-1, n).numpy()
     except (RuntimeError, TypeError):  # torch built without NumPy, or a tensor subclass
         return None
-    from tsw.core import _kernels  # (which imports this module)
-
-    threads = _threads(rows.shape[0], rows.size)
+    threads = threads_for(rows.shape[0], rows.size)
     packed = _kernels.packs(rows)
     if threads <= 1 and not packed:  # no copy of the permutation
         return torch.from_numpy(np.argsort(rows, axis=-1)).view(x.shape)
@@ -120,7 +89,7 @@ def _numpy_argsort(x: Tensor, compact: bool = False) -> Tensor | None:
         else:
             order[s] = np.argsort(rows[s], axis=-1)
 
-    _by_rows(part, rows.shape[0], threads)
+    by_rows(part, rows.shape[0], threads)
     return torch.from_numpy(order).view(x.shape)
 
 
@@ -183,6 +152,6 @@ def unsort_last(values: Tensor, order: Tensor, out: Tensor | None = None) -> Ten
                 for r in range(s.start, s.stop):
                     dst[r][idx[r]] = src[r]
 
-            _by_rows(part, src.shape[0], _threads(src.shape[0], src.size))
+            by_rows(part, src.shape[0], threads_for(src.shape[0], src.size))
             return out
     return out.scatter_(-1, order, values)

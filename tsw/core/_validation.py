@@ -10,15 +10,22 @@ synchronisation; every public function takes ``validate=True`` to run them and
 from __future__ import annotations
 
 import math
+import numbers
+import os
+import sys
+import warnings
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from types import FrameType, MappingProxyType
+from typing import NamedTuple, TypeAlias, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
 __all__ = [
-    "OPTION_CHECKS",
+    "COMMON_CHECKS",
+    "SAMPLINGS",
+    "Check",
     "Measures",
     "check_bool",
     "check_choice",
@@ -32,15 +39,16 @@ __all__ = [
     "check_nonnegative",
     "check_nonnegative_int",
     "check_on_sphere",
-    "check_options",
     "check_orthogonal",
     "check_p",
     "check_positive_int",
     "check_range",
+    "check_sampling",
     "check_tensor",
     "check_unit",
     "mass_rtol",
     "sphere_tol",
+    "warn",
 ]
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
@@ -58,7 +66,7 @@ class Measures(NamedTuple):
         Whether the caller passed batched inputs; unbatched calls return 0-d tensors.
     sq : (Tensor of shape (B, N), Tensor of shape (B, M)) or None
         Set by a front end that translated the supports (and the slices with them),
-        such as :func:`tsw.euclidean._lines.centre`: the squared norms of the
+        such as :func:`tsw.euclidean._lines.centered`: the squared norms of the
         translated points, computed once for all blocks; None otherwise.
     shift : Tensor of shape (B|1, 1, d) or None
         Set with ``sq`` by a front end that translates on the fly: the points the
@@ -75,6 +83,18 @@ class Measures(NamedTuple):
     batched: bool
     sq: tuple[Tensor, Tensor] | None = None
     shift: Tensor | None = None
+
+
+#: the directory of the package: warnings point at the first frame outside it
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def warn(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warn at the caller's line: the first frame outside the package."""
+    level, frame = 2, cast("FrameType | None", sys._getframe(1))
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+        level, frame = level + 1, frame.f_back
+    warnings.warn(message, category, stacklevel=level)
 
 
 def mass_rtol(dtype: torch.dtype) -> float:
@@ -204,40 +224,65 @@ def check_stack(
     return x
 
 
+def _integer(value: object) -> int | None:
+    """``value`` as a Python int if it is an integer (numpy's, or a 0-d integer tensor)."""
+    if isinstance(value, bool | np.bool_):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if not isinstance(value, Tensor) or value.ndim != 0:
+        return None
+    dtype = value.dtype
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        return None
+    return int(value)
+
+
+def _real(value: object) -> float | None:
+    """``value`` as a Python float if it is a real number (numpy's too), else None."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
+
+
 def check_positive_int(value: object, name: str) -> int:
-    """Return ``value`` if it is an integer >= 1, else raise."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """Return ``value`` as an int if it is an integer >= 1 (numpy's or torch's too), else raise."""
+    number = _integer(value)
+    if number is None:
         raise TypeError(f"{name} must be an int >= 1; got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be an int >= 1; got {value}")
-    return value
+    if number < 1:
+        raise ValueError(f"{name} must be an int >= 1; got {number}")
+    return number
 
 
 def check_nonnegative_int(value: object, name: str) -> int:
-    """Return ``value`` if it is an integer >= 0, else raise."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """Return ``value`` as an int if it is an integer >= 0 (numpy's or torch's too), else raise."""
+    number = _integer(value)
+    if number is None:
         raise TypeError(f"{name} must be an int >= 0; got {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be an int >= 0; got {value}")
-    return value
+    if number < 0:
+        raise ValueError(f"{name} must be an int >= 0; got {number}")
+    return number
 
 
 def check_p(p: object) -> float:
-    """Return ``p`` as a float if it is a real number >= 1, else raise."""
-    if isinstance(p, bool) or not isinstance(p, int | float):
+    """Return ``p`` as a float if it is a real number >= 1 (numpy's too), else raise."""
+    number = _real(p)
+    if number is None:
         raise TypeError(f"p must be a real number >= 1; got {type(p).__name__}")
-    if not math.isfinite(p) or p < 1:
-        raise ValueError(f"p must be a finite real number >= 1; got {p}")
-    return float(p)
+    if not math.isfinite(number) or number < 1:
+        raise ValueError(f"p must be a finite real number >= 1; got {number}")
+    return number
 
 
 def check_nonnegative_float(value: object, name: str) -> float:
     """Return ``value`` as a float if it is a finite real number >= 0, else raise."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    number = _real(value)
+    if number is None:
         raise TypeError(f"{name} must be a real number >= 0; got {type(value).__name__}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite real number >= 0; got {value}")
-    return float(value)
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{name} must be a finite real number >= 0; got {number}")
+    return number
 
 
 def check_bool(value: object, name: str) -> bool:
@@ -288,13 +333,14 @@ def check_mass_number(value: object, name: str) -> float:
                 f"dtype {value.dtype}"
             )
         return value  # type: ignore[return-value]
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    number = _real(value)
+    if number is None:
         raise TypeError(
             f"{name} must be a real number >= 0 or a tensor; got {type(value).__name__}"
         )
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite real number >= 0; got {value}")
-    return float(value)
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{name} must be a finite real number >= 0; got {number}")
+    return number
 
 
 def check_chunk_size(value: object, name: str = "chunk_size") -> int | str | None:
@@ -323,54 +369,62 @@ CENTERS = ("mean", "median")
 
 def check_center_option(value: object, name: str = "center") -> object:
     """Return ``value`` if it is None, one of :data:`CENTERS` or a floating tensor."""
-    if isinstance(value, str):
-        return check_choice(value, name, CENTERS)
-    return _optional_tensor(value, name)
+    if isinstance(value, str) and value not in CENTERS:
+        raise ValueError(
+            f'{name} must be "mean", "median" or a tensor of shape (d,) or (B, d); got {value!r}'
+        )
+    return value if isinstance(value, str) else _optional_tensor(value, name)
 
 
-#: the checks of the keyword options that several distances share, by option name: each
-#: distance runs them on its options, and a loss module runs them at construction and at
-#: every assignment (``loss.p = 0.5`` raises at once), so a bad hyper-parameter raises
-#: where it is given. Checks that need the data (shapes of ``center``, ``alpha``; a mass
-#: tensor's shape) run at the call. Modules that own a check add it here (``sampling``:
-#: :mod:`tsw.core.trees`).
-OPTION_CHECKS: dict[str, Callable[[object, str], object]] = {
-    "p": lambda value, name: check_p(value),
-    "n_trees": _optional(check_positive_int),
-    "n_lines": _optional(check_positive_int),
-    "n_grid": _optional(check_positive_int),
-    "n_projections": check_positive_int,
-    "n_init": check_positive_int,
-    "n_quad": check_positive_int,
-    "n_samples": check_positive_int,
-    "n_rotations": check_nonnegative_int,
-    "n_iter": check_nonnegative_int,
-    "delta": check_nonnegative_float,
-    "root_std": check_nonnegative_float,
-    "source_range": check_nonnegative_float,
-    "radius": check_nonnegative_float,
-    "price": check_nonnegative_float,
-    "lr": check_nonnegative_float,
-    "orthogonal": check_bool,
-    "renormalize": check_bool,
-    "compat": check_bool,
-    "validate": check_bool,
-    "power": check_bool,
-    "log": check_bool,
-    "chunk_size": check_chunk_size,
-    "mass_s": check_mass_number,
-    "mass_t": check_mass_number,
-    "center": check_center_option,
-    "alpha": _optional_tensor,
-}
+#: how the slices of a call are spread (:func:`tsw.sample_concurrent_lines`)
+SAMPLINGS = ("iid", "orthogonal", "qmc")
 
 
-def check_options(options: dict[str, object]) -> None:
-    """Run :data:`OPTION_CHECKS` on the options it knows (the others pass)."""
-    for name, value in options.items():
-        check = OPTION_CHECKS.get(name)
-        if check is not None:
-            check(value, name)
+def check_sampling(value: object, name: str = "sampling") -> str:
+    """Return ``value`` if it is one of :data:`SAMPLINGS`, else raise naming them."""
+    return check_choice(value, name, SAMPLINGS)
+
+
+#: A check of an option: ``check(value, name)`` returns the checked value or raises.
+Check: TypeAlias = Callable[[object, str], object]
+
+#: the checks of the options that several distances share, by option name. A public
+#: distance runs the checks of its options (these, and its own given to
+#: :func:`tsw.core._api.distance`); a loss module runs the same functions at
+#: construction and at every assignment (``loss.p = 0.5`` raises at once). Checks that
+#: need the data (shapes of ``center``, ``alpha``; a mass tensor's shape) run at the call.
+COMMON_CHECKS: MappingProxyType[str, Check] = MappingProxyType(
+    {
+        "p": lambda value, name: check_p(value),
+        "n_trees": _optional(check_positive_int),
+        "n_lines": _optional(check_positive_int),
+        "n_grid": _optional(check_positive_int),
+        "n_projections": check_positive_int,
+        "n_init": check_positive_int,
+        "n_quad": check_positive_int,
+        "n_samples": check_positive_int,
+        "n_rotations": check_nonnegative_int,
+        "n_iter": check_nonnegative_int,
+        "delta": check_nonnegative_float,
+        "root_std": check_nonnegative_float,
+        "source_range": check_nonnegative_float,
+        "radius": check_nonnegative_float,
+        "price": check_nonnegative_float,
+        "lr": check_nonnegative_float,
+        "orthogonal": check_bool,
+        "renormalize": check_bool,
+        "compat": check_bool,
+        "validate": check_bool,
+        "power": check_bool,
+        "log": check_bool,
+        "chunk_size": check_chunk_size,
+        "sampling": check_sampling,
+        "mass_s": check_mass_number,
+        "mass_t": check_mass_number,
+        "center": check_center_option,
+        "alpha": _optional_tensor,
+    }
+)
 
 
 def check_choice(value: object, name: str, allowed: Sequence[str]) -> str:

@@ -20,24 +20,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from tsw.core._random import Sampler, haar_rows, resolve_sampler
 from tsw.core._validation import (
-    OPTION_CHECKS,
     check_bool,
-    check_choice,
     check_dtype_device,
     check_finite,
     check_nonnegative_float,
     check_positive_int,
+    check_sampling,
     check_tensor,
     check_unit,
 )
 
 __all__ = [
-    "SAMPLINGS",
     "SAMPLING_DOC",
     "ChainLines",
     "ConcurrentLines",
@@ -53,9 +52,6 @@ __all__ = [
 
 #: a function whose docstring :func:`sampling_doc` completes
 F = TypeVar("F", bound=Callable[..., Any])
-
-#: how the ``T`` trees (or directions) of one call are spread: see :data:`SAMPLING_DOC`
-SAMPLINGS = ("iid", "orthogonal", "qmc")
 
 #: the documentation of ``sampling=``, shared by the samplers
 SAMPLING_DOC = r"""``"iid"`` (default): independent trees. ``"orthogonal"``: stratified across
@@ -94,15 +90,6 @@ def sampling_doc(fn: F) -> F:
         raise ValueError(f"{fn.__name__}'s docstring has no {{SAMPLING}} line")
     fn.__doc__ = "\n".join(lines)
     return fn
-
-
-def check_sampling(sampling: object) -> str:
-    """Return ``sampling`` if it is one of :data:`SAMPLINGS`, else raise ``ValueError``."""
-    return check_choice(sampling, "sampling", SAMPLINGS)
-
-
-# the loss modules check ``sampling`` at construction too
-OPTION_CHECKS["sampling"] = lambda value, name: check_sampling(value)
 
 
 def _stratified_rows(sampler: Sampler, n: int, m: int, dim: int) -> Tensor:
@@ -196,10 +183,24 @@ def _check_pair(first: Tensor, fname: str, directions: Tensor, validate: object)
         )
 
 
+def _from_numpy(x: Tensor | np.ndarray) -> Tensor:
+    """Return a numpy array as a tensor (the containers take arrays too), a tensor as given."""
+    return torch.from_numpy(np.array(x, copy=True)) if isinstance(x, np.ndarray) else x
+
+
 class _TreeCounts:
     """The counts every tree container reads from its ``directions`` (..., T, k, dim)."""
 
     directions: Tensor
+
+    def numpy(self) -> dict[str, np.ndarray]:
+        """Return the container's tensors as numpy arrays, by field name.
+
+        ``type(trees)(**trees.numpy())`` rebuilds the container; distances called with
+        numpy inputs report their trees in this form (``log["trees"]``).
+        """
+        fields = type(self).__dataclass_fields__  # type: ignore[attr-defined]
+        return {name: getattr(self, name).detach().cpu().numpy() for name in fields}
 
     @property
     def n_trees(self) -> int:
@@ -233,9 +234,9 @@ class ConcurrentLines(_TreeCounts):
 
     Parameters
     ----------
-    roots : Tensor of shape (T, d) or (B, T, d)
+    roots : Tensor or ndarray of shape (T, d) or (B, T, d)
         Common point of the lines of each tree.
-    directions : Tensor of shape (T, k, d) or (B, T, k, d)
+    directions : Tensor or ndarray of shape (T, k, d) or (B, T, k, d)
         Unit directions of the lines.
     validate : bool, default True
         Check that the tensors are finite and the directions have unit norm.
@@ -258,7 +259,10 @@ class ConcurrentLines(_TreeCounts):
     roots: Tensor
     directions: Tensor
 
-    def __init__(self, roots: Tensor, directions: Tensor, *, validate: bool = True):
+    def __init__(
+        self, roots: Tensor | np.ndarray, directions: Tensor | np.ndarray, *, validate: bool = True
+    ):
+        roots, directions = _from_numpy(roots), _from_numpy(directions)
         _check_pair(roots, "roots", directions, validate)
         if (
             roots.ndim not in (2, 3)
@@ -310,9 +314,9 @@ class ChainLines(_TreeCounts):
 
     Parameters
     ----------
-    sources : Tensor of shape (T, k, d) or (B, T, k, d)
+    sources : Tensor or ndarray of shape (T, k, d) or (B, T, k, d)
         Source of every line.
-    directions : Tensor of shape (T, k, d) or (B, T, k, d)
+    directions : Tensor or ndarray of shape (T, k, d) or (B, T, k, d)
         Unit directions.
     validate : bool, default True
         Check finiteness, unit directions and that each source lies on the previous
@@ -338,7 +342,14 @@ class ChainLines(_TreeCounts):
     sources: Tensor
     directions: Tensor
 
-    def __init__(self, sources: Tensor, directions: Tensor, *, validate: bool = True):
+    def __init__(
+        self,
+        sources: Tensor | np.ndarray,
+        directions: Tensor | np.ndarray,
+        *,
+        validate: bool = True,
+    ):
+        sources, directions = _from_numpy(sources), _from_numpy(directions)
         _check_pair(sources, "sources", directions, validate)
         if sources.shape != directions.shape:
             raise ValueError(
@@ -600,9 +611,9 @@ class SphericalTrees(_TreeCounts):
 
     Parameters
     ----------
-    roots : Tensor of shape (T, d+1) or (B, T, d+1)
+    roots : Tensor or ndarray of shape (T, d+1) or (B, T, d+1)
         Unit roots.
-    directions : Tensor of shape (T, k, d+1) or (B, T, k, d+1)
+    directions : Tensor or ndarray of shape (T, k, d+1) or (B, T, k, d+1)
         Unit tangent directions of the rays, orthogonal to their tree's root.
     validate : bool, default True
         Check finiteness, unit norms (to ``sphere_tol``: 1e-6 in float64, 1.2e-4 in
@@ -628,7 +639,10 @@ class SphericalTrees(_TreeCounts):
     roots: Tensor
     directions: Tensor
 
-    def __init__(self, roots: Tensor, directions: Tensor, *, validate: bool = True):
+    def __init__(
+        self, roots: Tensor | np.ndarray, directions: Tensor | np.ndarray, *, validate: bool = True
+    ):
+        roots, directions = _from_numpy(roots), _from_numpy(directions)
         _check_pair(roots, "roots", directions, validate)
         if (
             roots.ndim not in (2, 3)

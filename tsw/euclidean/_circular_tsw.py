@@ -9,26 +9,24 @@ distance on it has the positive-side closed form of :mod:`tsw.core.tree_wasserst
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor
 
-from tsw.core._driver import STAR, Problem, Projection, Result, driver_options, signed_masses
+from tsw.core._api import distance
+from tsw.core._driver import evaluate
+from tsw.core._output import Evaluation
+from tsw.core._problem import Problem
+from tsw.core._projection import STAR, Projection, signed_masses
 from tsw.core._safe import broadcast_shape
 from tsw.core._slices import resolve_trees
 from tsw.core._sort import sort_last
-from tsw.core._validation import (
-    OPTION_CHECKS,
-    Measures,
-    check_bool,
-    check_choice,
-    check_nonnegative_float,
-)
+from tsw.core._validation import Measures, check_choice
 from tsw.core.splits import split_masses, uniform_split
 from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
 from tsw.euclidean._lines import (
-    centre,
+    centered,
     line_split,
     offsets,
     point_distance,
@@ -36,20 +34,25 @@ from tsw.euclidean._lines import (
 )
 
 if TYPE_CHECKING:
-    from torch.distributed import ProcessGroup
+    from typing_extensions import Unpack
+
+    from tsw.core._api import ChunkedOptions
 
 __all__ = ["circular_tsw"]
 
+#: how a point's mass is split over the rays
 SPLITS = ("image", "line")
-OPTION_CHECKS["split"] = lambda value, name: check_choice(value, name, SPLITS)
 
 
-@driver_options(chunked=True)
+def check_split(value: object, name: str = "split") -> str:
+    """Return ``value`` if it is one of :data:`SPLITS`, else raise naming them."""
+    return check_choice(value, name, SPLITS)
+
+
+@distance(chunked=True, checks={"split": check_split})
 def circular_tsw(
-    X_s: Tensor,
-    X_t: Tensor,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
+    problem: Problem,
+    /,
     *,
     radius: float,
     n_trees: int | None = None,
@@ -62,15 +65,8 @@ def circular_tsw(
     center: Tensor | str | None = "mean",
     sampling: str = "iid",
     root_std: float = 0.1,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
-    power: bool = False,
-    log: bool = False,
-    chunk_size: int | str | None = "auto",
-    process_group: ProcessGroup | None = None,
-    gather: bool = False,
-) -> Result:
+    **options: Unpack[ChunkedOptions],
+) -> Evaluation:
     r"""Circular tree-sliced Wasserstein distance (CircularTSW, CircularTSW\ :sub:`r=0`).
 
     References: [Le2022]_.
@@ -153,11 +149,6 @@ def circular_tsw(
         1, pass a proportional value (with ``validate``, a ``UserWarning`` says when
         float rounding of the line coordinates hides the data,
         :func:`tsw.core._slices.check_spread`).
-    seed, generator
-        Randomness of the trees (``seed`` gives the same trees on every device; the
-        global torch RNG is never used).
-    validate : bool, default True
-        Run the value checks (a device synchronisation).
 
     Returns
     -------
@@ -216,25 +207,6 @@ def circular_tsw(
     >>> tsw.circular_tsw(torch.tensor([[1.0]]), torch.tensor([[3.0]]), radius=0.0, trees=ray)
     tensor(2.)
     """
-    problem = Problem.of(
-        X_s,
-        X_t,
-        a,
-        b,
-        p=p,
-        seed=seed,
-        generator=generator,
-        validate=validate,
-        power=power,
-        log=log,
-        chunk_size=chunk_size,
-        process_group=process_group,
-        gather=gather,
-    )
-    radius = check_nonnegative_float(radius, "radius")
-    delta = check_nonnegative_float(delta, "delta")
-    split = check_choice(split, "split", SPLITS)
-    compat = check_bool(compat, "compat")
     trees = resolve_trees(
         problem.measures,
         trees,
@@ -250,10 +222,9 @@ def circular_tsw(
     )
     project = partial(circular_projection, radius=radius, delta=delta, split=split)
     if compat:
-        return problem.evaluate(
-            project, trees, partial(_published_cost, r0=radius == 0), front=centre
-        )
-    return problem.evaluate(project, trees, front=centre)
+        cost = partial(_published_cost, r0=radius == 0)
+        return evaluate(problem, project, trees, cost, front=centered)
+    return evaluate(problem, project, trees, front=centered)
 
 
 def circular_projection(
@@ -269,7 +240,7 @@ def circular_projection(
     elif split == "image":
         masses = split_masses(w, delta, distances=point_distance(off, t))
     else:
-        masses = line_split(w, delta, off)
+        masses = line_split(w, delta, off).masses()
     return Projection(t, masses, STAR)
 
 
@@ -281,7 +252,7 @@ def _published_cost(projection: Projection, p: float, r0: bool) -> Tensor:
     the masses are gathered with the (T, 1, n) order of the shared coordinates, which
     keeps line 0's masses only.
     """
-    t, masses = projection.coords, projection.masses
+    t, masses = projection.coords, cast(Tensor, projection.masses)  # split by the projection
     if r0:
         masses = masses[..., :1, :]
     shape = broadcast_shape(masses.shape, t.shape)

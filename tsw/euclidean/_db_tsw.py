@@ -3,50 +3,41 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Literal, NamedTuple, overload
+from typing import TYPE_CHECKING
 
-import torch
 from torch import Tensor
 
-from tsw.core import _kernels
-from tsw.core._driver import (
-    STAR,
-    Problem,
-    Projection,
-    Result,
-    closed_form,
-    driver_options,
-    signed_masses,
-)
+from tsw.core._api import distance
+from tsw.core._driver import evaluate
+from tsw.core._output import Evaluation
+from tsw.core._problem import Problem
+from tsw.core._projection import STAR, Projection, signed_masses
 from tsw.core._slices import path_directions, resolve_trees
-from tsw.core._validation import (
-    OPTION_CHECKS,
-    Measures,
-    check_bool,
-    check_choice,
-    check_nonnegative_float,
-)
-from tsw.core.splits import split_by_form, uniform_split
+from tsw.core._validation import Measures, check_bool, check_choice
+from tsw.core.splits import uniform_split
 from tsw.core.trees import ConcurrentLines, sample_concurrent_lines
-from tsw.euclidean._lines import centre, offsets, project, split_form
+from tsw.euclidean._lines import centered, line_split, offsets, project
 
 if TYPE_CHECKING:
-    from torch.distributed import ProcessGroup
+    from typing_extensions import Unpack
+
+    from tsw.core._api import ChunkedOptions
 
 __all__ = ["db_tsw"]
 
 #: how the line directions are drawn
 DIRECTIONS = ("uniform", "paths")
-# the loss modules check ``directions`` at construction too
-OPTION_CHECKS["directions"] = lambda value, name: check_choice(value, name, DIRECTIONS)
 
 
-@driver_options(chunked=True)
+def check_directions(value: object, name: str = "directions") -> str:
+    """Return ``value`` if it is one of :data:`DIRECTIONS`, else raise naming them."""
+    return check_choice(value, name, DIRECTIONS)
+
+
+@distance(chunked=True, checks={"directions": check_directions})
 def db_tsw(
-    X_s: Tensor,
-    X_t: Tensor,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
+    problem: Problem,
+    /,
     *,
     n_trees: int | None = None,
     n_lines: int | None = None,
@@ -58,15 +49,8 @@ def db_tsw(
     trees: ConcurrentLines | None = None,
     center: Tensor | str | None = "mean",
     root_std: float = 0.1,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
-    power: bool = False,
-    log: bool = False,
-    chunk_size: int | str | None = "auto",
-    process_group: ProcessGroup | None = None,
-    gather: bool = False,
-) -> Result:
+    **options: Unpack[ChunkedOptions],
+) -> Evaluation:
     r"""Distance-based tree-sliced Wasserstein distance (Db-TSW, Db-TSW⊥).
 
     References: [Tran2025b]_.
@@ -140,12 +124,6 @@ def db_tsw(
         1, pass a proportional value (with ``validate``, a ``UserWarning`` says when
         float rounding of the line coordinates hides the data,
         :func:`tsw.core._slices.check_spread`).
-    seed, generator
-        Randomness of the trees: ``seed`` gives identical trees on every device.
-        Without either, fresh trees from operating-system entropy; the global torch
-        RNG is never used.
-    validate : bool, default True
-        Run the value checks (a device synchronisation).
 
     Returns
     -------
@@ -190,22 +168,6 @@ def db_tsw(
     >>> value.shape, bool(value > 0)
     (torch.Size([]), True)
     """
-    problem = Problem.of(
-        X_s,
-        X_t,
-        a,
-        b,
-        p=p,
-        seed=seed,
-        generator=generator,
-        validate=validate,
-        power=power,
-        log=log,
-        chunk_size=chunk_size,
-        process_group=process_group,
-        gather=gather,
-    )
-    delta = check_nonnegative_float(delta, "delta")
     trees = resolve_db_trees(
         problem,
         trees,
@@ -217,8 +179,7 @@ def db_tsw(
         sampling=sampling,
         directions=directions,
     )
-    project = partial(db_projection, delta=delta, together=True)
-    return problem.evaluate(project, trees, cost=db_cost, front=centre)
+    return evaluate(problem, partial(db_projection, delta=delta), trees, front=centered)
 
 
 def resolve_db_trees(
@@ -240,7 +201,7 @@ def resolve_db_trees(
     directions by :func:`~tsw.core._slices.path_directions` (drawn after the trees).
     """
     orthogonal = check_bool(orthogonal, "orthogonal")
-    directions = check_choice(directions, "directions", DIRECTIONS)
+    directions = check_directions(directions)
     if directions == "paths" and orthogonal:
         raise ValueError(
             'directions="paths" draws each line independently; it needs orthogonal=False, '
@@ -266,71 +227,17 @@ def resolve_db_trees(
     return ConcurrentLines(drawn.roots, theta, validate=False)
 
 
-class SplitLines(NamedTuple):
-    r"""Db-TSW's lines before the split, for :func:`db_cost` to split and solve together.
-
-    ``coords`` (B, T, k, n) the atoms' coordinates on the lines; ``sq``, ``t``, ``mode``
-    their distances to the lines in the form of
-    :func:`~tsw.euclidean._lines.split_form` (``t`` is ``coords`` for ``LINE``); ``w``
-    (B, n) the signed masses; ``delta != 0``.
-    """
-
-    coords: Tensor
-    sq: Tensor | None
-    t: Tensor
-    mode: int
-    w: Tensor
-    delta: float
-
-
-@overload
-def db_projection(
-    measures: Measures, trees: ConcurrentLines, delta: float, *, together: Literal[False] = ...
-) -> Projection: ...
-
-
-@overload
-def db_projection(
-    measures: Measures, trees: ConcurrentLines, delta: float, *, together: bool
-) -> Projection | SplitLines: ...
-
-
-def db_projection(
-    measures: Measures, trees: ConcurrentLines, delta: float, *, together: bool = False
-) -> Projection | SplitLines:
+def db_projection(measures: Measures, trees: ConcurrentLines, delta: float) -> Projection:
     r"""Db-TSW's projection: line coordinates and the distance-based split of the masses.
 
     ``softmax_l(-delta * dist(y, line l))`` (uniform for ``delta = 0``, with no distance
     computed). The measures' totals need not agree: an imbalance is absorbed at each
-    tree's root (as :func:`tsw.partial_tsw` uses). With ``together`` (and ``delta !=
-    0``), the masses are not formed here: the :class:`SplitLines` returned leaves the
-    split to :func:`db_cost`, which runs it with the closed form.
+    tree's root (as :func:`tsw.partial_tsw` uses). For ``delta != 0`` the masses are
+    left to the closed form to split (a :class:`~tsw.core.splits.LineSplit`).
     """
     w = signed_masses(measures)
     if delta == 0:
         coords, _ = project(measures, trees, distances=False)
         return Projection(coords, uniform_split(trees.n_lines, coords) * w[:, None, None, :], STAR)
     off = offsets(measures, trees)
-    sq, t, mode = split_form(off)
-    if together:
-        return SplitLines(off.coords, sq, t, mode, w, delta)
-    return Projection(off.coords, split_by_form(w, delta, sq, t, mode), STAR)
-
-
-def db_cost(projection: Projection | SplitLines, p: float) -> Tensor:
-    """Cost per tree (B, T) of :func:`db_projection`'s result.
-
-    :class:`SplitLines`: on the CPU with the compiled kernels, ``p`` in {1, 2} and
-    weights that need no gradient, the split and the line cost of each tree run together
-    (:class:`~tsw.core._kernels.SplitLineCost`, the same values and gradients bit for
-    bit); otherwise the masses are split (:func:`~tsw.core.splits.split_by_form`) and the
-    shared closed form runs, as for a :class:`~tsw.core._driver.Projection`.
-    """
-    if not isinstance(projection, SplitLines):
-        return closed_form(projection, p)
-    coords, sq, t, mode, w, delta = projection
-    given = [x for x in (sq, t, coords, w) if x is not None]
-    if not w.requires_grad and _kernels.usable(*given, p=p):
-        return _kernels.SplitLineCost.apply(sq, t, coords, w, delta, mode, p).sum(-1)
-    masses = split_by_form(w, delta, sq, t, mode)
-    return closed_form(Projection(coords, masses, STAR), p)
+    return Projection(off.coords, line_split(w, delta, off), STAR)

@@ -12,22 +12,21 @@ from typing import Literal, NamedTuple, TypeVar, cast, overload
 import torch
 from torch import Tensor
 
-from tsw.core import _kernels
 from tsw.core._gradients import grouped_products, routed, spans, translated, unbroadcast
 from tsw.core._safe import LineDistance, SafeSqrt
 from tsw.core._slices import with_batch_axis
 from tsw.core._validation import Measures
-from tsw.core.splits import split_by_form
+from tsw.core.splits import LineSplit, SplitForm
 from tsw.core.trees import ChainLines, ConcurrentLines, TreeSystem
 
 #: Up to this dimension the point-to-line distance is the norm of the cross product
 #: ``theta x (z - x)``, whose ``d - 1`` (d = 2) or 3 (d = 3) coordinates come from the
 #: same pass over the points as the line coordinates (a second group of rows of
 #: :func:`~tsw.core._gradients.grouped_products`; O(T k n d) memory, no cancellation); above it
-#: the identity ``|z|^2 - <z, theta>^2`` is used on centred data (O(T k n) memory).
+#: the identity ``|z|^2 - <z, theta>^2`` is used on centered data (O(T k n) memory).
 EXPLICIT_RESIDUAL_MAX_DIM = 3
 
-#: the Euclidean tree systems that :func:`centre` translates (it returns the same type)
+#: the Euclidean tree systems that :func:`centered` translates (it returns the same type)
 Trees = TypeVar("Trees", bound=TreeSystem)
 
 
@@ -46,7 +45,7 @@ class Offsets(NamedTuple):
         unit ``theta_l`` their norm is the distance to line l, and
         ``|(z - x_tau) - u theta_l|^2 = (s - u)^2 + |perp|^2`` without cancellation.
     sq : Tensor of shape (B, T, 1, n) or None
-        ``|z - x_tau|^2`` from centred data (above that dimension).
+        ``|z - x_tau|^2`` from centered data (above that dimension).
     """
 
     coords: Tensor
@@ -62,7 +61,7 @@ class _SquaredNorm(torch.autograd.Function):
     a chunk of atoms at a time (:func:`~tsw.core._gradients.translated`), so that no
     translated copy of ``Y`` is held. The backward forms its (B, m, d) gradient in one
     pass; when ``Y`` is a leaf that the driver marked (the front end inside
-    ``tsw.core._driver._BlockCosts``, :func:`~tsw.core._gradients.route_into`), it adds
+    ``tsw.core._blocks._BlockCosts``, :func:`~tsw.core._gradients.route_into`), it adds
     the gradient into the driver's accumulator a chunk at a time instead and returns
     none, so that the points' gradient exists once (at N = 1e7, d = 128 a fresh
     gradient held 4.8 GiB).
@@ -91,23 +90,23 @@ class _SquaredNorm(torch.autograd.Function):
         return None, None
 
 
-def centre(measures: Measures, trees: Trees) -> tuple[Measures, Trees]:
+def centered(measures: Measures, trees: Trees) -> tuple[Measures, Trees]:
     r"""Translate the points and the trees by the trees' mean root; square the points.
 
-    Every Euclidean projection reads centred points (:func:`offsets` and
-    :func:`project` call this, which does nothing to measures already centred). The
+    Every Euclidean projection reads centered points (:func:`offsets` and
+    :func:`project` call this, which does nothing to measures already centered). The
     points are translated on the fly: the measures keep their supports and carry the
-    centre as ``shift``, which the products (:func:`~tsw.core._gradients.products`) and
+    center as ``shift``, which the products (:func:`~tsw.core._gradients.products`) and
     the squared norms subtract a chunk of atoms at a time, so no translated (n, d) copy
     is held (measured at N = 6.5e6, d = 128, 2 x 4 trees, one thread: the peak went
     from 19.21 to 13.01 GiB, and N = 1e7 fits in 19.76 GiB). As
-    the front end of the Euclidean tree distances (``Problem.evaluate(front=centre)``)
+    the front end of the Euclidean tree distances (``evaluate(..., front=centered)``)
     it runs once per call:
     the value is unchanged (the coordinates on the lines and the distances to them are
-    translation-invariant), and the driver's blocks of trees then read centred points
-    and their squared norms ``|z - c|^2`` (``measures.sq``) instead of centring and
+    translation-invariant), and the driver's blocks of trees then read centered points
+    and their squared norms ``|z - c|^2`` (``measures.sq``) instead of centering and
     squaring the (n, d) points in every block: when the memory budget cuts blocks of
-    one or two trees (N = 4e6, d = 128), those passes were most of a block. The centre
+    one or two trees (N = 4e6, d = 128), those passes were most of a block. The center
     ``c`` (detached, per item for batched trees) is the mean root of all the trees, so
     that the expanded squares stay well conditioned for data far from the origin.
     """
@@ -132,10 +131,10 @@ def _line_coordinates(
     shift: Tensor | None = None,
     normals: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    """``<z - source_l, theta_l>`` for every line, from points and trees centred by :func:`centre`.
+    """``<z - source_l, theta_l>`` for every line, of points and trees moved by :func:`centered`.
 
     ``supports`` (B, n_i, d) each, ``dirs`` (B|1, T, k, d), ``sources`` (B|1, T, k|1, d);
-    ``shift`` (B|1, 1, d): the centre the points are translated by on the fly (``z``
+    ``shift`` (B|1, 1, d): the center the points are translated by on the fly (``z``
     above is the translated point). The offsets ``<source_l, theta_l>`` are subtracted
     inside the product (:func:`~tsw.core._gradients.grouped_products`). One of, optionally:
     ``roots`` (B|1, T, d) adds ``<z, x_tau>``; ``normals`` (B|1, T, k, r, d) adds
@@ -180,7 +179,7 @@ def offsets(measures: Measures, trees: ConcurrentLines) -> Offsets:
     Offsets
         No (T, k, n, d) tensor is formed above ``d = EXPLICIT_RESIDUAL_MAX_DIM``.
     """
-    measures, trees = centre(measures, trees)  # nothing to do after the driver's front end
+    measures, trees = centered(measures, trees)  # nothing to do after the driver's front end
     dirs = with_batch_axis(trees.directions, 3)  # (B|1, T, k, d)
     roots = with_batch_axis(trees.roots, 2)  # (B|1, T, d)
     d = dirs.shape[-1]
@@ -194,10 +193,10 @@ def offsets(measures: Measures, trees: ConcurrentLines) -> Offsets:
         )
         return Offsets(coords, dirs, perp, None)  # perp (B, T, k, r, n)
     coords, zr = _line_coordinates(supports, dirs, sources, roots, measures.shift)
-    if zr is None or measures.sq is None:  # not reached: roots given, points centred
-        raise RuntimeError("offsets needs centred points and their root products")
-    # |z - x_tau|^2 = |z|^2 - 2 <z, x_tau> + |x_tau|^2 on centred data, shape (B, T, n)
-    zsq = torch.cat(measures.sq, dim=-1)
+    # |z - x_tau|^2 = |z|^2 - 2 <z, x_tau> + |x_tau|^2 on centered data, shape (B, T, n)
+    # (center gave the squared norms, and the roots a product)
+    zsq = torch.cat(cast(tuple[Tensor, Tensor], measures.sq), dim=-1)
+    zr = cast(Tensor, zr)
     sq = zsq.unsqueeze(1) - 2 * zr + (roots * roots).sum(-1).unsqueeze(-1)
     return Offsets(coords, dirs, None, sq.unsqueeze(2))
 
@@ -248,28 +247,29 @@ def line_distance(off: Offsets) -> Tensor:
     return LineDistance.apply(off.sq, off.coords)
 
 
-def split_form(off: Offsets) -> tuple[Tensor | None, Tensor, int]:
-    """Return the distances to the lines in the form the compiled split takes them.
+def split_form(off: Offsets) -> tuple[Tensor | None, Tensor, SplitForm]:
+    """Return the distances to the lines in the :class:`~tsw.core.splits.SplitForm` they have.
 
-    ``(sq, coords, LINE)`` above ``d = 3`` (``|z - x|^2`` and the coordinates), ``(None,
-    the coordinates along the normals, SIGNED)`` in the plane, and ``(None, the
+    ``(sq, coords, COORDINATES)`` above ``d = 3`` (``|z - x|^2`` and the coordinates),
+    ``(None, the coordinates along the normals, SIGNED)`` in the plane, and ``(None, the
     distances, DISTANCES)`` in space and on a line (:func:`line_distance`): the
     arguments of :func:`~tsw.core.splits.split_by_form` after ``(w, delta)``.
     """
     if off.sq is not None:
-        return off.sq, off.coords, _kernels.LINE
+        return off.sq, off.coords, SplitForm.COORDINATES
     if off.perp is not None and off.perp.shape[-2] == 1:
-        return None, off.perp.squeeze(-2), _kernels.SIGNED
-    return None, line_distance(off), _kernels.DISTANCES
+        return None, off.perp.squeeze(-2), SplitForm.SIGNED
+    return None, line_distance(off), SplitForm.DISTANCES
 
 
-def line_split(w: Tensor, delta: float, off: Offsets) -> Tensor:
-    """Split the signed masses ``w`` (B, n) over the lines by distance: (B, T, k, n).
+def line_split(w: Tensor, delta: float, off: Offsets) -> LineSplit:
+    """Return the signed masses ``w`` (B, n) before their split over the lines by distance.
 
-    :func:`~tsw.core.splits.split_masses` with the distances in the form its compiled
-    path forms itself (:func:`split_form`).
+    A :class:`~tsw.core.splits.LineSplit` with the distances in the form the compiled
+    split takes them (:func:`split_form`): the closed form splits and transports it
+    (:meth:`~tsw.core.splits.LineSplit.masses` gives the masses (B, T, k, n)).
     """
-    return split_by_form(w, delta, *split_form(off))
+    return LineSplit(w, delta, *split_form(off))
 
 
 def point_distance(off: Offsets, u: Tensor | float) -> Tensor:
@@ -284,9 +284,7 @@ def point_distance(off: Offsets, u: Tensor | float) -> Tensor:
         along = off.coords - u
         q, perp_sq = along.square(), _perp_sq(off.perp)
         return SafeSqrt.apply(q if perp_sq is None else q.add_(perp_sq))
-    sq = off.sq
-    if sq is None:  # not reached: an Offsets holds perp or sq
-        raise RuntimeError("Offsets holds neither perp nor sq")
+    sq = cast(Tensor, off.sq)  # an Offsets holds perp or sq
     if isinstance(u, Tensor):
         q = torch.addcmul(sq, off.coords, u, value=-2).addcmul_(u, u)
     else:
@@ -340,7 +338,7 @@ def project(
             raise TypeError("point-to-line distances are implemented for ConcurrentLines only")
         off = offsets(measures, trees)
         return off.coords, line_distance(off)
-    measures, trees = centre(measures, trees)  # nothing to do after the driver's front end
+    measures, trees = centered(measures, trees)  # nothing to do after the driver's front end
     dirs = with_batch_axis(trees.directions, 3)  # (B|1, T, k, d)
     if isinstance(trees, ConcurrentLines):
         sources = with_batch_axis(trees.roots, 2).unsqueeze(-2)  # (B|1, T, 1, d)

@@ -4,7 +4,7 @@ Like :func:`tsw.max_sw`, the method uses the driver for its value and brings an 
 that no projection describes: :func:`ascend` moves the trees' directions uphill from
 TSW-SL's random trees, then the value is TSW-SL's on the final trees
 (:func:`tsw.euclidean._tsw_sl.constant_split_projection` through
-:meth:`~tsw.core._driver.Problem.evaluate`).
+:func:`~tsw.core._driver.evaluate`).
 
 **Why only the directions move.** The paper's ascent (its Algorithm 3) updates the root,
 the chain's attachment coordinates and the directions. With a constant split every line
@@ -22,22 +22,26 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, Result, closed_form, driver_options
+from tsw.core._api import distance
+from tsw.core._driver import evaluate
+from tsw.core._projection import closed_form
 from tsw.core._safe import recordable
 from tsw.core._slices import resolve_trees
-from tsw.core._validation import (
-    Measures,
-    check_choice,
-    check_nonnegative_float,
-    check_nonnegative_int,
-)
+from tsw.core._twice import first_order_only
+from tsw.core._validation import Measures, check_range
 from tsw.core.splits import check_alpha, constant_split, uniform_split
 from tsw.core.trees import ChainLines, ConcurrentLines, sample_chain_lines, sample_concurrent_lines
-from tsw.euclidean._lines import centre
-from tsw.euclidean._tsw_sl import TREES, constant_split_projection
+from tsw.euclidean._lines import centered
+from tsw.euclidean._tsw_sl import check_tree, constant_split_projection
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from typing_extensions import Unpack
+
+    from tsw.core._api import SharedOptions
+    from tsw.core._output import Evaluation
+    from tsw.core._problem import Problem
 
 __all__ = ["ascend", "max_tsw_sl"]
 
@@ -126,12 +130,10 @@ def ascend(
 # --------------------------------------------------------------------------- public function
 
 
-@driver_options()
+@distance(checks={"tree": check_tree})
 def max_tsw_sl(
-    X_s: Tensor,
-    X_t: Tensor,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
+    problem: Problem,
+    /,
     *,
     n_trees: int | None = 1,
     n_lines: int | None = 4,
@@ -144,12 +146,8 @@ def max_tsw_sl(
     center: Tensor | str | None = "mean",
     root_std: float = 0.1,
     source_range: float = 1.0,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
-    power: bool = False,
-    log: bool = False,
-) -> Result:
+    **options: Unpack[SharedOptions],
+) -> Evaluation:
     r"""Max tree-sliced Wasserstein on systems of lines (MaxTSW-SL), by ascent.
 
     References: [Tran2025a]_ (its Appendix C, Algorithm 3).
@@ -192,11 +190,8 @@ def max_tsw_sl(
     trees : ChainLines or ConcurrentLines, optional
         The starting trees (not the final ones: those are in ``log["trees"]``).
     center, root_std, source_range
-        The starting trees' roots and chain attachments, as in :func:`tsw.tsw_sl`.
-    seed, generator
-        Randomness of the starting trees.
-    validate : bool, default True
-        Run the value checks.
+        The starting trees' roots and chain attachments, as in :func:`tsw.tsw_sl`; a
+        ``seed`` gives the starting trees of :func:`tsw.tsw_sl` for the same seed.
 
     Returns
     -------
@@ -211,6 +206,14 @@ def max_tsw_sl(
         For malformed inputs, ``p < 1``, a bad ``tree``, ``alpha`` off the simplex,
         counts < 1, ``n_iter < 0`` or ``lr < 0``.
 
+    Notes
+    -----
+    The gradient is exact at the final trees, but there is no second derivative: the
+    trees are the ascent's maximiser, held fixed, so a gradient with
+    ``create_graph=True`` (a Hessian-vector product, a gradient penalty) raises, as
+    for :func:`tsw.max_sw`. Cost: ``n_iter + 1`` evaluations of TSW-SL's cost and
+    ``n_iter`` of its gradient with respect to the directions.
+
     Examples
     --------
     >>> import torch, tsw
@@ -221,12 +224,6 @@ def max_tsw_sl(
     >>> bool(v >= start), info["trees"].n_lines
     (True, 3)
     """
-    problem = Problem.of(
-        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
-    )
-    tree = check_choice(tree, "tree", TREES)
-    n_iter = check_nonnegative_int(n_iter, "n_iter")
-    lr = check_nonnegative_float(lr, "lr")
     sampler: Callable[..., Trees] = (
         partial(sample_chain_lines, source_range=source_range)
         if tree == "chain"
@@ -252,11 +249,14 @@ def max_tsw_sl(
     split = (
         uniform_split(k, X)
         if alpha is None
-        else constant_split(check_alpha(alpha, T, k, X, validate))
+        else constant_split(check_alpha(alpha, T, k, X, problem.validate))
     )
-    problem.check_range()
+    if problem.validate:
+        check_range(problem.measures, problem.p)
     with torch.inference_mode(False):  # the ascent differentiates, in any mode
         final = ascend(problem.measures, start, split, problem.p, n_iter=n_iter, lr=lr)
     project = partial(constant_split_projection, split=split)
     # the range was checked before the ascent
-    return problem.replace(validate=False).evaluate(project, final, front=centre)
+    value = evaluate(problem.replace(validate=False), project, final, front=centered)
+    why = "its trees are the ascent's maximiser, held fixed (Danskin's theorem)"
+    return value._replace(per_slice=first_order_only(value.per_slice, "max_tsw_sl", why))

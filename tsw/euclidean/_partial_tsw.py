@@ -12,27 +12,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, Projection, Result, closed_form, driver_options
-from tsw.core._validation import Measures, check_mass, check_nonnegative_float
+from tsw.core._api import distance
+from tsw.core._driver import evaluate
+from tsw.core._output import Evaluation
+from tsw.core._problem import Problem
+from tsw.core._projection import Projection, closed_form
+from tsw.core._validation import Measures, check_mass
 from tsw.core.trees import ConcurrentLines
 from tsw.euclidean._db_tsw import db_projection, resolve_db_trees
-from tsw.euclidean._lines import centre
+from tsw.euclidean._lines import centered
 
 if TYPE_CHECKING:
-    from torch.distributed import ProcessGroup
+    from typing_extensions import Unpack
+
+    from tsw.core._api import ChunkedOptions
 
 __all__ = ["partial_tsw"]
 
 
-@driver_options(chunked=True)
+@distance(chunked=True, balanced=False)
 def partial_tsw(
-    X_s: Tensor,
-    X_t: Tensor,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
+    problem: Problem,
+    /,
     *,
     mass_s: float | Tensor = 1.0,
     mass_t: float | Tensor = 1.0,
@@ -46,15 +49,8 @@ def partial_tsw(
     trees: ConcurrentLines | None = None,
     center: Tensor | str | None = "mean",
     root_std: float = 0.1,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
-    power: bool = False,
-    log: bool = False,
-    chunk_size: int | str | None = "auto",
-    process_group: ProcessGroup | None = None,
-    gather: bool = False,
-) -> Result:
+    **options: Unpack[ChunkedOptions],
+) -> Evaluation:
     r"""Partial tree-sliced Wasserstein distance (PartialTSW) for unequal total masses.
 
     References: [Tran2025c]_, [Sato2020]_, [Le2021]_ and [Le2022]_.
@@ -158,10 +154,6 @@ def partial_tsw(
         1, pass a proportional value (with ``validate``, a ``UserWarning`` says when
         float rounding of the line coordinates hides the data,
         :func:`tsw.core._slices.check_spread`).
-    seed, generator
-        Randomness of the trees, as in :func:`tsw.db_tsw`.
-    validate : bool, default True
-        Run the value checks (a device synchronisation).
 
     Returns
     -------
@@ -213,30 +205,12 @@ def partial_tsw(
     >>> tsw.partial_tsw(X, Y, mass_s=1.0, mass_t=0.5, trees=trees, delta=0.0)
     tensor(1.)
     """
-    given_a, given_b = a is not None, b is not None
-    problem = Problem.of(
-        X_s,
-        X_t,
-        a,
-        b,
-        p=p,
-        seed=seed,
-        generator=generator,
-        validate=validate,
-        power=power,
-        log=log,
-        chunk_size=chunk_size,
-        process_group=process_group,
-        gather=gather,
-        balanced=False,
-    )
+    given_a, given_b = problem.weighted
     measures = problem.measures
-    delta = check_nonnegative_float(delta, "delta")
-    price = check_nonnegative_float(price, "price")
-    m_s = check_mass(mass_s, "mass_s", measures.X_s, measures.batched, validate)
-    m_t = check_mass(mass_t, "mass_t", measures.X_s, measures.batched, validate)
+    m_s = check_mass(mass_s, "mass_s", measures.X_s, measures.batched, problem.validate)
+    m_t = check_mass(mass_t, "mass_t", measures.X_s, measures.batched, problem.validate)
     # shapes: normalised given weights (the defaults 1/N, 1/M already are); the trees'
-    # default centre is the mean of the shapes, whatever the masses
+    # default center is the mean of the shapes, whatever the masses
     a_hat = measures.a / measures.a.sum(-1, keepdim=True) if given_a else measures.a
     b_hat = measures.b / measures.b.sum(-1, keepdim=True) if given_b else measures.b
     problem = problem.replace(measures=measures._replace(a=a_hat, b=b_hat))
@@ -260,4 +234,4 @@ def partial_tsw(
         per_tree = closed_form(projection, p)
         return per_tree + price * (m_s - m_t).abs().pow(p) if price > 0 else per_tree
 
-    return problem.evaluate(project, trees, cost, front=centre)
+    return evaluate(problem, project, trees, cost, front=centered)

@@ -6,28 +6,29 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
-import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, Result, driver_options
-from tsw.core._validation import check_nonnegative_float
+from tsw.core._api import distance
+from tsw.core._driver import evaluate
+from tsw.core._output import Evaluation
+from tsw.core._problem import Problem
 from tsw.core.trees import ConcurrentLines
-from tsw.euclidean._db_tsw import db_cost, db_projection, resolve_db_trees
-from tsw.euclidean._lines import centre
+from tsw.euclidean._db_tsw import db_projection, resolve_db_trees
+from tsw.euclidean._lines import centered
 from tsw.euclidean.mappings import map_measures, resolve_mapping
 
 if TYPE_CHECKING:
-    from torch.distributed import ProcessGroup
+    from typing_extensions import Unpack
+
+    from tsw.core._api import ChunkedOptions
 
 __all__ = ["spatial_tsw"]
 
 
-@driver_options(chunked=True)
+@distance(chunked=True)
 def spatial_tsw(
-    X_s: Tensor,
-    X_t: Tensor,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
+    problem: Problem,
+    /,
     *,
     mapping: str | Callable[[Tensor], Tensor] = "pow",
     degree: int | None = None,
@@ -41,15 +42,8 @@ def spatial_tsw(
     trees: ConcurrentLines | None = None,
     center: Tensor | str | None = "mean",
     root_std: float = 0.1,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
-    power: bool = False,
-    log: bool = False,
-    chunk_size: int | str | None = "auto",
-    process_group: ProcessGroup | None = None,
-    gather: bool = False,
-) -> Result:
+    **options: Unpack[ChunkedOptions],
+) -> Evaluation:
     r"""Spatial tree-sliced Wasserstein distance (SpatialTSW).
 
     References: [Tran2025c]_ and [Tran2025b]_.
@@ -88,10 +82,8 @@ def spatial_tsw(
         ``m``, odd, default 3 (built-in maps only).
     beta : float, optional
         :math:`\beta \ge 0`, default 1.0 (``"pow"`` only).
-    n_trees, n_lines, delta, p, orthogonal, sampling, trees, center, root_std, seed, generator
+    n_trees, n_lines, delta, p, orthogonal, sampling, trees, center, root_std
         As in :func:`tsw.db_tsw`, in dimension :math:`d_\theta`.
-    validate : bool, default True
-        Run the value checks, including finiteness of the mapped supports.
 
     Returns
     -------
@@ -139,24 +131,9 @@ def spatial_tsw(
     >>> phi.weight.grad.shape
     torch.Size([2, 3])
     """
-    problem = Problem.of(
-        X_s,
-        X_t,
-        a,
-        b,
-        p=p,
-        seed=seed,
-        generator=generator,
-        validate=validate,
-        power=power,
-        log=log,
-        chunk_size=chunk_size,
-        process_group=process_group,
-        gather=gather,
-    )
     h = resolve_mapping(mapping, degree, beta)
     measures = problem.measures
-    mapped = map_measures(measures, h, validate)
+    mapped = map_measures(measures, h, problem.validate)
     d_theta = mapped.X_s.shape[-1]
     if isinstance(trees, ConcurrentLines) and trees.dim != d_theta:
         raise ValueError(
@@ -164,7 +141,6 @@ def spatial_tsw(
             f"d={measures.X_s.shape[-1]}); got trees of dimension {trees.dim}"
         )
     problem = problem.replace(measures=mapped)
-    delta = check_nonnegative_float(delta, "delta")
     trees = resolve_db_trees(
         problem,
         trees,
@@ -175,5 +151,4 @@ def spatial_tsw(
         root_std=root_std,
         sampling=sampling,
     )
-    project = partial(db_projection, delta=delta, together=True)
-    return problem.evaluate(project, trees, cost=db_cost, front=centre)
+    return evaluate(problem, partial(db_projection, delta=delta), trees, front=centered)

@@ -1,39 +1,41 @@
 r"""TS-Sobolev: tree-sliced Sobolev IPM on Db-TSW's trees (Tran et al., ICLR 2026).
 
-The module has two parts, kept apart so that the option plumbing can move to the
-driver's decorator without touching the mathematics:
-
-* the mathematics: :func:`sobolev_weights` (the regularised edge weight
-  :math:`\beta_e`), :func:`sobolev_line_cost` (the closed form on lines rooted at 0)
-  and :func:`sobolev_cost` (one cost per tree of a :class:`~tsw.core._driver.Projection`);
-* the public :func:`ts_sobolev`: Db-TSW's trees and split
-  (:func:`~tsw.euclidean._db_tsw.resolve_db_trees`,
-  :func:`~tsw.euclidean._db_tsw.db_projection`), then this closed form. At ``p = 1``
-  the weights are the edge lengths and the value is Db-TSW's, computed by Db-TSW's
-  own closed form (:func:`~tsw.euclidean._db_tsw.db_cost`).
+The mathematics is :func:`sobolev_weights` (the regularised edge weight
+:math:`\beta_e`), :func:`sobolev_line_cost` (the closed form on lines rooted at 0) and
+:func:`sobolev_cost` (one cost per tree of a :class:`~tsw.core._projection.Projection`).
+:func:`ts_sobolev` draws Db-TSW's trees and splits their masses as Db-TSW does
+(:func:`~tsw.euclidean._db_tsw.resolve_db_trees`,
+:func:`~tsw.euclidean._db_tsw.db_projection`), then applies this closed form. At
+``p = 1`` the weights are the edge lengths and the value is Db-TSW's, computed by the
+shared closed form (:func:`~tsw.core._projection.closed_form`).
 
 The closed form brings its own weights instead of changing the shared one
 (:mod:`tsw.core.tree_wasserstein`): it is written with torch operators (autograd
-differentiates it), one sort per line as the shared kernel does.
+differentiates it, to any order), one sort per line as the shared kernel does.
 """
 
 from __future__ import annotations
 
-import math
 from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from tsw.core._driver import STAR, Problem, Projection, Result, driver_options
+from tsw.core._api import distance
+from tsw.core._driver import evaluate
+from tsw.core._projection import STAR, Projection
 from tsw.core._sort import sort_last
-from tsw.euclidean._db_tsw import db_cost, db_projection, resolve_db_trees
-from tsw.euclidean._lines import centre
+from tsw.core.splits import LineSplit
+from tsw.euclidean._db_tsw import check_directions, db_projection, resolve_db_trees
+from tsw.euclidean._lines import centered
 
 if TYPE_CHECKING:
-    from torch.distributed import ProcessGroup
+    from typing_extensions import Unpack
 
+    from tsw.core._api import ChunkedOptions
+    from tsw.core._output import Evaluation
+    from tsw.core._problem import Problem
     from tsw.core.trees import ConcurrentLines
 
 __all__ = ["sobolev_cost", "sobolev_line_cost", "sobolev_weights", "ts_sobolev"]
@@ -103,32 +105,28 @@ def sobolev_line_cost(coords: Tensor, masses: Tensor, p: float) -> Tensor:
 
 
 def sobolev_cost(projection: Projection, p: float) -> Tensor:
-    """Cost per tree (B, T) of a star :class:`~tsw.core._driver.Projection` (no root)."""
+    """Cost per tree (B, T) of a star :class:`~tsw.core._projection.Projection` (no root).
+
+    Masses left to the closed form to split (a :class:`~tsw.core.splits.LineSplit`,
+    Db-TSW's projection for ``delta != 0``) are split here first.
+    """
     if projection.structure != STAR:  # not reached from ts_sobolev
         raise ValueError(
             f"TS-Sobolev is defined here on concurrent lines; got {projection.structure}"
         )
-    return sobolev_line_cost(projection.coords, projection.masses, p).sum(-1)
-
-
-def _check_real(value: object, name: str) -> float:
-    """Return ``value`` as a float if it is a finite real number, else raise."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a finite real number; got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite real number; got {value}")
-    return float(value)
+    masses = projection.masses
+    if isinstance(masses, LineSplit):
+        masses = masses.masses()
+    return sobolev_line_cost(projection.coords, masses, p).sum(-1)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- public function
 
 
-@driver_options(chunked=True)
+@distance(chunked=True, checks={"directions": check_directions})
 def ts_sobolev(
-    X_s: Tensor,
-    X_t: Tensor,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
+    problem: Problem,
+    /,
     *,
     n_trees: int | None = None,
     n_lines: int | None = None,
@@ -140,15 +138,8 @@ def ts_sobolev(
     trees: ConcurrentLines | None = None,
     center: Tensor | str | None = "mean",
     root_std: float = 0.1,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
-    power: bool = False,
-    log: bool = False,
-    chunk_size: int | str | None = "auto",
-    process_group: ProcessGroup | None = None,
-    gather: bool = False,
-) -> Result:
+    **options: Unpack[ChunkedOptions],
+) -> Evaluation:
     r"""Tree-sliced Sobolev IPM (TS-Sobolev) on Db-TSW's trees.
 
     References: [Tran2026b]_ and [Le2025]_.
@@ -189,21 +180,15 @@ def ts_sobolev(
         ``T`` and ``k``; 250 and 4 by default, inferred from ``trees`` if given.
     delta : float, default 2.0
         Inverse temperature of Db-TSW's split :math:`\mathrm{softmax}_l(-\delta\,
-        d(y, l))`. Any finite real: ``0`` is the uniform split, and a negative value
-        sends more mass to the *farther* lines (the authors' self-test uses
-        ``delta = -1``). Every such split is continuous and E(d)-invariant, the
-        condition of Db-TSW's injectivity theorem. (The loss module checks ``delta``
-        as the other tree losses do, ``>= 0``.)
+        d(y, l))`, a finite real number ``>= 0`` as for :func:`tsw.db_tsw`: ``0`` is the
+        uniform split, larger values send more of a point's mass to its nearest lines.
+        Not scale-free: scaling the data by ``c`` acts like ``delta * c``.
     p : float, default 2
         Order of the Sobolev IPM, ``>= 1`` (the authors' default is 2).
     orthogonal, sampling, directions, trees, center, root_std
         Db-TSW's trees, as in :func:`tsw.db_tsw` (``orthogonal=True``: TS-Sobolev on
-        Db-TSW⊥'s trees).
-    seed, generator
-        Randomness of the trees: ``seed`` gives identical trees on every device and the
-        trees of :func:`tsw.db_tsw` for the same seed.
-    validate : bool, default True
-        Run the value checks (a device synchronisation).
+        Db-TSW⊥'s trees); a ``seed`` gives the trees of :func:`tsw.db_tsw` for the same
+        seed.
 
     Returns
     -------
@@ -213,8 +198,10 @@ def ts_sobolev(
     Raises
     ------
     TypeError, ValueError
-        For malformed inputs, ``p < 1``, a ``delta`` that is not a finite real, counts <
-        1, ``orthogonal`` with ``k > d``, or trees that do not fit the data.
+        For malformed inputs, ``p < 1``, a ``delta`` that is negative or not finite,
+        counts < 1, ``orthogonal`` with ``k > d``, an unknown ``sampling``,
+        ``directions`` or ``center``, or trees that do not fit the data. Each message
+        names the argument, the expected form and the value received.
 
     Notes
     -----
@@ -250,22 +237,6 @@ def ts_sobolev(
     >>> bool(tsw.ts_sobolev(X, Y, n_trees=20, p=2, seed=0) > 0)
     True
     """
-    problem = Problem.of(
-        X_s,
-        X_t,
-        a,
-        b,
-        p=p,
-        seed=seed,
-        generator=generator,
-        validate=validate,
-        power=power,
-        log=log,
-        chunk_size=chunk_size,
-        process_group=process_group,
-        gather=gather,
-    )
-    delta = _check_real(delta, "delta")
     trees = resolve_db_trees(
         problem,
         trees,
@@ -277,8 +248,7 @@ def ts_sobolev(
         sampling=sampling,
         directions=directions,
     )
-    if problem.p == 1.0:  # beta_e = l_e: Db-TSW's tree W1, by its own closed form
-        project = partial(db_projection, delta=delta, together=True)
-        return problem.evaluate(project, trees, cost=db_cost, front=centre)
     project = partial(db_projection, delta=delta)
-    return problem.evaluate(project, trees, cost=sobolev_cost, front=centre)
+    if problem.p == 1.0:  # beta_e = l_e: Db-TSW's tree W1, by the shared closed form
+        return evaluate(problem, project, trees, front=centered)
+    return evaluate(problem, project, trees, sobolev_cost, front=centered)

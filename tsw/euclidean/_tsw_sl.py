@@ -6,32 +6,39 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
-import torch
 from torch import Tensor
 
-from tsw.core._driver import CHAIN, STAR, Problem, Projection, Result, driver_options, signed_masses
+from tsw.core._api import distance
+from tsw.core._driver import evaluate
+from tsw.core._output import Evaluation
+from tsw.core._problem import Problem
+from tsw.core._projection import CHAIN, STAR, Projection, signed_masses
 from tsw.core._slices import resolve_trees, with_batch_axis
-from tsw.core._validation import OPTION_CHECKS, Measures, check_choice
+from tsw.core._validation import Measures, check_choice
 from tsw.core.splits import check_alpha, constant_split, uniform_split
 from tsw.core.trees import ChainLines, ConcurrentLines, sample_chain_lines, sample_concurrent_lines
-from tsw.euclidean._lines import centre, project
+from tsw.euclidean._lines import centered, project
 
 if TYPE_CHECKING:
-    from torch.distributed import ProcessGroup
+    from typing_extensions import Unpack
+
+    from tsw.core._api import ChunkedOptions
 
 __all__ = ["tsw_sl"]
 
 #: the structures of sampled trees
 TREES = ("chain", "concurrent")
-OPTION_CHECKS["tree"] = lambda value, name: check_choice(value, name, TREES)
 
 
-@driver_options(chunked=True)
+def check_tree(value: object, name: str = "tree") -> str:
+    """Return ``value`` if it is one of :data:`TREES`, else raise naming them."""
+    return check_choice(value, name, TREES)
+
+
+@distance(chunked=True, checks={"tree": check_tree})
 def tsw_sl(
-    X_s: Tensor,
-    X_t: Tensor,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
+    problem: Problem,
+    /,
     *,
     n_trees: int | None = None,
     n_lines: int | None = None,
@@ -43,15 +50,8 @@ def tsw_sl(
     sampling: str = "iid",
     root_std: float = 0.1,
     source_range: float = 1.0,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
-    power: bool = False,
-    log: bool = False,
-    chunk_size: int | str | None = "auto",
-    process_group: ProcessGroup | None = None,
-    gather: bool = False,
-) -> Result:
+    **options: Unpack[ChunkedOptions],
+) -> Evaluation:
     r"""Tree-sliced Wasserstein distance on systems of lines (TSW-SL).
 
     References: [Tran2025a]_.
@@ -121,10 +121,6 @@ def tsw_sl(
         Chains only: attachment coordinates are uniform in ``[-source_range,
         source_range]`` (paper's Algorithm 1); in the units of the data, as
         ``root_std``.
-    seed, generator
-        Randomness, as in :func:`tsw.db_tsw`.
-    validate : bool, default True
-        Run the value checks.
 
     Returns
     -------
@@ -151,22 +147,6 @@ def tsw_sl(
     >>> bool(tsw.tsw_sl(X, Y, n_trees=25, n_lines=4, seed=0) > 0)
     True
     """
-    problem = Problem.of(
-        X_s,
-        X_t,
-        a,
-        b,
-        p=p,
-        seed=seed,
-        generator=generator,
-        validate=validate,
-        power=power,
-        log=log,
-        chunk_size=chunk_size,
-        process_group=process_group,
-        gather=gather,
-    )
-    tree = check_choice(tree, "tree", TREES)
     sampler: Callable[..., ChainLines | ConcurrentLines] = (
         partial(sample_chain_lines, source_range=source_range)
         if tree == "chain"
@@ -190,8 +170,9 @@ def tsw_sl(
         split = uniform_split(resolved.n_lines, X)
     else:
         T, k = resolved.n_trees, resolved.n_lines
-        split = constant_split(check_alpha(alpha, T, k, X, validate))
-    return problem.evaluate(partial(constant_split_projection, split=split), resolved, front=centre)
+        split = constant_split(check_alpha(alpha, T, k, X, problem.validate))
+    projection = partial(constant_split_projection, split=split)
+    return evaluate(problem, projection, resolved, front=centered)
 
 
 def constant_split_projection(

@@ -2,8 +2,9 @@ r"""Energy-based sliced Wasserstein, importance-sampling form (IS-EBSW; Nguyen a
 
 Like :mod:`tsw.sliced._lcv_sw`, the value needs every direction's cost first (the
 importance weights are normalised over the directions): the driver gives the
-per-direction costs, :func:`energy_weights` forms the weights, and the weighted terms
-go back to :meth:`~tsw.core._driver.Problem.finish`.
+per-direction costs (:func:`~tsw.core._driver.evaluate`), :func:`energy_weights` forms
+the weights, and the weighted terms are returned as a new
+:class:`~tsw.core._output.Evaluation`.
 """
 
 from __future__ import annotations
@@ -13,31 +14,41 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, Result, driver_options
-from tsw.core._validation import OPTION_CHECKS, check_choice
-from tsw.sliced._lcv_sw import direction_costs, with_costs
-from tsw.sliced._sw import resolve_projections
+from tsw.core._api import distance
+from tsw.core._output import Evaluation
+from tsw.core._twice import first_order_only
+from tsw.core._validation import check_choice
+from tsw.sliced._lcv_sw import direction_costs, sw_projections
 
 if TYPE_CHECKING:
-    from torch.distributed import ProcessGroup
+    from typing_extensions import Unpack
 
-__all__ = ["eb_sw", "energy_weights"]
+    from tsw.core._api import SWOptions
+    from tsw.core._problem import Problem
+    from tsw.core._random import Seed
+
+__all__ = ["eb_sw", "energy_weights", "weighted_terms"]
 
 #: the energy functions f of the slicing distribution sigma(theta) ~ f(W_p^p(theta))
 ENERGIES = ("exp", "identity")
-OPTION_CHECKS["energy"] = lambda value, name: check_choice(value, name, ENERGIES)
+
+
+def check_energy(value: object, name: str = "energy") -> str:
+    """Return ``value`` if it is one of :data:`ENERGIES`, else raise naming them."""
+    return check_choice(value, name, ENERGIES)
 
 
 # --------------------------------------------------------------------------- mathematics
 
 
 def energy_weights(costs: Tensor, energy: str) -> Tensor:
-    r"""Self-normalised importance weights :math:`f(W_l) / \sum_j f(W_j)` (B, L), detached.
+    r"""Self-normalised importance weights :math:`f(W_l) / \sum_j f(W_j)` (B, L).
 
     ``"exp"``: :math:`f(x) = e^x` (a softmax of the costs); ``"identity"``:
-    :math:`f(x) = x` (uniform weights where every cost is 0).
+    :math:`f(x) = x` (uniform weights where every cost is 0). Differentiable in
+    ``costs``: :func:`weighted_terms` decides what of it the gradient sees.
     """
-    W = costs.detach()
+    W = costs
     if energy == "exp":
         return torch.softmax(W, dim=-1)
     total = W.sum(-1, keepdim=True)
@@ -45,31 +56,59 @@ def energy_weights(costs: Tensor, energy: str) -> Tensor:
     return torch.where(total > 0, W / torch.where(total > 0, total, 1.0), uniform)
 
 
+class _HeldWeights(torch.autograd.Function):
+    r"""``costs * weights``, differentiated with the weights held fixed.
+
+    The value is :math:`w_l W_l`; the gradient is :math:`w_l \nabla W_l`, the authors'
+    (no gradient through the weights). Under ``create_graph`` that gradient is formed
+    with the weights' own graph, so that its derivative is the exact derivative of this
+    gradient, the weights' change included. Only where the value is the mean of these
+    terms (``power=True``, or ``p = 1``): a ``1/p`` root's derivative would read the
+    value's own derivative, which through this node holds the weights too
+    (:func:`eb_sw` then refuses a second derivative).
+    """
+
+    @staticmethod
+    def forward(ctx, costs: Tensor, weights: Tensor) -> Tensor:  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        ctx.save_for_backward(weights)
+        return costs * weights
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        (weights,) = ctx.saved_tensors
+        return grad * weights, None
+
+
+def weighted_terms(costs: Tensor, energy: str) -> tuple[Tensor, Tensor]:
+    r"""Return the terms :math:`L\, w_l W_l` (B, L), whose mean is the estimate, and :math:`w`.
+
+    The gradient holds the weights fixed (:class:`_HeldWeights`): :math:`\sum_l w_l
+    \nabla W_l`, as in the authors' code.
+    """
+    weights = energy_weights(costs, energy)
+    L = costs.shape[-1]
+    terms = _HeldWeights.apply(costs, weights * L)
+    return terms, weights.detach()
+
+
 # --------------------------------------------------------------------------- public function
 
 
-@driver_options(chunked=True)
+@distance(chunked=True, checks={"energy": check_energy})
 def eb_sw(
-    X_s: Tensor,
-    X_t: Tensor,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
-    *,
+    problem: Problem,
+    /,
     n_projections: int = 50,
     p: float = 2,
-    energy: str = "exp",
     projections: Tensor | None = None,
+    seed: Seed = None,
+    log: bool = False,
+    *,
+    energy: str = "exp",
     orthogonal: bool = False,
     sampling: str = "iid",
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
-    power: bool = False,
-    log: bool = False,
-    chunk_size: int | str | None = "auto",
-    process_group: ProcessGroup | None = None,
-    gather: bool = False,
-) -> Result:
+    **options: Unpack[SWOptions],
+) -> Evaluation:
     r"""Energy-based sliced Wasserstein distance, importance-sampling estimate (IS-EBSW).
 
     References: [Nguyen2023]_.
@@ -88,8 +127,9 @@ def eb_sw(
     the importance-sampling estimate from ``L`` uniform directions (the paper's IS-EBSW;
     its sampling-importance-resampling and Markov-chain estimators are not built). On
     the same directions it is never below :func:`tsw.sw` (a weighted mean with weights
-    increasing in the values is at least their mean). The weights are detached, as in
-    the authors' code: the gradient is :math:`\sum_l w_l \nabla W_l`.
+    increasing in the values is at least their mean). The weights are held fixed in the
+    gradient, as in the authors' code: the gradient is :math:`\sum_l w_l \nabla W_l`
+    (times the root's derivative), not the derivative of the value.
 
     Parameters
     ----------
@@ -99,15 +139,13 @@ def eb_sw(
         ``L``, ignored when ``projections`` is given.
     p : float, default 2
         Order of the one-dimensional Wasserstein distances.
+    projections : Tensor of shape (d, L) or (B, d, L), optional
+        Explicit unit directions (POT's layout), taken as the uniform proposal's draws.
     energy : {"exp", "identity"}, default "exp"
         The energy :math:`f`: :math:`e^x` (the paper's main choice) or :math:`x`.
         :math:`e^x` is not scale-free: the weights sharpen as the costs grow.
-    projections : Tensor of shape (d, L) or (B, d, L), optional
-        Explicit unit directions (POT's layout), taken as the uniform proposal's draws.
     orthogonal, sampling
         How the proposal's directions are drawn, as in :func:`tsw.sw`.
-    seed, generator, validate
-        As in :func:`tsw.sw`.
 
     Returns
     -------
@@ -127,6 +165,13 @@ def eb_sw(
     standard error ignores the randomness of the normalisation). The estimate is biased
     for finite ``L`` (self-normalised importance sampling), consistent as ``L`` grows.
 
+    Second derivatives: with ``power=True`` (or ``p = 1``) the derivative of the
+    gradient (a Hessian-vector product under ``create_graph=True``) is exact, that of
+    :math:`\sum_l w_l \nabla W_l` with the weights' own change included. With the
+    ``1/p`` root of ``p > 1`` it is not available and raises: the root's derivative
+    would need the derivative of the value through the weights, which the held
+    gradient does not carry.
+
     References
     ----------
     .. [Nguyen2023] K. Nguyen, N. Ho. Energy-based sliced Wasserstein distance.
@@ -141,33 +186,15 @@ def eb_sw(
     >>> bool(tsw.eb_sw(X, Y, projections=theta) >= tsw.sw(X, Y, projections=theta))
     True
     """
-    problem = Problem.of(
-        X_s,
-        X_t,
-        a,
-        b,
-        p=p,
-        seed=seed,
-        generator=generator,
-        validate=validate,
-        power=power,
-        log=log,
-        chunk_size=chunk_size,
-        process_group=process_group,
-        gather=gather,
-    )
-    energy = check_choice(energy, "energy", ENERGIES)
-    projections = resolve_projections(
-        problem.measures,
-        projections,
-        n_projections,
-        orthogonal,
-        problem.rng,
-        sampling,
-        validate=problem.validate,
-    )
-    costs = direction_costs(problem, projections)
-    weights = energy_weights(costs, energy)
-    terms = costs * (weights * costs.shape[-1])
-    result = problem.finish(terms, projections, projections)
-    return with_costs(problem, result, costs, weights=weights)
+    projections = sw_projections(problem, projections, n_projections, orthogonal, sampling)
+    plain = direction_costs(problem, projections)
+    terms, weights = weighted_terms(plain.per_slice, energy)
+    if not problem.power and problem.p != 1.0:
+        why = (
+            "its gradient holds the importance weights fixed, and the derivative of the "
+            "1/p root of the value would need the value's derivative through them "
+            "(power=True or p=1 give exact second derivatives)"
+        )
+        terms = first_order_only(terms, "eb_sw", why)
+    extra = {"projected_emds": plain.per_slice, "weights": weights}
+    return Evaluation(terms, projections, projections, extra)

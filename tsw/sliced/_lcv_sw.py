@@ -1,10 +1,10 @@
 r"""Control-variate sliced Wasserstein (LCV-SW, UCV-SW; Nguyen and Ho, ICLR 2024).
 
 The value needs every direction's cost before it can be formed (the coefficient of
-the control variate is a statistic of all of them), so the module asks the driver for
-the per-direction costs (:meth:`~tsw.core._driver.Problem._per_slice`, with its blocks
-and ranks), forms the corrected per-direction terms here, and hands them back to
-:meth:`~tsw.core._driver.Problem.finish` for the mean, the root and the log. The
+the control variate is a statistic of all of them), so :func:`lcv_sw` asks the driver
+for the per-direction costs (:func:`~tsw.core._driver.evaluate`, with its blocks and
+ranks), forms the corrected per-direction terms, and returns them as a new
+:class:`~tsw.core._output.Evaluation` for the mean, the root and the log. The
 mathematics is :func:`gaussian_variate` and :func:`corrected_costs`.
 """
 
@@ -15,22 +15,36 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, Result, closed_form, driver_options, to_numpy
-from tsw.core._validation import OPTION_CHECKS, Measures, check_choice
+from tsw.core._api import distance
+from tsw.core._driver import evaluate
+from tsw.core._output import Evaluation
+from tsw.core._validation import Measures, check_choice
 from tsw.sliced._sw import line_projection, resolve_projections
 
 if TYPE_CHECKING:
-    from torch.distributed import ProcessGroup
+    from typing_extensions import Unpack
 
-__all__ = ["corrected_costs", "gaussian_variate", "lcv_sw"]
+    from tsw.core._api import SWOptions
+    from tsw.core._problem import Problem
+    from tsw.core._random import Seed
+
+__all__ = ["corrected_costs", "direction_costs", "gaussian_variate", "lcv_sw"]
 
 #: the control variates: the Gaussian approximations' W_2^2 without (lower) or with
 #: (upper) the projected variances
 VARIATES = ("lower", "upper")
 #: how the coefficient is estimated from the L directions
 COEFFICIENTS = ("pooled", "leave_one_out")
-OPTION_CHECKS["variate"] = lambda value, name: check_choice(value, name, VARIATES)
-OPTION_CHECKS["coefficient"] = lambda value, name: check_choice(value, name, COEFFICIENTS)
+
+
+def check_variate(value: object, name: str = "variate") -> str:
+    """Return ``value`` if it is one of :data:`VARIATES`, else raise naming them."""
+    return check_choice(value, name, VARIATES)
+
+
+def check_coefficient(value: object, name: str = "coefficient") -> str:
+    """Return ``value`` if it is one of :data:`COEFFICIENTS`, else raise naming them."""
+    return check_choice(value, name, COEFFICIENTS)
 
 
 # --------------------------------------------------------------------------- mathematics
@@ -112,38 +126,53 @@ def _ratio(cov: Tensor, var: Tensor, floor: Tensor) -> Tensor:
     return torch.where(ok, cov / torch.where(ok, var, torch.ones_like(var)), torch.zeros_like(cov))
 
 
-def direction_costs(problem: Problem, projections: Tensor) -> Tensor:
-    """Per-direction :math:`W_p^p` (B, L) through the driver (its blocks and ranks)."""
-    problem.check_range()
-    return problem._per_slice(line_projection, projections, closed_form, None)
+def direction_costs(problem: Problem, projections: Tensor) -> Evaluation:
+    """SW's evaluation on ``projections``: per-direction :math:`W_p^p` (B, L), via the driver.
+
+    The driver's range check, blocks and ranks apply; the method transforms
+    ``.per_slice`` and returns a new :class:`~tsw.core._output.Evaluation`.
+    """
+    return evaluate(problem, line_projection, projections, projections=projections)
+
+
+def sw_projections(
+    problem: Problem,
+    projections: Tensor | None,
+    n_projections: int,
+    orthogonal: bool,
+    sampling: str,
+) -> Tensor:
+    """Explicit directions checked against the data, or SW's drawn ones (d, L) or (B, d, L)."""
+    return resolve_projections(
+        problem.measures,
+        projections,
+        n_projections,
+        orthogonal,
+        problem.rng,
+        sampling,
+        validate=problem.validate,
+    )
 
 
 # --------------------------------------------------------------------------- public function
 
 
-@driver_options(chunked=True)
+@distance(chunked=True, checks={"variate": check_variate, "coefficient": check_coefficient})
 def lcv_sw(
-    X_s: Tensor,
-    X_t: Tensor,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
-    *,
+    problem: Problem,
+    /,
     n_projections: int = 50,
     p: float = 2,
+    projections: Tensor | None = None,
+    seed: Seed = None,
+    log: bool = False,
+    *,
     variate: str = "lower",
     coefficient: str = "pooled",
-    projections: Tensor | None = None,
     orthogonal: bool = False,
     sampling: str = "iid",
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
-    power: bool = False,
-    log: bool = False,
-    chunk_size: int | str | None = "auto",
-    process_group: ProcessGroup | None = None,
-    gather: bool = False,
-) -> Result:
+    **options: Unpack[SWOptions],
+) -> Evaluation:
     r"""Sliced Wasserstein with a Gaussian control variate (LCV-SW, UCV-SW).
 
     References: [Nguyen2024a]_.
@@ -180,19 +209,17 @@ def lcv_sw(
         Order of the one-dimensional Wasserstein distances (the variate is a
         :math:`W_2^2`; it is a valid control variate for every ``p``, best correlated
         at ``p = 2``).
+    projections : Tensor of shape (d, L) or (B, d, L), optional
+        Explicit unit directions (POT's layout), taken as uniform draws: :math:`E[G]`
+        is the sphere's mean.
     variate : {"lower", "upper"}, default "lower"
         LCV-SW or UCV-SW.
     coefficient : {"pooled", "leave_one_out"}, default "pooled"
         The authors' coefficient from all directions, or each direction's from the
         others (exactly unbiased).
-    projections : Tensor of shape (d, L) or (B, d, L), optional
-        Explicit unit directions (POT's layout), taken as uniform draws: :math:`E[G]`
-        is the sphere's mean.
     orthogonal, sampling
         How the directions are drawn, as in :func:`tsw.sw` (each direction stays
         uniform, so :math:`E[G]` holds).
-    seed, generator, validate
-        As in :func:`tsw.sw`.
 
     Returns
     -------
@@ -210,8 +237,9 @@ def lcv_sw(
     ``log["per_tree"]`` holds the corrected terms (their mean is the estimate),
     ``log["projections"]`` the directions and ``log["projected_emds"]`` the plain costs
     :math:`W_l` (POT's key; their mean is SW's); the standard error is that of the
-    corrected terms. Cost: SW's, plus one (n, d) x (d, L)
-    product per measure for UCV-SW's projected variances.
+    corrected terms. The gradient and the second derivatives are those of the estimate,
+    the coefficient's included. Cost: SW's, plus one (n, d) x (d, L) product per measure
+    for UCV-SW's projected variances.
 
     References
     ----------
@@ -228,50 +256,10 @@ def lcv_sw(
     >>> bool(abs(v - w) < 0.1 * w)
     True
     """
-    problem = Problem.of(
-        X_s,
-        X_t,
-        a,
-        b,
-        p=p,
-        seed=seed,
-        generator=generator,
-        validate=validate,
-        power=power,
-        log=log,
-        chunk_size=chunk_size,
-        process_group=process_group,
-        gather=gather,
-    )
-    variate = check_choice(variate, "variate", VARIATES)
-    coefficient = check_choice(coefficient, "coefficient", COEFFICIENTS)
-    projections = resolve_projections(
-        problem.measures,
-        projections,
-        n_projections,
-        orthogonal,
-        problem.rng,
-        sampling,
-        validate=problem.validate,
-    )
-    costs = direction_costs(problem, projections)
+    projections = sw_projections(problem, projections, n_projections, orthogonal, sampling)
+    plain = direction_costs(problem, projections)
     G, mean = gaussian_variate(problem.measures, projections, variate)
-    terms = corrected_costs(costs, G, mean, coefficient)
+    terms = corrected_costs(plain.per_slice, G, mean, coefficient)
     if not problem.power:  # the root of a negative estimate: 0, with a zero gradient
         terms = terms + torch.relu(-terms.mean(-1, keepdim=True))
-    return with_costs(problem, problem.finish(terms, projections, projections), costs)
-
-
-def with_costs(problem: Problem, result: Result, costs: Tensor, **extra: Tensor) -> Result:
-    """Put the plain per-direction costs (and ``extra``) in the log of ``result``."""
-    if not problem.log:
-        return result
-    value, info = result  # type: ignore[misc]
-
-    def out(t: Tensor) -> object:
-        t = t if problem.measures.batched else t[0]
-        return to_numpy(t) if problem.numpy else t
-
-    info["projected_emds"] = out(costs)
-    info.update({k: out(v) for k, v in extra.items()})
-    return value, info
+    return Evaluation(terms, projections, projections, {"projected_emds": plain.per_slice})

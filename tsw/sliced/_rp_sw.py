@@ -15,16 +15,22 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, Result, driver_options
-from tsw.core._random import Sampler
+from tsw.core._api import distance
+from tsw.core._driver import evaluate
+from tsw.core._output import Evaluation
 from tsw.core._slices import path_directions
-from tsw.core._validation import OPTION_CHECKS, Measures, check_positive_int
+from tsw.core._twice import first_order_only
 from tsw.sliced._sw import line_projection, resolve_projections
 
 if TYPE_CHECKING:
-    from torch.distributed import ProcessGroup
+    from typing_extensions import Unpack
 
-__all__ = ["power_spherical", "random_path_directions", "rp_sw"]
+    from tsw.core._api import SWOptions
+    from tsw.core._problem import Problem
+    from tsw.core._random import Sampler, Seed
+    from tsw.core._validation import Measures
+
+__all__ = ["check_kappa", "power_spherical", "random_path_directions", "rp_sw"]
 
 
 def check_kappa(value: object, name: str = "kappa") -> float | None:
@@ -36,9 +42,6 @@ def check_kappa(value: object, name: str = "kappa") -> float | None:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be None or a finite real number > 0; got {value}")
     return float(value)
-
-
-OPTION_CHECKS["kappa"] = check_kappa
 
 
 # --------------------------------------------------------------------------- mathematics
@@ -119,26 +122,19 @@ def random_path_directions(
 # --------------------------------------------------------------------------- public function
 
 
-@driver_options(sliced=True, chunked=True)
+@distance(chunked=True, sliced=True, checks={"kappa": check_kappa})
 def rp_sw(
-    X_s: Tensor,
-    X_t: Tensor,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
-    *,
+    problem: Problem,
+    /,
     n_projections: int = 50,
     p: float = 2,
-    kappa: float | None = None,
     projections: Tensor | None = None,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
-    power: bool = False,
+    seed: Seed = None,
     log: bool = False,
-    chunk_size: int | str | None = "auto",
-    process_group: ProcessGroup | None = None,
-    gather: bool = False,
-) -> Result:
+    *,
+    kappa: float | None = None,
+    **options: Unpack[SWOptions],
+) -> Evaluation:
     r"""Random-path sliced Wasserstein distance (RPSW).
 
     References: [Nguyen2024b]_.
@@ -166,18 +162,12 @@ def rp_sw(
         ``L``, ignored when ``projections`` is given.
     p : float, default 2
         Order of the one-dimensional Wasserstein distances.
+    projections : Tensor of shape (d, L) or (B, d, L), optional
+        Explicit unit directions (POT's layout): then the value is :func:`tsw.sw`'s.
     kappa : float, optional
         Concentration of the power spherical perturbation of each direction (the
         authors' experiments use 50 or anneal it from 100 to 1); ``None`` (default):
         the unperturbed directions.
-    projections : Tensor of shape (d, L) or (B, d, L), optional
-        Explicit unit directions (POT's layout): then the value is :func:`tsw.sw`'s.
-    seed, generator
-        Randomness of the pairs and perturbations (``seed`` is device independent;
-        the global RNG is never used). The pairs are drawn first, as Db-TSW's
-        ``directions="paths"`` draws them.
-    validate : bool, default True
-        Run the value checks.
 
     Returns
     -------
@@ -192,9 +182,14 @@ def rp_sw(
 
     Notes
     -----
-    A batched call draws the pairs' uniforms once and reads them through each item's
-    weights, so it equals a loop of unbatched calls with the same seed. Cost: SW's,
-    plus the gathers of ``2L`` atoms.
+    The pairs are drawn first, then the perturbations, as Db-TSW's
+    ``directions="paths"`` draws them. A batched call draws the pairs' uniforms once and
+    reads them through each item's weights, so it equals a loop of unbatched calls with
+    the same seed. With drawn directions there is no second derivative (a gradient with
+    ``create_graph=True`` raises): the directions move with the data but are held fixed,
+    so the derivative of the gradient would miss their motion. With ``projections`` the
+    value is SW's, second derivatives included. Cost: SW's, plus the gathers of ``2L``
+    atoms.
 
     References
     ----------
@@ -210,27 +205,12 @@ def rp_sw(
     >>> bool(torch.equal(value, tsw.sw(X, Y, projections=log["projections"])))
     True
     """
-    problem = Problem.of(
-        X_s,
-        X_t,
-        a,
-        b,
-        p=p,
-        seed=seed,
-        generator=generator,
-        validate=validate,
-        power=power,
-        log=log,
-        chunk_size=chunk_size,
-        process_group=process_group,
-        gather=gather,
-    )
-    kappa = check_kappa(kappa)
-    if projections is None:
-        n_projections = check_positive_int(n_projections, "n_projections")
-        projections = random_path_directions(problem.measures, n_projections, kappa, problem.rng)
-    else:
-        projections = resolve_projections(
+    if projections is not None:  # SW on the given directions
+        given = resolve_projections(
             problem.measures, projections, 1, False, problem.rng, validate=problem.validate
         )
-    return problem.evaluate(line_projection, projections, projections=projections)
+        return evaluate(problem, line_projection, given, projections=given)
+    drawn = random_path_directions(problem.measures, n_projections, kappa, problem.rng)
+    value = evaluate(problem, line_projection, drawn, projections=drawn)
+    why = "its directions are drawn from the data and held fixed"
+    return value._replace(per_slice=first_order_only(value.per_slice, "rp_sw", why))

@@ -22,24 +22,33 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from tsw.core._driver import LINE, Problem, Projection, Result, driver_options, line_coordinates
+from tsw.core._api import distance
+from tsw.core._driver import evaluate
+from tsw.core._output import Evaluation
+from tsw.core._problem import Problem
+from tsw.core._projection import LINE, Projection, line_coordinates
 from tsw.core._random import Sampler, resolve_sampler
 from tsw.core._validation import (
     Measures,
     check_bool,
     check_dtype_device,
     check_measures_on_sphere,
-    check_nonnegative_int,
     check_orthogonal,
     check_positive_int,
     check_stack,
     check_tensor,
 )
 from tsw.sliced._sw import resolve_projections
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from tsw.core._api import SharedOptions
 
 __all__ = ["s3w", "s3w_map", "s3w_unif", "sample_rotations"]
 
@@ -250,7 +259,7 @@ def _s3w(
     projections: Tensor | None,
     compat: bool,
     sampling: str,
-) -> Result:
+) -> Evaluation:
     """Evaluate a validated problem on the sphere (draws rotations, then directions)."""
     measures = problem.measures
     X_s = measures.X_s
@@ -263,7 +272,7 @@ def _s3w(
         view, projections, n_projections, False, problem.rng, sampling, validate=problem.validate
     )
     project = partial(s3w_projection, compat=compat)
-    return problem.evaluate(project, (rot, proj), projections=proj)
+    return evaluate(problem, project, (rot, proj), projections=proj)
 
 
 def s3w_projection(
@@ -289,12 +298,10 @@ def s3w_projection(
     return Projection(coords, weights, LINE, n_source=measures.X_s.shape[-2])
 
 
-@driver_options(sliced=True)
+@distance(sliced=True)
 def s3w(
-    X_s: Tensor,
-    X_t: Tensor,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
+    problem: Problem,
+    /,
     *,
     n_projections: int = 50,
     p: float = 2,
@@ -303,13 +310,9 @@ def s3w(
     projections: Tensor | None = None,
     compat: bool = False,
     sampling: str = "iid",
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
     renormalize: bool = False,
-    power: bool = False,
-    log: bool = False,
-) -> Result:
+    **options: Unpack[SharedOptions],
+) -> Evaluation:
     r"""Stereographic spherical sliced Wasserstein distance: S3W, RI-S3W, ARI-S3W.
 
     References: [Tran2024s3w]_.
@@ -375,15 +378,12 @@ def s3w(
     sampling : {"iid", "orthogonal", "qmc"}, default "iid"
         How the directions of :math:`\mathbb R^d` are spread, as in :func:`tsw.sw`
         (unbiased in every mode); the rotations stay i.i.d. Haar.
-    seed, generator
-        Randomness (``seed`` is device independent; the global RNG is never used). The
-        rotations are drawn first (as :func:`sample_rotations`), then the directions (as
-        :func:`tsw.sample_projections` with ``sampling``), from one generator.
-    validate : bool, default True
-        Run the value checks (finite inputs, weights, points on the sphere, orthogonal
-        rotations).
     renormalize : bool, default False
-        Divide the rows by their norms instead of rejecting points off the sphere.
+        Divide the rows by their norms instead of rejecting points off the sphere
+        (with ``validate``, points off the sphere and rotations that are not orthogonal
+        raise). The rotations are drawn first (as :func:`sample_rotations`), then the
+        directions (as :func:`tsw.sample_projections` with ``sampling``), from one
+        generator.
 
     Returns
     -------
@@ -418,17 +418,11 @@ def s3w(
     >>> bool(tsw.s3w(X, Y, n_rotations=10, seed=0) > 0)
     True
     """
-    problem = Problem.of(
-        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
-    )
     problem = problem.replace(
         measures=check_measures_on_sphere(
-            problem.measures, renormalize=renormalize, validate=validate
+            problem.measures, renormalize=renormalize, validate=problem.validate
         )
     )
-    check_positive_int(n_projections, "n_projections")
-    check_nonnegative_int(n_rotations, "n_rotations")
-    check_bool(compat, "compat")
     return _s3w(
         problem,
         n_projections=n_projections,
@@ -440,10 +434,10 @@ def s3w(
     )
 
 
-@driver_options(sliced=True)
+@distance(sliced=True, one_measure=True)
 def s3w_unif(
-    X_s: Tensor,
-    a: Tensor | None = None,
+    problem: Problem,
+    /,
     *,
     n_samples: int = 1000,
     n_projections: int = 50,
@@ -453,13 +447,9 @@ def s3w_unif(
     projections: Tensor | None = None,
     compat: bool = False,
     sampling: str = "iid",
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
     renormalize: bool = False,
-    power: bool = False,
-    log: bool = False,
-) -> Result:
+    **options: Unpack[SharedOptions],
+) -> Evaluation:
     r"""S3W (or RI-S3W) between a measure on the sphere and a sample of the uniform measure.
 
     References: [Tran2024s3wu]_.
@@ -483,7 +473,7 @@ def s3w_unif(
         Size of the uniform sample.
     n_projections, p, n_rotations, rotations, projections, compat, sampling
         As in :func:`s3w`.
-    seed, generator, validate, renormalize
+    renormalize
         As in :func:`s3w`.
 
     Returns
@@ -509,16 +499,9 @@ def s3w_unif(
     >>> bool(tsw.s3w_unif(U, seed=0) < tsw.s3w_unif(C, seed=0))
     True
     """
-    problem = Problem.of_one(
-        X_s, a, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
-    )
     measures = check_measures_on_sphere(
-        problem.measures, renormalize=renormalize, validate=validate
+        problem.measures, renormalize=renormalize, validate=problem.validate
     )
-    check_positive_int(n_samples, "n_samples")
-    check_positive_int(n_projections, "n_projections")
-    check_nonnegative_int(n_rotations, "n_rotations")
-    check_bool(compat, "compat")
     X, w = measures.X_s, measures.a
     # the uniform side: drawn first, shared by the batch, of the total mass of a
     U = problem.rng.sphere(n_samples, X.shape[-1]).expand(X.shape[0], n_samples, X.shape[-1])

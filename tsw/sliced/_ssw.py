@@ -19,14 +19,17 @@ POT (one call per batch item), those of :func:`ssw_unif` from the closed form ab
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import ot
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, Result, driver_options, from_numpy
-from tsw.core._random import resolve_sampler
+from tsw.core._api import distance
+from tsw.core._output import Evaluation
+from tsw.core._problem import Problem, from_numpy
+from tsw.core._random import Seed, resolve_sampler
 from tsw.core._sort import sort_last
+from tsw.core._twice import first_order_only
 from tsw.core._validation import (
     check_dtype_device,
     check_measures_on_sphere,
@@ -34,6 +37,11 @@ from tsw.core._validation import (
     check_positive_int,
     check_stack,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from tsw.core._api import POTOrderOptions
 
 __all__ = ["sample_sphere_projections", "ssw", "ssw_unif"]
 
@@ -101,23 +109,19 @@ def resolve_circles(problem: Problem, projections: Tensor | None, n_projections:
     return checked
 
 
-@driver_options(sliced=True)
+@distance(sliced=True)
 def ssw(
-    X_s: Tensor,
-    X_t: Tensor,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
-    *,
+    problem: Problem,
+    /,
     n_projections: int = 50,
     p: float = 2,
     projections: Tensor | None = None,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
-    renormalize: bool = False,
-    power: bool = False,
+    seed: Seed = None,
     log: bool = False,
-) -> Result:
+    *,
+    renormalize: bool = False,
+    **options: Unpack[POTOrderOptions],
+) -> Evaluation:
     r"""Spherical sliced Wasserstein distance :math:`SSW_p` (Bonet et al. 2023).
 
     References: [Bonet2023]_.
@@ -149,10 +153,7 @@ def ssw(
         Order of the circle Wasserstein distances.
     projections : Tensor of shape (L, d+1, 2) or (B, L, d+1, 2), optional
         Explicit frames (POT's layout), see :func:`sample_sphere_projections`.
-    seed, generator
-        Randomness of the frames (``seed`` is device independent; the global RNG is
-        never used).
-    validate, renormalize
+    renormalize
         As in :func:`tsw.stsw`.
 
     Returns
@@ -189,24 +190,27 @@ def ssw(
     >>> float(tsw.ssw(X, X, seed=0))
     0.0
     """
-    problem = Problem.of(
-        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
-    )
+    import ot  # POT's circle solver (imported here: most distances never need POT)
+
+    if problem.measures.X_s.device.type == "meta":
+        raise ValueError(
+            "ssw solves each great circle with POT, which needs values: X_s on the meta "
+            "device has none (ssw_unif and stsw run on meta tensors)"
+        )
     measures = check_measures_on_sphere(
-        problem.measures, renormalize=renormalize, validate=validate
+        problem.measures, renormalize=renormalize, validate=problem.validate
     )
     problem = problem.replace(measures=measures)
     Xs, Xt, p = measures.X_s, measures.X_t, problem.p
-    check_positive_int(n_projections, "n_projections")
     proj = resolve_circles(problem, projections, n_projections)
     L = proj.shape[-3]
-    if not validate:  # POT's binary search never ends on NaN: give NaN without calling it
+    if not problem.validate:  # POT's binary search never ends on NaN: give NaN without calling it
         finite = torch.isfinite(Xs).all() & torch.isfinite(Xt).all()
         finite &= torch.isfinite(measures.a).all() & torch.isfinite(measures.b).all()
         finite &= torch.isfinite(proj).all()
         if not bool(finite):
             nan = torch.full((Xs.shape[0], L), math.nan, dtype=Xs.dtype, device=Xs.device)
-            return problem.finish(nan, proj, projections=proj)
+            return Evaluation(nan, proj, proj)
     # POT's circle solver on positions in [0, 1) computed here in float64 (its binary
     # search for p > 1 stops on an interval width float32 cannot always resolve): a point
     # at a pole of a circle (U^T x = 0, where POT's own projection gives 0/0 and its
@@ -225,7 +229,8 @@ def ssw(
     # the mean and the root are the driver's (zero subgradient at 0; POT's gives NaN)
     empty = Xs.new_zeros((0, L))  # an empty batch
     costs = torch.stack(per_circle).to(Xs.dtype) if per_circle else empty
-    return problem.finish(costs, proj, projections=proj)
+    why = "POT's circle solver gives its gradient, not its second derivative"
+    return Evaluation(first_order_only(costs, "ssw", why), proj, proj)
 
 
 def _circle_coordinates(X: Tensor, projections: Tensor) -> Tensor:
@@ -243,20 +248,18 @@ def _circle_coordinates(X: Tensor, projections: Tensor) -> Tensor:
     return (angle / (2 * math.pi)).transpose(-1, -2)
 
 
-@driver_options(sliced=True)
+@distance(sliced=True, one_measure=True, p=2.0)
 def ssw_unif(
-    X_s: Tensor,
-    a: Tensor | None = None,
-    *,
+    problem: Problem,
+    /,
     n_projections: int = 50,
     projections: Tensor | None = None,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
-    renormalize: bool = False,
-    power: bool = False,
+    seed: Seed = None,
     log: bool = False,
-) -> Result:
+    *,
+    renormalize: bool = False,
+    **options: Unpack[POTOrderOptions],
+) -> Evaluation:
     r""":math:`SSW_2` between a measure on the sphere and the uniform measure on it.
 
     References: [Bonet2023u]_.
@@ -283,7 +286,7 @@ def ssw_unif(
         Support, unit vectors.
     a : Tensor of shape (N,) or (B, N), optional
         Non-negative weights; uniform by default.
-    n_projections, projections, seed, generator, validate, renormalize
+    n_projections, projections, renormalize
         As in :func:`ssw`.
 
     Returns
@@ -308,15 +311,11 @@ def ssw_unif(
     >>> bool(tsw.ssw_unif(X, seed=0) < 0.02)
     True
     """
-    problem = Problem.of_one(
-        X_s, a, p=2, seed=seed, generator=generator, validate=validate, power=power, log=log
-    )
     problem = problem.replace(
         measures=check_measures_on_sphere(
-            problem.measures, renormalize=renormalize, validate=validate
+            problem.measures, renormalize=renormalize, validate=problem.validate
         )
     )
-    check_positive_int(n_projections, "n_projections")
     proj = resolve_circles(problem, projections, n_projections)
     X, w = problem.measures.X_s, problem.measures.a
     mass = w.sum(-1)  # (B,)
@@ -327,4 +326,4 @@ def ssw_unif(
     mean = (ws * x).sum(-1)
     w2 = (ws * x * x).sum(-1) - mean * mean + (ws * x * (1 - ws - 2 * before)).sum(-1) + 1 / 12
     # W2^2 >= 0 per circle; rounding may leave a tiny negative value
-    return problem.finish((w2 * mass.unsqueeze(-1)).clamp_min(0), proj, projections=proj)
+    return Evaluation((w2 * mass.unsqueeze(-1)).clamp_min(0), proj, proj)

@@ -15,32 +15,30 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from tsw.core._driver import (
-    LINE,
-    Problem,
-    Projection,
-    Result,
-    closed_form,
-    driver_options,
-    from_numpy,
-    line_coordinates,
-)
-from tsw.core._random import Sampler, resolve_sampler
+from tsw.core._api import distance
+from tsw.core._driver import evaluate
+from tsw.core._output import Evaluation
+from tsw.core._problem import Problem, from_numpy
+from tsw.core._projection import LINE, Projection, closed_form, line_coordinates
+from tsw.core._random import Sampler, Seed, resolve_sampler
 from tsw.core._safe import recordable
+from tsw.core._twice import first_order_only
 from tsw.core._validation import (
     Measures,
     check_bool,
     check_dtype_device,
-    check_nonnegative_float,
-    check_nonnegative_int,
     check_positive_int,
+    check_range,
+    check_sampling,
     check_tensor,
     check_unit,
 )
-from tsw.core.trees import check_sampling, sample_directions, sampling_doc
+from tsw.core.trees import sample_directions, sampling_doc
 
 if TYPE_CHECKING:
-    from torch.distributed import ProcessGroup
+    from typing_extensions import Unpack
+
+    from tsw.core._api import SharedOptions, SWOptions
 
 __all__ = ["max_sw", "sample_projections", "sw"]
 
@@ -176,27 +174,20 @@ def _direction_costs(measures: Measures, projections: Tensor, p: float) -> Tenso
     return closed_form(line_projection(measures, projections), p)
 
 
-@driver_options(sliced=True, chunked=True)
+@distance(chunked=True, sliced=True)
 def sw(
-    X_s: Tensor,
-    X_t: Tensor,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
-    *,
+    problem: Problem,
+    /,
     n_projections: int = 50,
     p: float = 2,
     projections: Tensor | None = None,
+    seed: Seed = None,
+    log: bool = False,
+    *,
     orthogonal: bool = False,
     sampling: str = "iid",
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
-    power: bool = False,
-    log: bool = False,
-    chunk_size: int | str | None = "auto",
-    process_group: ProcessGroup | None = None,
-    gather: bool = False,
-) -> Result:
+    **options: Unpack[SWOptions],
+) -> Evaluation:
     r"""Monte-Carlo sliced Wasserstein distance :math:`SW_p`.
 
     References: [Bonneel2015]_ and [Rowland2019]_.
@@ -229,10 +220,6 @@ def sw(
         How the directions are spread (:func:`tsw.sample_projections`): i.i.d.,
         stratified in orthonormal frames, or randomised quasi-Monte Carlo; each direction
         stays uniform, so the estimate stays unbiased.
-    seed, generator
-        Randomness (``seed`` is device independent; the global RNG is never used).
-    validate : bool, default True
-        Run the value checks.
 
     Returns
     -------
@@ -257,21 +244,6 @@ def sw(
     >>> tsw.sw(X, Y, projections=torch.tensor([[1.0], [0.0]]))
     tensor(3.)
     """
-    problem = Problem.of(
-        X_s,
-        X_t,
-        a,
-        b,
-        p=p,
-        seed=seed,
-        generator=generator,
-        validate=validate,
-        power=power,
-        log=log,
-        chunk_size=chunk_size,
-        process_group=process_group,
-        gather=gather,
-    )
     projections = resolve_projections(
         problem.measures,
         projections,
@@ -281,27 +253,21 @@ def sw(
         sampling,
         validate=problem.validate,
     )
-    return problem.evaluate(line_projection, projections, projections=projections)
+    return evaluate(problem, line_projection, projections, projections=projections)
 
 
-@driver_options(sliced=True)
+@distance(sliced=True)
 def max_sw(
-    X_s: Tensor,
-    X_t: Tensor,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
+    problem: Problem,
+    /,
     *,
     p: float = 2,
     n_iter: int = 100,
     lr: float = 0.05,
     n_init: int = 16,
     sampling: str = "iid",
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
-    power: bool = False,
-    log: bool = False,
-) -> Result:
+    **options: Unpack[SharedOptions],
+) -> Evaluation:
     r"""Max-sliced Wasserstein distance by projected gradient ascent.
 
     References: [Deshpande2019]_.
@@ -335,8 +301,6 @@ def max_sw(
     sampling : {"iid", "orthogonal", "qmc"}, default "iid"
         How the ``n_init`` starting directions are spread, as in :func:`tsw.sw`
         (``"orthogonal"``: blocks of orthonormal frames, which cover the sphere evenly).
-    seed, generator, validate
-        As in :func:`sw`.
 
     Returns
     -------
@@ -356,20 +320,15 @@ def max_sw(
     >>> round(float(tsw.max_sw(X, Y, seed=0)), 3)
     2.0
     """
-    problem = Problem.of(
-        X_s, X_t, a, b, p=p, seed=seed, generator=generator, validate=validate, power=power, log=log
-    )
-    _measures, p = problem.measures, problem.p
-    check_nonnegative_int(n_iter, "n_iter")
-    check_positive_int(n_init, "n_init")
-    lr = check_nonnegative_float(lr, "lr")
-    sampling = check_sampling(sampling)
-    problem.check_range()
+    if problem.validate:
+        check_range(problem.measures, problem.p)
     with torch.inference_mode(False):  # the ascent differentiates, in any mode
         best = _ascent(problem, n_iter=n_iter, lr=lr, n_init=n_init, sampling=sampling)
     # the value along the final direction goes through the driver (one slice per item);
     # the range was checked before the ascent
-    return problem.replace(validate=False).evaluate(line_projection, best, projections=best)
+    value = evaluate(problem.replace(validate=False), line_projection, best, projections=best)
+    why = "its direction is the ascent's maximiser, held fixed (Danskin's theorem)"
+    return value._replace(per_slice=first_order_only(value.per_slice, "max_sw", why))
 
 
 def _ascent(problem: Problem, *, n_iter: int, lr: float, n_init: int, sampling: str) -> Tensor:

@@ -19,18 +19,26 @@ one call per slice.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
-import ot
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, Result, driver_options
+from tsw.core._api import distance
+from tsw.core._output import Evaluation
+from tsw.core._problem import Problem
 from tsw.core._safe import recordable
 from tsw.core._sort import sort_last
-from tsw.core._validation import check_mass, check_positive_int
+from tsw.core._twice import first_order_only
+from tsw.core._validation import check_mass, check_positive_int, check_range
 from tsw.core.wasserstein_1d import quantile_cost
 from tsw.sliced._sw import line_projection, resolve_projections
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from tsw.core._api import SharedOptions
 
 __all__ = ["partial_sw", "unbalanced_sw"]
 
@@ -43,7 +51,13 @@ def _line_coordinates(
     sampling: str,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Projected supports (B, L, N) and (B, L, M) on explicit or drawn directions."""
-    problem.check_range()
+    if problem.measures.X_s.device.type == "meta":
+        raise ValueError(
+            "partial_sw and unbalanced_sw solve each slice with POT, which needs values: "
+            "X_s on the meta device has none"
+        )
+    if problem.validate:
+        check_range(problem.measures, problem.p)
     measures = problem.measures
     proj = resolve_projections(
         measures,
@@ -59,12 +73,35 @@ def _line_coordinates(
     return coords[..., :N], coords[..., N:], proj
 
 
-@driver_options(sliced=True)
+def _check_reg_m(reg_m: object) -> tuple[float, float]:
+    """``reg_m`` as a pair of positive reals (``inf`` allowed: a hard marginal)."""
+    pair = tuple(reg_m) if isinstance(reg_m, tuple | list) else (reg_m, reg_m)
+    reals = [
+        float(r)
+        for r in pair
+        if not isinstance(r, bool) and isinstance(r, int | float) and not math.isnan(r) and r > 0
+    ]
+    if len(pair) != 2 or len(reals) != 2:
+        raise ValueError(
+            "reg_m must be a real number > 0 or a pair of them (inf allowed: a hard "
+            f"marginal); got {reg_m!r}"
+        )
+    return reals[0], reals[1]
+
+
+def check_reg_m(value: object, name: str = "reg_m") -> tuple[float, float]:
+    """``reg_m`` as a pair of positive reals (``inf`` allowed: a hard marginal)."""
+    return _check_reg_m(value)
+
+
+def _check_n_transported(value: object, name: str = "n_transported") -> int | None:
+    return None if value is None else check_positive_int(value, name)
+
+
+@distance(sliced=True, balanced=False, checks={"n_transported": _check_n_transported})
 def partial_sw(
-    X_s: Tensor,
-    X_t: Tensor,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
+    problem: Problem,
+    /,
     *,
     n_transported: int | None = None,
     n_projections: int = 50,
@@ -72,12 +109,8 @@ def partial_sw(
     projections: Tensor | None = None,
     orthogonal: bool = False,
     sampling: str = "iid",
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
-    power: bool = False,
-    log: bool = False,
-) -> Result:
+    **options: Unpack[SharedOptions],
+) -> Evaluation:
     r"""Sliced partial Wasserstein distance between point clouds of unit-mass atoms.
 
     References: [Bonneel2019]_ and [Chapel2025]_.
@@ -119,10 +152,6 @@ def partial_sw(
         Blocks of orthonormal directions, as in :func:`tsw.sw`.
     sampling : {"iid", "orthogonal", "qmc"}, default "iid"
         How the directions are spread, as in :func:`tsw.sw` (unbiased in every mode).
-    seed, generator
-        Randomness of the projections, as in :func:`tsw.sw`.
-    validate : bool, default True
-        Run the value checks.
 
     Returns
     -------
@@ -154,25 +183,14 @@ def partial_sw(
     >>> tsw.partial_sw(X, Y, projections=torch.ones(1, 1), p=1)
     tensor(0.5000)
     """
-    for name, w in (("a", a), ("b", b)):
-        if w is not None:
+    import ot  # POT's one-dimensional partial solver (imported here, when needed)
+
+    for name, given in zip(("a", "b"), problem.weighted, strict=True):
+        if given:
             raise ValueError(
                 f"partial_sw supports atoms of equal unit mass only (POT's one-dimensional "
-                f"partial solver): pass {name}=None; got a {type(w).__name__}"
+                f"partial solver): pass {name}=None; got weights"
             )
-    problem = Problem.of(
-        X_s,
-        X_t,
-        None,
-        None,
-        p=p,
-        seed=seed,
-        generator=generator,
-        validate=validate,
-        power=power,
-        log=log,
-        balanced=False,
-    )
     measures, p = problem.measures, problem.p
     if p != int(p):
         # POT 0.9.7's solver takes an int: a non-integer p is silently truncated there
@@ -180,7 +198,7 @@ def partial_sw(
             f"partial_sw needs an integer p (POT's one-dimensional partial solver); got p={p}"
         )
     N, M = measures.X_s.shape[-2], measures.X_t.shape[-2]
-    k = min(N, M) if n_transported is None else check_positive_int(n_transported, "n_transported")
+    k = min(N, M) if n_transported is None else n_transported
     if k > min(N, M):
         raise ValueError(f"n_transported must be <= min(N, M) = {min(N, M)}; got n_transported={k}")
     us, vs, proj = _line_coordinates(problem, projections, n_projections, orthogonal, sampling)
@@ -199,23 +217,7 @@ def partial_sw(
     sel_t = torch.gather(vs, -1, torch.from_numpy(idx_t).to(vs.device))
     diff = (sort_last(sel_s)[0] - sort_last(sel_t)[0]).abs()
     cost = (diff if p == 1.0 else diff.pow(p)).sum(-1) / k  # (B, L)
-    return problem.finish(cost, proj, projections=proj)
-
-
-def _check_reg_m(reg_m: object) -> tuple[float, float]:
-    """``reg_m`` as a pair of positive reals (``inf`` allowed: a hard marginal)."""
-    pair = tuple(reg_m) if isinstance(reg_m, tuple | list) else (reg_m, reg_m)
-    reals = [
-        float(r)
-        for r in pair
-        if not isinstance(r, bool) and isinstance(r, int | float) and not math.isnan(r) and r > 0
-    ]
-    if len(pair) != 2 or len(reals) != 2:
-        raise ValueError(
-            "reg_m must be a real number > 0 or a pair of them (inf allowed: a hard "
-            f"marginal); got {reg_m!r}"
-        )
-    return reals[0], reals[1]
+    return Evaluation(cost, proj, proj)
 
 
 def _kl(p: Tensor, q: Tensor) -> Tensor:
@@ -225,12 +227,10 @@ def _kl(p: Tensor, q: Tensor) -> Tensor:
     return (torch.where(pos, p * torch.log(ratio), 0) - p + q).sum(-1)
 
 
-@driver_options(sliced=True)
+@distance(sliced=True, balanced=False, checks={"reg_m": check_reg_m, "n_iter": check_positive_int})
 def unbalanced_sw(
-    X_s: Tensor,
-    X_t: Tensor,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
+    problem: Problem,
+    /,
     *,
     mass_s: float | Tensor = 1.0,
     mass_t: float | Tensor = 1.0,
@@ -241,12 +241,8 @@ def unbalanced_sw(
     orthogonal: bool = False,
     sampling: str = "iid",
     n_iter: int = 10,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
-    power: bool = False,
-    log: bool = False,
-) -> Result:
+    **options: Unpack[SharedOptions],
+) -> Evaluation:
     r"""Sliced unbalanced optimal transport with KL marginal penalties (SUOT).
 
     References: [Bonet2025]_ and [Sejourne2022]_.
@@ -284,7 +280,7 @@ def unbalanced_sw(
     reg_m : float or pair of floats, default 1.0
         Marginal penalties :math:`\rho_1, \rho_2 > 0`; ``inf`` makes a marginal hard
         (both ``inf``: sliced :math:`W_p^p` of equal masses).
-    n_projections, p, projections, orthogonal, sampling, seed, generator, validate
+    n_projections, p, projections, orthogonal, sampling
         As in :func:`tsw.sw`.
     n_iter : int, default 10
         Frank-Wolfe iterations of POT's solver (POT's default). Each slice's value is
@@ -323,23 +319,12 @@ def unbalanced_sw(
     >>> bool(value > 0)
     True
     """
-    given_a, given_b = a is not None, b is not None
-    problem = Problem.of(
-        X_s,
-        X_t,
-        a,
-        b,
-        p=p,
-        seed=seed,
-        generator=generator,
-        validate=validate,
-        power=power,
-        log=log,
-        balanced=False,
-    )
+    import ot  # POT's unbalanced one-dimensional solver (imported here, when needed)
+
+    given_a, given_b = problem.weighted
     measures, p = problem.measures, problem.p
-    rho = _check_reg_m(reg_m)
-    n_iter = check_positive_int(n_iter, "n_iter")
+    rho = cast(tuple[float, float], reg_m)  # checked: a pair
+    validate = problem.validate
     m_s = check_mass(mass_s, "mass_s", measures.X_s, measures.batched, validate).reshape(-1, 1)
     m_t = check_mass(mass_t, "mass_t", measures.X_s, measures.batched, validate).reshape(-1, 1)
     a_hat = measures.a / measures.a.sum(-1, keepdim=True) if given_a else measures.a
@@ -399,4 +384,5 @@ def unbalanced_sw(
     if bool(bad.any()):
         marg_s = torch.where(bad.unsqueeze(-1), zero_s, marg_s)
         marg_t = torch.where(bad.unsqueeze(-1), zero_t, marg_t)
-    return problem.finish(objective(marg_s, marg_t), proj, projections=proj)
+    why = "POT's marginals are held fixed (their derivative in the data is not formed)"
+    return Evaluation(first_order_only(objective(marg_s, marg_t), "unbalanced_sw", why), proj, proj)

@@ -36,28 +36,23 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from tsw.core import _kernels
-from tsw.core._driver import RAYS, Projection, closed_form
+from tsw.core._angles import S2Angles, inv_norm
 from tsw.core._random import Sampler
 from tsw.core._safe import LineDistance
 from tsw.core._slices import with_batch_axis
 from tsw.core._sort import sort_last
-from tsw.core.splits import split_masses
+from tsw.core.splits import angular_split_masses, split_masses
 from tsw.core.trees import SphericalTrees
 
 __all__ = [
-    "SplitRays",
-    "ray_projection",
+    "s2_angles",
     "spherical_project",
     "spherical_split",
-    "split_ray_cost",
-    "split_rays",
     "uniform_projection",
 ]
 
@@ -106,255 +101,17 @@ def _frames(trees: SphericalTrees) -> tuple[Tensor, Tensor]:
     return frames, theta
 
 
-class _S2Angles(torch.autograd.Function):
-    r"""``t``, the tangent polar angles and ``sin t`` (B, T, n) of points on S^2.
-
-    ``Z`` (B, n, 3) the points, ``frames`` (B|1, T, 3, 3) the trees' orthonormal frames
-    ``(x, e1, e2)``. With ``A = frames Z^T`` (one (3T, 3) x (3, n) product per item) and
-    :math:`\rho = |(A_1, A_2)|`: :math:`t = \mathrm{atan2}(\rho, A_0)`,
-    :math:`\theta = \mathrm{atan2}(A_2, A_1)` and :math:`\sin t = \rho / |z|`.
-
-    The backward pass is written out: with :math:`r^2 = A_0^2 + \rho^2`,
-    :math:`\partial t / \partial A_0 = -\rho / r^2`,
-    :math:`\partial t / \partial \rho = A_0 / r^2`, and through
-    :math:`(\rho, \theta)` the gradient ``(A_1, A_2) / rho`` and
-    ``(-A_2, A_1) / rho^2`` of :class:`_Polar`, with ``1 / rho`` taken as 0 where
-    ``rho = 0`` (a point at the root or its antipode: a zero subgradient, as there). One
-    compiled loop per tree on the CPU (:func:`tsw.core._kernels.s2_angles_backward`), the
-    same formulas in torch operators elsewhere; autograd's graph of the same operations
-    made about 25 passes over (B, T, n).
-    """
-
-    @staticmethod
-    def forward(ctx, Z: Tensor, frames: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        B, n, _ = Z.shape
-        T = frames.shape[-3]
-        A = torch.matmul(frames.reshape(frames.shape[0], 3 * T, 3), Z.transpose(-1, -2))
-        A = A.reshape(B, T, 3, n)
-        rho = torch.hypot(A[:, :, 1], A[:, :, 2])
-        polar = torch.atan2(A[:, :, 2], A[:, :, 1])
-        t = torch.atan2(rho, A[:, :, 0])
-        inv = _inv_norm(Z)  # (B, 1, n)
-        ctx.save_for_backward(Z, frames, A, rho, inv)
-        return t, polar, rho * inv
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, gt: Tensor, gpolar: Tensor, gscale: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        Z, frames, A, rho, inv = ctx.saved_tensors
-        B, T, _, n = A.shape
-        if _kernels.usable(A, rho, inv, gt, gpolar, gscale):
-            gA, gq = _kernels.s2_angles_backward(A, rho, inv, gt, gpolar, gscale)
-        else:
-            gA, gq = _s2_angles_backward(A, rho, inv, gt, gpolar, gscale)
-        grad_Z = grad_frames = None
-        F = frames.reshape(frames.shape[0], 3 * T, 3)
-        if ctx.needs_input_grad[0]:
-            # (B, 3, n) transposed to (B, n, 3): 0.14x the time of the product in that order
-            grad_Z = torch.matmul(F.transpose(-1, -2), gA.reshape(B, 3 * T, n)).transpose(-1, -2)
-            ginv = gq.sum(1, keepdim=True)  # (B, 1, n): the gradient of 1 / |z|
-            grad_Z.sub_(Z * (ginv * inv * inv * inv).transpose(-1, -2))
-        if ctx.needs_input_grad[1]:
-            grad_frames = torch.matmul(gA.reshape(B, 3 * T, n), Z).reshape(B, T, 3, 3)
-            if frames.shape[0] != B:
-                grad_frames = grad_frames.sum(0, keepdim=True)
-        return grad_Z, grad_frames
-
-
-def _s2_angles_backward(
-    A: Tensor, rho: Tensor, inv: Tensor, gt: Tensor, gpolar: Tensor, gscale: Tensor
-) -> tuple[Tensor, Tensor]:
-    """:class:`_S2Angles`' backward to ``A`` (B, T, 3, n), and ``gscale * rho`` (B, T, n)."""
-    a0, a1, a2 = A.unbind(-2)
-    tiny = torch.finfo(rho.dtype).tiny
-    ir = rho / (rho * rho + tiny)  # 1 / rho, and 0 at rho = 0
-    r2 = a0 * a0 + rho * rho
-    grho = gt * a0 / r2 + gscale * inv
-    h = gpolar * ir * ir
-    gA = torch.stack([-gt * rho / r2, grho * a1 * ir - h * a2, grho * a2 * ir + h * a1], dim=-2)
-    return gA, gscale * rho
-
-
-def _s2_angles(Z: Tensor, trees: SphericalTrees) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def s2_angles(Z: Tensor, trees: SphericalTrees) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Return ``t``, the tangent polar angles, the rays' angles and ``sin t`` on S^2.
 
     Shapes (B, T, n), (B, T, n), (B|1, T, k) and (B, T, n), from one (3T, 3) x (3, n)
-    product (:class:`_S2Angles`); ``sin t = rho / |z|``.
+    product (:class:`tsw.core._angles.S2Angles`); ``sin t = rho / |z|``.
     """
     frames, theta = _frames(trees)
     # (B|1, T, 3, 3) and (B|1, T, k)
     frames, theta = with_batch_axis(frames, 3), with_batch_axis(theta, 2)
-    t, polar, scale = _S2Angles.apply(Z, frames)
+    t, polar, scale = S2Angles.apply(Z, frames)
     return t, polar, theta, scale
-
-
-def _shared_trees_sum(grad_theta: Tensor, theta_shape: torch.Size) -> Tensor:
-    """Sum the rays' gradient (B, T, k) over a batch that shares its trees (theta (1, T, k))."""
-    return grad_theta.sum(0, keepdim=True) if theta_shape[0] != grad_theta.shape[0] else grad_theta
-
-
-class _WrappedAngleSplit(torch.autograd.Function):
-    r"""STSW's split on S^2 in one function: angles, softmax and masses.
-
-    The masses :math:`\mathrm{softmax}_i(-\delta\, s\, \varphi_i)\, w` with
-    :math:`\varphi_i = \pi - |\pi - |\theta - \theta_i||`. ``polar`` (B, T, n) holds the
-    points' tangent polar angles :math:`\theta`, ``theta`` (B|1, T, k) the rays',
-    ``scale`` (B, T, n) :math:`s = \sin t`, ``w`` (B, n) the signed masses; the result
-    has shape (B, T, k, n). Written out, so that a block keeps three (T, k, n) tensors
-    for the backward pass (the angles, their slope and the split) instead of the eight
-    that autograd's graph of the same nine operations keeps, and the backward pass makes
-    about 9 passes over them instead of 20. The (sub)gradients equal autograd's:
-    ``sign(diff) * sign(pi - |diff|)`` for the wrapped angle, 0 where either is 0. On the
-    CPU with the compiled kernels, :class:`_SplitRayCost` forms this split and the
-    closed form together instead (:func:`split_ray_cost`).
-    """
-
-    @staticmethod
-    def forward(ctx, polar: Tensor, theta: Tensor, scale: Tensor, w: Tensor, delta: float):
-        phi = polar.unsqueeze(-2) - theta.unsqueeze(-1)  # (B, T, k, n), in [-2 pi, 2 pi]
-        slope = torch.sign(phi)
-        phi.abs_().sub_(math.pi)  # |diff| - pi
-        slope.mul_(torch.sign(phi)).neg_()  # d phi / d diff = sign(diff) sign(pi - |diff|)
-        phi.abs_().neg_().add_(math.pi)  # pi - ||diff| - pi|, in [0, pi]
-        alpha = torch.softmax(phi * (scale * -delta).unsqueeze(-2), dim=-2)
-        ctx.save_for_backward(phi, slope, alpha, scale, w)
-        ctx.delta, ctx.theta_shape = delta, theta.shape
-        return alpha * w[:, None, None, :]
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, g: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        phi, slope, alpha, scale, w = ctx.saved_tensors
-        need_polar, need_theta, need_scale, need_w = ctx.needs_input_grad[:4]
-        grad_polar = grad_theta = grad_scale = grad_w = None
-        if need_w:
-            grad_w = (g * alpha).sum((1, 2))
-        gl = g * w[:, None, None, :]  # d/d alpha, then d/d logits (softmax backward)
-        gl.sub_((alpha * gl).sum(-2, keepdim=True)).mul_(alpha).mul_(-ctx.delta)  # d/d beta
-        if need_scale:
-            grad_scale = (gl * phi).sum(-2)
-        if need_polar or need_theta:
-            gd = gl.mul_(scale.unsqueeze(-2)).mul_(slope)  # d/d diff
-            if need_polar:
-                grad_polar = gd.sum(-2)
-            if need_theta:
-                grad_theta = _shared_trees_sum(gd.sum(-1).neg_(), ctx.theta_shape)
-        return grad_polar, grad_theta, grad_scale, grad_w, None
-
-
-class SplitRays(NamedTuple):
-    r"""Atoms of a block of spherical trees on S^2 before the split (STSW's projection).
-
-    :func:`split_ray_cost` forms the split and the closed form on the rays from these
-    together. ``t``, ``polar``, ``scale`` (B, T, n): the geodesic coordinates, the
-    tangent polar angles and :math:`\sin t` of the atoms (:func:`_s2_angles`); ``theta``
-    (B|1, T, k) the rays' polar angles; ``w`` (B, n) the signed masses; ``delta > 0``.
-    ``extra``, optional: ``G`` more atoms on every tree, not split but given their
-    masses on each ray: their coordinate (G,) (the same on every tree) and their signed
-    masses (B|1, T, k, G), without gradients (the projected uniform measure of
-    :func:`tsw.stsw_unif`).
-    """
-
-    t: Tensor
-    polar: Tensor
-    theta: Tensor
-    scale: Tensor
-    w: Tensor
-    delta: float
-    extra: tuple[Tensor, Tensor] | None = None
-
-
-def split_rays(
-    Z: Tensor,
-    w: Tensor,
-    trees: SphericalTrees,
-    delta: float,
-    extra: tuple[Tensor, Tensor] | None = None,
-) -> SplitRays:
-    """Return the :class:`SplitRays` of points ``Z`` (B, n, 3) with signed masses ``w`` (B, n)."""
-    t, polar, theta, scale = _s2_angles(Z, trees)
-    return SplitRays(t, polar, theta, scale, w, delta, extra)
-
-
-class _SplitRayCost(torch.autograd.Function):
-    r"""STSW's cost per tree on S^2 from the angles, split and closed form in one loop.
-
-    The compiled forward (:func:`tsw.core._kernels.ray_split_forward`) sorts each
-    tree's coordinates, gathers the atoms' angles and masses in sorted order, forms their
-    split over the rays there, and sums :math:`(t_j - t_{j-1}) \sum_l |S_{lj}|^p` over
-    the rays' suffix masses :math:`S_{lj}` (in float64, from the far end); it keeps the
-    permutation, the sorted angles and masses and the split (B, T, k, n). The backward
-    is one loop per tree in sorted order that sums the suffix masses again and writes
-    the gradients of the coordinates, the polar angles, ``sin t``, the signed masses and
-    the rays' angles. This replaces :class:`_WrappedAngleSplit`'s (B, T, k, n) angles,
-    slopes, split and masses and the line cost's gather, prefix sums and gradients: the
-    same formulas. ``fixed`` (B|1, T, k, G), optional, gives the last ``G`` atoms'
-    masses on the rays instead of a split (their ``w`` must be 1 and ``scale`` 0).
-    """
-
-    @staticmethod
-    def forward(ctx, t, polar, theta, scale, w, fixed, delta: float, p: float):
-        cost, saved = _kernels.ray_split_forward(t, polar, theta, scale, w, fixed, delta, p)
-        ctx.save_for_backward(*saved)
-        ctx.delta, ctx.p = delta, p
-        return cost
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, g: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        saved = ctx.saved_tensors
-        need_t, need_polar, need_theta, need_scale, need_w = ctx.needs_input_grad[:5]
-        gt, gp, gs, gth, gw = _kernels.ray_split_backward(saved, g, ctx.delta, ctx.p, need_w)
-        return (
-            gt if need_t else None,
-            gp if need_polar else None,
-            _shared_trees_sum(gth, saved[-1].shape) if need_theta else None,
-            gs if need_scale else None,
-            gw.sum(1) if gw is not None else None,
-            None,
-            None,
-            None,
-        )
-
-
-def split_ray_cost(rays: SplitRays, p: float) -> Tensor:
-    """Cost per tree (B, T) of :class:`SplitRays`: STSW's split, then the rays' closed form.
-
-    One compiled loop per tree (:class:`_SplitRayCost`) where the kernels run
-    (:func:`tsw.core._kernels.usable`: CPU, float32/float64, ``p`` in {1, 2}, Numba);
-    otherwise :class:`_WrappedAngleSplit`'s masses (B, T, k, n) and the shared closed
-    form on the rays (:func:`ray_projection`), which share the coordinates.
-    """
-    t, polar, theta, scale, w, delta, extra = rays
-    if _kernels.usable(t, polar, theta, scale, w, p=p):
-        fixed = None
-        if extra is not None:  # atoms of given masses: w = 1 and sin t = 0 (no split)
-            coords, fixed = extra
-            B, T, G = t.shape[0], t.shape[1], coords.shape[-1]
-            t = torch.cat([t, coords.expand(B, T, G)], dim=-1)
-            polar = torch.cat([polar, polar.new_zeros(B, T, G)], dim=-1)
-            scale = torch.cat([scale, scale.new_zeros(B, T, G)], dim=-1)
-            w = torch.cat([w, w.new_ones(B, G)], dim=-1)
-        return _SplitRayCost.apply(t, polar, theta, scale, w, fixed, delta, p)
-    masses = _WrappedAngleSplit.apply(polar, theta, scale, w, delta)
-    return closed_form(ray_projection(t, masses, theta.shape[-1], extra), p)
-
-
-def ray_projection(
-    t: Tensor, masses: Tensor, k: int, extra: tuple[Tensor, Tensor] | None = None
-) -> Projection:
-    """Return the ``RAYS`` projection of ``k`` rays per tree sharing the coordinates ``t``.
-
-    ``t`` (B, T, n); ``masses`` broadcast to (B, T, k, n); ``extra`` as in :class:`SplitRays` (atoms
-    appended with their coordinate and their masses on each ray).
-    """
-    masses = masses.expand(*t.shape[:-1], k, t.shape[-1])
-    if extra is not None:
-        coords, extra_masses = extra
-        t = torch.cat([t, coords.expand(*t.shape[:-1], coords.shape[-1])], dim=-1)
-        extra_masses = extra_masses.expand(*masses.shape[:-1], coords.shape[-1])
-        masses = torch.cat([masses, extra_masses], dim=-1)
-    return Projection(t.unsqueeze(-2), masses, RAYS)  # t >= 0: rays
 
 
 def spherical_split(
@@ -366,12 +123,12 @@ def spherical_split(
     Returns ``t`` (B, T, n) as :func:`spherical_project` and the masses
     :math:`\mathrm{softmax}_i(-\delta \beta_i)\, w` (B, T, k, n). On S^2 one written-out
     function forms the wrapped angles, the softmax and the masses
-    (:class:`_WrappedAngleSplit`); elsewhere :func:`spherical_project`'s ``beta`` goes
-    through :func:`tsw.core.splits.split_masses`.
+    (:func:`tsw.core.splits.angular_split_masses`); elsewhere :func:`spherical_project`'s
+    ``beta`` goes through :func:`tsw.core.splits.split_masses`.
     """
     if Z.shape[-1] == 3:
-        t, polar, theta, scale = _s2_angles(Z, trees)
-        return t, _WrappedAngleSplit.apply(polar, theta, scale, w, delta)
+        t, polar, theta, scale = s2_angles(Z, trees)
+        return t, angular_split_masses(polar, theta, scale, w, delta)
     t, beta = spherical_project(Z, trees, angles=True)
     if beta is None:  # not reached: angles=True
         raise RuntimeError("spherical_project returned no angles")
@@ -402,7 +159,7 @@ def spherical_project(
     B, n, D = Z.shape
     Zt = Z.transpose(-1, -2)
     if D == 3:
-        t, polar, theta, scale = _s2_angles(Z, trees)
+        t, polar, theta, scale = s2_angles(Z, trees)
         if not angles:
             return t, None
         # wrapped |polar - theta_i| in [0, pi]: pi - |pi - |difference||
@@ -421,13 +178,8 @@ def spherical_project(
     w = torch.matmul(dirs.reshape(dirs.shape[0], T * k, D), Zt).reshape(B, T, k, n)
     q = LineDistance.apply((sq - c * c).unsqueeze(-2), w)  # distance to the ray's plane
     r, phi = _Polar.apply(w, q)  # r = |z - <x, z> x| again, consistent with phi
-    beta = r * phi * _inv_norm(Z).unsqueeze(-2)
+    beta = r * phi * inv_norm(Z).unsqueeze(-2)
     return t, beta
-
-
-def _inv_norm(Z: Tensor) -> Tensor:
-    """``1 / |z|`` of shape (B, 1, n)."""
-    return torch.linalg.vector_norm(Z, dim=-1).reciprocal().unsqueeze(-2)
 
 
 # --------------------------------------------------------------------------- uniform measure
@@ -495,7 +247,10 @@ def _tangent_nodes(trees: SphericalTrees, n_quad: int, sampler: Sampler) -> tupl
         brk = torch.cat([theta, torch.remainder(theta, 2 * math.pi) - math.pi], dim=-1)
         brk = sort_last(torch.remainder(brk, 2 * math.pi))[0]  # (..., T, 2k)
         nxt = torch.cat([brk[..., 1:], brk[..., :1] + 2 * math.pi], dim=-1)
-        xg, wg = (torch.as_tensor(a, dtype=dt) for a in np.polynomial.legendre.leggauss(8))
+        xg, wg = (
+            torch.as_tensor(a, dtype=dt, device=brk.device)
+            for a in np.polynomial.legendre.leggauss(8)
+        )
         length = (nxt - brk).unsqueeze(-1)  # (..., T, 2k, 1)
         nodes = (brk.unsqueeze(-1) + 0.5 * length * (xg + 1)).flatten(-2)  # (..., T, Q)
         weights = (0.5 * length * wg / (2 * math.pi)).flatten(-2).unsqueeze(-2)

@@ -14,14 +14,19 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import Tensor
 
-from tsw.core._driver import Problem, Result, driver_options
-from tsw.core._validation import check_measures_on_sphere, check_nonnegative_float
+from tsw.core._api import distance
+from tsw.core._driver import evaluate
+from tsw.core._output import Evaluation
+from tsw.core._problem import Problem
+from tsw.core._validation import check_measures_on_sphere
 from tsw.core.trees import SphericalTrees
 from tsw.euclidean.mappings import map_measures
-from tsw.sphere._stsw import resolve_spherical_trees, spherical_cost, spherical_projection
+from tsw.sphere._stsw import resolve_spherical_trees, spherical_projection
 
 if TYPE_CHECKING:
-    from torch.distributed import ProcessGroup
+    from typing_extensions import Unpack
+
+    from tsw.core._api import ChunkedOptions
 
 __all__ = ["spatial_stsw", "sphere_lift"]
 
@@ -73,12 +78,10 @@ def resolve_sphere_mapping(mapping: object) -> Callable[[Tensor], Tensor]:
     raise TypeError(f"mapping must be 'lift' or a callable; got {type(mapping).__name__}")
 
 
-@driver_options(chunked=True)
+@distance(chunked=True)
 def spatial_stsw(
-    X_s: Tensor,
-    X_t: Tensor,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
+    problem: Problem,
+    /,
     *,
     mapping: str | Callable[[Tensor], Tensor] = "lift",
     n_trees: int | None = None,
@@ -87,16 +90,9 @@ def spatial_stsw(
     p: float = 1,
     trees: SphericalTrees | None = None,
     sampling: str = "iid",
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
     renormalize: bool = False,
-    power: bool = False,
-    log: bool = False,
-    chunk_size: int | str | None = "auto",
-    process_group: ProcessGroup | None = None,
-    gather: bool = False,
-) -> Result:
+    **options: Unpack[ChunkedOptions],
+) -> Evaluation:
     r"""SpatialSTSW: :func:`tsw.stsw` between the images of the measures under a map.
 
     .. math::
@@ -121,7 +117,7 @@ def spatial_stsw(
         Weights, as in :func:`tsw.stsw`.
     mapping : "lift" or callable, default "lift"
         The map ``h``.
-    n_trees, n_lines, delta, p, trees, sampling, seed, generator, validate
+    n_trees, n_lines, delta, p, trees, sampling
         As in :func:`tsw.stsw`, in the mapped dimension.
     renormalize : bool, default False
         Project the inputs onto the sphere instead of rejecting off-sphere points.
@@ -146,30 +142,13 @@ def spatial_stsw(
     True
     """
     h: Callable[[Tensor], Tensor] = resolve_sphere_mapping(mapping)
-    problem = Problem.of(
-        X_s,
-        X_t,
-        a,
-        b,
-        p=p,
-        seed=seed,
-        generator=generator,
-        validate=validate,
-        power=power,
-        log=log,
-        chunk_size=chunk_size,
-        process_group=process_group,
-        gather=gather,
-    )
-    measures = check_measures_on_sphere(
-        problem.measures, renormalize=renormalize, validate=validate
-    )
+    check = problem.validate
+    measures = check_measures_on_sphere(problem.measures, renormalize=renormalize, validate=check)
     # the map sees the points as the caller passed them (the shared map step checks
     # its output); the weights are kept, already validated
-    mapped = map_measures(measures, h, validate)
+    mapped = map_measures(measures, h, check)
     problem = problem.replace(
-        measures=check_measures_on_sphere(mapped, renormalize=False, validate=validate)
+        measures=check_measures_on_sphere(mapped, renormalize=False, validate=check)
     )
-    delta = check_nonnegative_float(delta, "delta")
     trees = resolve_spherical_trees(problem, trees, n_trees, n_lines, sampling)
-    return problem.evaluate(partial(spherical_projection, delta=delta), trees, spherical_cost)
+    return evaluate(problem, partial(spherical_projection, delta=delta), trees)

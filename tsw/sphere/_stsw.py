@@ -8,35 +8,26 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from tsw.core._driver import (
-    Problem,
-    Projection,
-    Result,
-    atoms,
-    closed_form,
-    driver_options,
-    signed_masses,
-)
+from tsw.core._api import distance
+from tsw.core._driver import evaluate
+from tsw.core._output import Evaluation
+from tsw.core._problem import Problem
+from tsw.core._projection import RAYS, Projection, atoms, signed_masses
 from tsw.core._slices import resolve_trees
-from tsw.core._validation import (
-    Measures,
-    check_measures_on_sphere,
-    check_nonnegative_float,
-    check_positive_int,
-)
+from tsw.core._validation import Measures, check_measures_on_sphere
+from tsw.core.splits import AngularSplit, ray_masses
 from tsw.core.trees import SphericalTrees, sample_spherical_trees
 from tsw.sphere._geometry import (
-    SplitRays,
-    ray_projection,
+    s2_angles,
     spherical_project,
     spherical_split,
-    split_ray_cost,
-    split_rays,
     uniform_projection,
 )
 
 if TYPE_CHECKING:
-    from torch.distributed import ProcessGroup
+    from typing_extensions import Unpack
+
+    from tsw.core._api import ChunkedOptions
 
 __all__ = ["stsw", "stsw_unif"]
 
@@ -71,11 +62,11 @@ def spherical_projection(
     trees: SphericalTrees,
     delta: float,
     extra: tuple[Tensor, Tensor] | None = None,
-) -> Projection | SplitRays:
+) -> Projection:
     r"""Geodesic coordinates shared by the rays of a tree and the split masses (``RAYS``).
 
     On S^2 (``d + 1 = 3``) with ``delta > 0``, the atoms' angles before the split
-    (:class:`~tsw.sphere._geometry.SplitRays`), which :func:`spherical_cost` splits and
+    (:class:`~tsw.core.splits.AngularSplit`), which the closed form splits and
     transports together.
 
     Parameters
@@ -93,32 +84,21 @@ def spherical_projection(
     Z, w = atoms(measures), signed_masses(measures)
     k = trees.n_lines
     if Z.shape[-1] == 3 and delta > 0:
-        return split_rays(Z, w, trees, delta, extra)
+        t, polar, theta, scale = s2_angles(Z, trees)
+        return Projection(t, AngularSplit(polar, theta, scale, w, delta, extra), RAYS)
     if delta == 0:
         t, _ = spherical_project(Z, trees, angles=False)
         masses = (w / k).unsqueeze(-2).unsqueeze(-2)  # (B, 1, 1, n)
     else:
         t, masses = spherical_split(Z, w, trees, delta)
-    return ray_projection(t, masses, k, extra)
+    coords, masses = ray_masses(t, masses, k, extra)
+    return Projection(coords, masses, RAYS)  # t >= 0: rays
 
 
-def spherical_cost(projection: Projection | SplitRays, p: float) -> Tensor:
-    """Cost per tree (B, T) of :func:`spherical_projection`'s result.
-
-    :func:`~tsw.sphere._geometry.split_ray_cost` for :class:`SplitRays`, the shared
-    :func:`~tsw.core._driver.closed_form` otherwise.
-    """
-    if isinstance(projection, SplitRays):
-        return split_ray_cost(projection, p)
-    return closed_form(projection, p)
-
-
-@driver_options(chunked=True)
+@distance(chunked=True)
 def stsw(
-    X_s: Tensor,
-    X_t: Tensor,
-    a: Tensor | None = None,
-    b: Tensor | None = None,
+    problem: Problem,
+    /,
     *,
     n_trees: int | None = None,
     n_lines: int | None = None,
@@ -126,16 +106,9 @@ def stsw(
     p: float = 1,
     trees: SphericalTrees | None = None,
     sampling: str = "iid",
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
     renormalize: bool = False,
-    power: bool = False,
-    log: bool = False,
-    chunk_size: int | str | None = "auto",
-    process_group: ProcessGroup | None = None,
-    gather: bool = False,
-) -> Result:
+    **options: Unpack[ChunkedOptions],
+) -> Evaluation:
     r"""Spherical tree-sliced Wasserstein distance (STSW) between measures on a sphere.
 
     References: [Tran2025s]_ and [Le2022s]_.
@@ -188,15 +161,10 @@ def stsw(
         How the trees are spread (:func:`tsw.sample_spherical_trees`): i.i.d.,
         stratified in orthonormal frames, or randomised quasi-Monte Carlo; every tree
         keeps its law, so the value stays unbiased (of its ``p``-th power).
-    seed, generator
-        Randomness of the trees (:func:`tsw.sample_spherical_trees`): ``seed`` gives
-        identical trees on every device; without either, fresh trees from
-        operating-system entropy. The global torch RNG is never used.
-    validate : bool, default True
-        Run the value checks (a device synchronisation), including that the rows of
-        ``X_s`` and ``X_t`` have norm 1 up to :func:`tsw.core._validation.sphere_tol`.
     renormalize : bool, default False
-        Divide the rows of ``X_s`` and ``X_t`` by their norms instead of checking them.
+        Divide the rows of ``X_s`` and ``X_t`` by their norms instead of checking them
+        (with ``validate``, rows whose norm differs from 1 by more than
+        :func:`tsw.core._validation.sphere_tol` raise).
 
     Returns
     -------
@@ -245,35 +213,19 @@ def stsw(
     >>> round(value.item(), 7)
     2.881319
     """
-    problem = Problem.of(
-        X_s,
-        X_t,
-        a,
-        b,
-        p=p,
-        seed=seed,
-        generator=generator,
-        validate=validate,
-        power=power,
-        log=log,
-        chunk_size=chunk_size,
-        process_group=process_group,
-        gather=gather,
-    )
     problem = problem.replace(
         measures=check_measures_on_sphere(
-            problem.measures, renormalize=renormalize, validate=validate
+            problem.measures, renormalize=renormalize, validate=problem.validate
         )
     )
-    delta = check_nonnegative_float(delta, "delta")
     trees = resolve_spherical_trees(problem, trees, n_trees, n_lines, sampling)
-    return problem.evaluate(partial(spherical_projection, delta=delta), trees, spherical_cost)
+    return evaluate(problem, partial(spherical_projection, delta=delta), trees)
 
 
-@driver_options(chunked=True)
+@distance(chunked=True, one_measure=True)
 def stsw_unif(
-    X_s: Tensor,
-    a: Tensor | None = None,
+    problem: Problem,
+    /,
     *,
     n_trees: int | None = None,
     n_lines: int | None = None,
@@ -283,16 +235,9 @@ def stsw_unif(
     sampling: str = "iid",
     n_grid: int | None = None,
     n_quad: int = 128,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
     renormalize: bool = False,
-    power: bool = False,
-    log: bool = False,
-    chunk_size: int | str | None = "auto",
-    process_group: ProcessGroup | None = None,
-    gather: bool = False,
-) -> Result:
+    **options: Unpack[ChunkedOptions],
+) -> Evaluation:
     r"""STSW between a measure on the sphere and the uniform measure on it.
 
     :math:`\mathrm{STSW}_p(\mu, \sigma)` (see :func:`stsw`), with :math:`\sigma` the
@@ -349,10 +294,9 @@ def stsw_unif(
         ``max(256, N)`` by default.
     n_quad : int, default 128
         Tangent directions used for the split of the uniform side when ``d + 1 >= 4``.
-    seed, generator
-        Randomness of the trees (and of the tangent directions when ``d + 1 >= 4``).
-    validate, renormalize
-        As in :func:`stsw`.
+    renormalize
+        As in :func:`stsw`. The random stream draws the trees, then the tangent
+        directions when ``d + 1 >= 4``.
 
     Returns
     -------
@@ -379,28 +323,13 @@ def stsw_unif(
     >>> bool(tsw.stsw_unif(X, seed=0) < 0.1 * tsw.stsw_unif(clustered, seed=0))
     True
     """
-    problem = Problem.of_one(
-        X_s,
-        a,
-        p=p,
-        seed=seed,
-        generator=generator,
-        validate=validate,
-        power=power,
-        log=log,
-        chunk_size=chunk_size,
-        process_group=process_group,
-        gather=gather,
-    )
     problem = problem.replace(
         measures=check_measures_on_sphere(
-            problem.measures, renormalize=renormalize, validate=validate
+            problem.measures, renormalize=renormalize, validate=problem.validate
         )
     )
     X, w = problem.measures.X_s, problem.measures.a
-    delta = check_nonnegative_float(delta, "delta")
-    n_grid = max(256, X.shape[-2]) if n_grid is None else check_positive_int(n_grid, "n_grid")
-    n_quad = check_positive_int(n_quad, "n_quad")
+    n_grid = max(256, X.shape[-2]) if n_grid is None else n_grid
     trees = resolve_spherical_trees(problem, trees, n_trees, n_lines, sampling)
     with torch.no_grad():
         coords, unif = uniform_projection(trees, delta, n_grid, n_quad, problem.rng)
@@ -408,10 +337,10 @@ def stsw_unif(
             unif = unif.unsqueeze(0)
         unif = -unif * w.sum(-1).detach().view(-1, 1, 1, 1)
 
-    def project(measures: Measures, block: tuple[SphericalTrees, Tensor]) -> Projection | SplitRays:
+    def project(measures: Measures, block: tuple[SphericalTrees, Tensor]) -> Projection:
         return spherical_projection(measures, block[0], delta, (coords, block[1]))
 
     def narrow(block: tuple[SphericalTrees, Tensor], start: int, stop: int):
         return block[0].narrow(start, stop), block[1][..., start:stop, :, :]
 
-    return problem.evaluate(project, (trees, unif), spherical_cost, narrow=narrow)
+    return evaluate(problem, project, (trees, unif), narrow=narrow)
