@@ -60,6 +60,10 @@ CASES = [
     ("circular", lambda X: tsw.circular_tsw(X, Y5, radius=0.3, trees=C5), X5, True),
     ("spatial", lambda X: tsw.spatial_tsw(X, Y5, trees=C5, mapping="poly", degree=1), X5, True),
     ("partial", lambda X: tsw.partial_tsw(X, Y5, trees=C5, mass_t=0.8), X5, True),
+    ("ts_sobolev", lambda X: tsw.ts_sobolev(X, Y5, trees=C5), X5, True),
+    ("ts_sobolev p=1.5", lambda X: tsw.ts_sobolev(X, Y5, trees=C5, p=1.5), X5, True),
+    ("ts_sobolev p=3 delta=0", lambda X: tsw.ts_sobolev(X, Y5, trees=C5, p=3, delta=0.0), X5, True),
+    ("ts_sobolev p=1", lambda X: tsw.ts_sobolev(X, Y5, trees=C5, p=1), X5, True),
     ("sw", lambda X: tsw.sw(X, Y5, projections=P5), X5, True),
     ("sw p=1", lambda X: tsw.sw(X, Y5, projections=P5, p=1), X5, True),
     (
@@ -74,6 +78,16 @@ CASES = [
         X5,
         True,
     ),
+    ("lcv_sw", lambda X: tsw.lcv_sw(X, Y5, projections=P5), X5, True),
+    (
+        "lcv_sw upper leave_one_out",
+        lambda X: tsw.lcv_sw(
+            X, Y5, projections=P5, p=1.5, variate="upper", coefficient="leave_one_out"
+        ),
+        X5,
+        True,
+    ),
+    ("rp_sw given", lambda X: tsw.rp_sw(X, Y5, projections=P5), X5, True),
     ("partial_sw", lambda X: tsw.partial_sw(X, Y5, projections=P5, n_transported=4), X5, False),
     ("stsw", lambda X: tsw.stsw(X, T, trees=_spherical(3), renormalize=True), S, True),
     ("stsw p=2", lambda X: tsw.stsw(X, T, trees=_spherical(3), p=2, renormalize=True), S, True),
@@ -176,6 +190,11 @@ def test_gradient_penalty_with_a_loss_module():
         ("ssw", lambda X: tsw.ssw(X, T, seed=0)),
         ("unbalanced_sw", lambda X: tsw.unbalanced_sw(X, T, seed=0, mass_t=0.8)),
         ("max_sw", lambda X: tsw.max_sw(X, T, seed=0, n_iter=3)),
+        ("max_tsw_sl", lambda X: tsw.max_tsw_sl(X, T, seed=0, n_iter=3, lr=0.1)),
+        ("max_tsw_sl", lambda X: tsw.max_tsw_sl(X, T, seed=0, n_iter=0)),
+        ("rp_sw", lambda X: tsw.rp_sw(X, T, n_projections=4, seed=0)),
+        ("rp_sw", lambda X: tsw.rp_sw(X, T, n_projections=4, kappa=10.0, seed=0)),
+        ("eb_sw", lambda X: tsw.eb_sw(X, T, n_projections=4, seed=0)),
     ],
 )
 def test_no_second_derivative_raises_naming_the_distance(name, call):
@@ -184,6 +203,48 @@ def test_no_second_derivative_raises_naming_the_distance(name, call):
     assert torch.isfinite(g).all()
     with pytest.raises(RuntimeError, match=f"{name} has no second derivative"):
         torch.autograd.grad(call(X), X, create_graph=True)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"power": True},
+        {"power": True, "p": 1.5, "energy": "identity"},
+        {"p": 1},
+        {"p": 1, "energy": "identity"},
+    ],
+    ids=["power", "power identity p=1.5", "p=1", "identity p=1"],
+)
+@pytest.mark.parametrize("blocks", [False, True], ids=["one block", "blocks"])
+def test_eb_sw_second_derivative_is_that_of_its_held_weights_gradient(kwargs, blocks):
+    """EB-SW's gradient holds the importance weights fixed (the authors' gradient), so
+    it is not the derivative of the value (gradcheck fails, as designed); its own
+    derivative, the weights' change included, equals finite differences of it. With the
+    1/p root of p > 1 that derivative is not available and raises (the case above)."""
+    f = _with_blocks(lambda X: tsw.eb_sw(X, Y5, projections=P5, **kwargs), blocks)
+    x = X5.clone().requires_grad_(True)
+    assert not gradcheck(f, (x,), raise_exception=False)
+    assert gradgradcheck(f, (x,))
+
+
+def test_eb_sw_exp_gradient_is_that_of_log_sum_exp():
+    """With the exponential energy the held-weights gradient is a gradient after all:
+    sum_l softmax(W)_l grad W_l = grad logsumexp(W). An independent check of the power
+    form's gradient and of its (then symmetric) second derivative."""
+    x = X5.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(tsw.eb_sw(x, Y5, projections=P5, power=True), x, create_graph=True)
+
+    def lse(X):
+        u, v = (X @ P5).T, (Y5 @ P5).T
+        return torch.logsumexp(tsw.wasserstein_1d(u, v, p=2), 0)
+
+    y = X5.clone().requires_grad_(True)
+    (ref,) = torch.autograd.grad(lse(y), y, create_graph=True)
+    torch.testing.assert_close(g, ref, rtol=1e-12, atol=1e-14)
+    V = _points(6, 5, 12)
+    (hv,) = torch.autograd.grad((g * V).sum(), x)
+    (hv_ref,) = torch.autograd.grad((ref * V).sum(), y)
+    torch.testing.assert_close(hv, hv_ref, rtol=1e-10, atol=1e-12)
 
 
 def test_tree_wasserstein_and_the_closed_forms():
