@@ -447,3 +447,37 @@ def test_tsw_sl_does_not_depend_on_roots_or_attachments():
     value = tsw.tsw_sl(X, Y, trees=tsw.ChainLines(sources, trees.directions), p=2)
     (grad,) = torch.autograd.grad(value, sources)
     assert float(grad.abs().max()) < 1e-12
+
+
+@pytest.mark.parametrize("fn", [tsw.max_sw, tsw.max_tsw_sl], ids=["max_sw", "max_tsw_sl"])
+@pytest.mark.parametrize("precision", [torch.float32, F64])
+@pytest.mark.parametrize("p", [1, 2])
+def test_a_zero_weight_atom_without_validation_changes_nothing(fn, precision, p):
+    """A reported NaN: max_sw / max_tsw_sl with a zero-weight atom and validate=False.
+    The value is finite and, with the other atoms' gradients, equals the fixed-slice
+    distance on the returned slice without the atom (SW on max-SW's direction, TSW-SL on
+    the final trees); the atom's own gradient is 0. Without the atom the same seed gives
+    the same value (to float32 rounding of the ascent)."""
+    X, Y = _clouds(13, N=7, M=5, d=3, dtype=precision)
+    a = torch.rand(7, generator=torch.Generator().manual_seed(1), dtype=precision) + 0.1
+    a[2] = 0.0
+    a = a / a.sum()
+    keep = torch.arange(7) != 2
+    kwargs = {"seed": 0, "p": p, "n_iter": 30, "lr": 0.05}
+    Xg = X.clone().requires_grad_()
+    value, info = fn(Xg, Y, a, None, validate=False, log=True, **kwargs)
+    (grad,) = torch.autograd.grad(value, Xg)
+    assert torch.isfinite(value)
+    assert torch.isfinite(grad).all()
+    assert float(grad[2].abs().max()) == 0.0
+    Xr = X[keep].clone().requires_grad_()
+    if fn is tsw.max_sw:
+        direction = info["projections"][0]  # max_sw logs (B, d, 1), batched or not
+        fixed = tsw.sw(Xr, Y, a[keep], None, projections=direction, p=p)
+    else:
+        fixed = tsw.tsw_sl(Xr, Y, a[keep], None, trees=info["trees"], p=p)
+    (grad_fixed,) = torch.autograd.grad(fixed, Xr)
+    tol = {"rtol": 1e-5, "atol": 1e-6} if precision == torch.float32 else {}
+    torch.testing.assert_close(value, fixed, **tol)
+    torch.testing.assert_close(grad[keep], grad_fixed, **tol)
+    torch.testing.assert_close(value, fn(X[keep], Y, a[keep], None, **kwargs), **tol)
