@@ -17,6 +17,7 @@ from torch import Tensor
 
 from tsw.core._problem import to_numpy
 from tsw.core._safe import safe_root
+from tsw.core._validation import check_powers
 
 if TYPE_CHECKING:
     from tsw.core._problem import Problem
@@ -85,6 +86,8 @@ def finish(problem: Problem, evaluation: Evaluation) -> Result:
     """
     per_slice = evaluation.per_slice
     mean = per_slice.mean(-1)
+    if problem.validate:
+        check_powers(problem.measures, problem.p, mean, problem.power)
     value = mean if problem.power else safe_root(mean, problem.p)
     batched = problem.measures.batched
 

@@ -325,6 +325,13 @@ def unbalanced_sw(
     measures, p = problem.measures, problem.p
     rho = cast(tuple[float, float], reg_m)  # checked: a pair
     validate = problem.validate
+    # POT's Frank-Wolfe steps leave the dtype's range for larger finite penalties
+    top = math.sqrt(torch.finfo(measures.X_s.dtype).max) / 1e4
+    if any(top < r < math.inf for r in rho):
+        raise ValueError(
+            f"reg_m={reg_m!r} is beyond its usable range in {measures.X_s.dtype}: a finite "
+            f"reg_m must be <= {top:.3g}; pass reg_m=float('inf') for a hard marginal"
+        )
     m_s = check_mass(mass_s, "mass_s", measures.X_s, measures.batched, validate).reshape(-1, 1)
     m_t = check_mass(mass_t, "mass_t", measures.X_s, measures.batched, validate).reshape(-1, 1)
     a_hat = measures.a / measures.a.sum(-1, keepdim=True) if given_a else measures.a
