@@ -230,7 +230,7 @@ def _registry() -> list[Entry]:
         )
     # SpatialTSW: Db-TSW after a map h that commutes with neither rotations nor
     # translations nor scalings (no RIGID / TRANSLATION_LAW / homogeneity: signed
-    # permutations are tested in test_nonlinear.py). Trees live in d_theta. "pow" maps
+    # permutations are tested in euclidean/test_spatial_tsw.py). Trees live in d_theta. "pow" maps
     # 0 to 0 and the coordinate axes into themselves, so points at roots / on the axis
     # lines of the hand-made degenerate trees stay there (TREE_DEGENERATE).
     spatial_props = COMMON | {TRIANGLE, GENERATOR, BATCH_SLICES, GRADCHECK}
@@ -257,7 +257,7 @@ def _registry() -> list[Entry]:
     # PartialTSW. Equal masses: everything Db-TSW claims. Unequal masses: d(mu, mu) > 0
     # (the gap costs its transport to the root), so no identity (nor the zero value of
     # DEGENERATE); symmetric and a triangle inequality only with the masses moved along
-    # with the measures, which the shared tests cannot express (tests/test_partial.py
+    # with the measures, which the shared tests cannot express (euclidean/test_partial_tsw.py
     # checks both). A price adds price * |gap|^p, which does not scale with the data.
     partial_unequal = (COMMON - {IDENTITY, SYMMETRIC, DEGENERATE}) | (EXPLICIT - {TRIANGLE})
     for masses, p, price in (((1.0, 1.0), 1, 0.0), ((1.0, 0.6), 1, 0.0), ((0.7, 1.3), 2, 0.5)):
@@ -405,7 +405,7 @@ def _registry() -> list[Entry]:
     # rotations of the sphere (RI-S3W only in expectation over its rotations): no
     # SPHERE_ROTATION. Its draws do not depend on the data, so a seed freezes them
     # (explicit rotations / projections, per-item batches and the rotations that fix the
-    # poles are tested in test_s3w.py)
+    # poles are tested in sliced/test_s3w.py)
     s3w_props = COMMON | {TRIANGLE, GENERATOR, GRADCHECK}
     for label, kw in (
         ("p=2", {}),
@@ -424,7 +424,7 @@ def _registry() -> list[Entry]:
             )
         )
     # ARIS3WLoss: its pool lives in the module, in the data's dimension; the module =
-    # function checks do not apply (no function draws the pool), see test_s3w.py
+    # function checks do not apply (no function draws the pool), see sliced/test_s3w.py
     out.append(
         Entry(
             "ARIS3WLoss",
@@ -542,9 +542,9 @@ def having(*props):
 
 #: public functions of tsw that are not distances between measures
 NOT_DISTANCES = {
-    "trees_needed",  # a pilot's per-tree costs: tests/test_monte_carlo.py
+    "trees_needed",  # a pilot's per-tree costs: core/test_monte_carlo.py
     "line_system_cost",
-    "tree_wasserstein",  # one explicit tree: tests/test_exactness.py
+    "tree_wasserstein",  # one explicit tree: core/test_tree_wasserstein.py
     "wasserstein_1d",
     "s3w_map",
     "sample_chain_lines",
@@ -1267,7 +1267,7 @@ def test_root_form_is_not_lipschitz_at_identical_inputs(entry):
     the displacement eps of one atom near identical inputs (a segment of length ~eps
     carries the atom's whole mass): d ~ eps^(1/p), whose slope is unbounded at eps = 0.
     So no bounded gradient is claimed there (the gradient at eps = 0 is only finite, and
-    can be ~1e13 from rounding); a power=True form (the cost itself) is the next issue's.
+    can be ~1e13 from rounding); ``power=True`` (the cost itself) has a bounded gradient.
     This pins the root form's behaviour: d(4 eps) / d(eps) = 4^(1/p), not 4.
     """
     X, _, a, _ = make_data(seed=16)
@@ -1302,33 +1302,6 @@ def test_upstream_gradient_scaling(entry, device):
     (gv,) = torch.autograd.grad(entry(Xb, Yb, ab, bb, **rand), Xb, grad_outputs=c)
     (g1,) = torch.autograd.grad(entry(Xb, Yb, ab, bb, **rand).sum(), Xb)
     close(entry, gv, c[:, None, None] * g1, scale=10)
-
-
-@pytest.mark.usefixtures("line_kernel")
-@pytest.mark.parametrize("chain", [False, True])
-@pytest.mark.parametrize("p", [1.0, 2.0, 1.5])
-def test_line_system_cost_backward(chain, p):
-    """The custom autograd Function: gradcheck and upstream-gradient scaling."""
-    g = torch.Generator().manual_seed(int(10 * p) + chain)
-    coords = torch.randn(4, 3, 6, generator=g, dtype=F64, requires_grad=True)
-    masses = torch.randn(4, 3, 6, generator=g, dtype=F64, requires_grad=True)
-    att = torch.randn(4, 3, generator=g, dtype=F64) if chain else None
-
-    def f(c, m):
-        return tsw.line_system_cost(c, m, att, p)
-
-    assert torch.autograd.gradcheck(f, (coords, masses))
-    out = f(coords, masses)
-    assert out.shape == (4,)
-    up = torch.tensor([3.0, -2.0, 0.0, 0.25], dtype=F64)
-    gv = torch.autograd.grad(out, (coords, masses), grad_outputs=up)
-    loop = [torch.zeros_like(coords), torch.zeros_like(masses)]
-    for i in range(4):
-        gi = torch.autograd.grad(f(coords, masses)[i], (coords, masses))
-        loop[0] += up[i] * gi[0]
-        loop[1] += up[i] * gi[1]
-    for u, v in zip(gv, loop, strict=True):
-        torch.testing.assert_close(u, v, **tolerances(F64))
 
 
 # --------------------------------------------------------------------------- module = function
