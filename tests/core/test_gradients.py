@@ -92,7 +92,7 @@ def test_grouped_products_equal_the_concatenated_matmuls(
     Against torch's graph of ``cat_i(rows_g @ (Y_i - shift)^T) - bias_g``: the values, the
     gradients of both supports, both groups of rows and the bias, with an upstream
     gradient on both outputs or on one only (the other output then gets none), and
-    gradcheck.
+    gradcheck (at d = 3, where it is cheap).
     """
     from tsw.core import _gradients
     from tsw.core._gradients import grouped_products
@@ -130,7 +130,8 @@ def test_grouped_products_equal_the_concatenated_matmuls(
         assert a is not None
         assert a.shape == b.shape
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-11)
-    if used == "both":
+    if used == "both" and d == 3:  # finite differences at d = 3; above, the comparison
+        # with autograd's graph of the matmuls covers the other branch to rounding
         assert torch.autograd.gradcheck(
             lambda *x: grouped_products(x[3:], [(x[0], x[2]), (x[1], None)], shift), leaves
         )

@@ -370,7 +370,10 @@ def uniform_side_oracle(X, a, root, dirs, delta, n_t=4000, n_u=20000, seed=0):
     return cost
 
 
-@pytest.mark.parametrize("D", [3, 4])
+@pytest.mark.parametrize(
+    "D",
+    [3, pytest.param(4, marks=pytest.mark.slow)],  # S^3: a 30 s numpy quadrature
+)
 def test_stsw_unif_matches_a_brute_force_quadrature(D):
     rng = np.random.default_rng(D)
     X, _, a, _ = random_case(rng, D, 7, 2)
