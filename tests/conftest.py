@@ -26,6 +26,10 @@ from __future__ import annotations
 
 import os
 
+# the compiled kernels are compiled before their first use (not in the background), so
+# that every test takes the path it means to take whatever the state of Numba's cache
+os.environ.setdefault("TSW_NUMBA", "wait")
+
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
@@ -183,7 +187,7 @@ def line_kernel(request, monkeypatch) -> str:
 
     if request.param == "numba":
         pytest.importorskip("numba")
-        if not _kernels._load():
+        if not _kernels.warm_up():
             pytest.skip("the compiled line kernels are disabled (TSW_NUMBA=0)")
     else:
         monkeypatch.setattr(_kernels, "usable", lambda *tensors, **kw: False)

@@ -3,9 +3,9 @@
 Written out here by hand, not read from the decorator: the measures' parameters in POT's
 positional order, the options every distance shares (names, defaults, keyword-only) at
 the end of its signature, the memory and ``torch.distributed`` options of the distances
-evaluated in blocks, and POT's positional ``seed`` and ``log`` in :func:`tsw.sw`; every
-shared option documented in the function's Parameters section; an unknown option
-raises naming it; the distances run outside ``torch.autocast``.
+evaluated in blocks, and POT's whole positional order in ``sw``, ``ssw`` and
+``ssw_unif``; every shared option documented in the function's Parameters section; an
+unknown option raises naming it; the distances run outside ``torch.autocast``.
 """
 
 from __future__ import annotations
@@ -49,6 +49,13 @@ NOT_DISTANCES = {
     "sample_sphere_projections",
     "sample_spherical_trees",
 }
+#: POT's positional parameters of the functions that take POT's order, as POT's
+#: sliced_wasserstein_distance, sliced_wasserstein_sphere(_unif) write them
+POT_ORDER = {
+    "sw": ["X_s", "X_t", "a", "b", "n_projections", "p", "projections", "seed", "log"],
+    "ssw": ["X_s", "X_t", "a", "b", "n_projections", "p", "projections", "seed", "log"],
+    "ssw_unif": ["X_s", "a", "n_projections", "projections", "seed", "log"],
+}
 SHARED = [("seed", None), ("generator", None), ("validate", True), ("power", False), ("log", False)]
 BLOCKS = [("chunk_size", "auto"), ("process_group", None), ("gather", False)]
 DISTANCES = sorted(CHUNKED | OTHERS)
@@ -76,36 +83,33 @@ def test_measures_come_first_in_pots_order(name):
 
 @pytest.mark.parametrize("name", DISTANCES)
 def test_shared_options_close_the_signature(name):
-    """The shared options, with their defaults, keyword-only and last (``sw`` takes POT's
-    positional ``seed`` and ``log`` earlier, see below)."""
+    """The shared options, with their defaults, keyword-only and last (the functions of
+    POT's order take its positional ``seed`` and ``log`` earlier, see below)."""
     params = inspect.signature(getattr(tsw, name)).parameters
     expected = _expected(name)
     for option, default in expected:
         assert option in params, option
         assert params[option].default == default
         assert type(params[option].default) is type(default)
-    pot_positional = {"seed", "log"} if name == "sw" else set()
+    pot_positional = {"seed", "log"} if name in POT_ORDER else set()
     keyword = [(o, d) for o, d in expected if o not in pot_positional]
     assert list(params)[-len(keyword) :] == [o for o, _ in keyword]
     for option, _ in keyword:
         assert params[option].kind is inspect.Parameter.KEYWORD_ONLY
 
 
-def test_sw_takes_pots_positional_order():
-    """``sw(X_s, X_t, a, b, n_projections, p, projections, seed, log)``, as POT's
-    ``sliced_wasserstein_distance``: a positional call equals the keyword one."""
-    params = list(inspect.signature(tsw.sw).parameters)
-    assert params[:9] == [
-        "X_s",
-        "X_t",
-        "a",
-        "b",
-        "n_projections",
-        "p",
-        "projections",
-        "seed",
-        "log",
-    ]
+@pytest.mark.parametrize("name", sorted(POT_ORDER))
+def test_pots_positional_order(name):
+    """The functions of POT's order take its parameters positionally, in its order; for
+    ``sw``, a positional call equals the keyword one."""
+    params = inspect.signature(getattr(tsw, name)).parameters
+    pot = POT_ORDER[name]
+    assert list(params)[: len(pot)] == pot
+    for q in pot:
+        assert params[q].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+
+
+def test_sw_positional_call_equals_the_keyword_call():
     g = torch.Generator().manual_seed(0)
     X, Y = torch.randn(9, 3, generator=g, dtype=F64), torch.randn(7, 3, generator=g, dtype=F64)
     value, log = tsw.sw(X, Y, None, None, 7, 1, None, 3, True)

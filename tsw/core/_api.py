@@ -55,6 +55,7 @@ __all__ = [
     "ChunkedOptions",
     "Distance",
     "DistanceToReference",
+    "POTOrderOptions",
     "SWOptions",
     "SharedOptions",
     "distance",
@@ -84,12 +85,20 @@ class ChunkedOptions(SharedOptions, total=False):
     gather: bool
 
 
-class SWOptions(TypedDict, total=False):
-    """:class:`ChunkedOptions` but ``seed`` and ``log``, which :func:`tsw.sw` takes by position."""
+class POTOrderOptions(TypedDict, total=False):
+    """:class:`SharedOptions` but ``seed`` and ``log``, taken by position (POT's order).
+
+    As in POT's sliced functions, and so in :func:`tsw.ssw` and :func:`tsw.ssw_unif`.
+    """
 
     generator: torch.Generator | None
     validate: bool
     power: bool
+
+
+class SWOptions(POTOrderOptions, total=False):
+    """:class:`ChunkedOptions` but ``seed`` and ``log``, which :func:`tsw.sw` takes by position."""
+
     chunk_size: int | str | None
     process_group: ProcessGroup | None
     gather: bool

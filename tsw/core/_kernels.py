@@ -22,7 +22,12 @@ autograd functions that call them live with the mathematics they compute.
 
 Used when Numba (an optional dependency: ``pip install torch-tsw[fast]``) can be
 imported, the tensors are float32 or float64 on the CPU, ``p`` is 1 or 2, no graph is
-being traced, and the environment variable ``TSW_NUMBA`` is not ``0``. The kernels follow
+being traced, and the environment variable ``TSW_NUMBA`` is not ``0``. No call waits for
+the compiler: the first call that could use the kernels of a dtype starts their
+compilation (or their loading from Numba's disk cache) in a background thread, and the
+torch operators serve until they are ready; ``TSW_NUMBA=wait`` compiles them in the
+calling thread instead, so that every call takes the compiled path, and
+:func:`warm_up` compiles them all at once. The kernels follow
 the torch formulas, with differences of rounding only (sums over a line accumulate in
 float64). Rows are shared among ``torch.get_num_threads()`` threads, each row written by
 one thread, so the result does not depend on the number of threads.
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import enum
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -58,9 +64,32 @@ __all__ = [
     "warm_up",
 ]
 
-#: the compiled functions, by name, once loaded
+#: the names of the compiled functions
+_NAMES = (
+    "forward",
+    "backward",
+    "split_forward",
+    "split_backward",
+    "split_line_forward",
+    "split_line_backward",
+    "ray_split_forward",
+    "ray_split_backward",
+    "s2_angles_backward",
+    "pack_keys",
+    "unpack_order",
+)
+#: the compiled functions, by name, once Numba and the kernels are imported
 _compiled: dict[str, Any] = {}
+#: the dtypes whose specialisations are compiled (or loaded from Numba's disk cache)
+_ready: set[torch.dtype] = set()
+#: the background compilations under way, by dtype
+_pending: dict[torch.dtype, threading.Thread] = {}
 _failed = False
+#: held while a thread compiles (one compilation at a time), and while one is started
+_compiling = threading.Lock()
+_starting = threading.Lock()
+#: the dtypes the kernels take
+DTYPES = (torch.float32, torch.float64)
 
 
 class SplitForm(enum.IntEnum):
@@ -77,12 +106,18 @@ class SplitForm(enum.IntEnum):
     SIGNED = 2
 
 
-def _load() -> bool:
-    """Import Numba and the kernels once; False if Numba is missing or disabled."""
+def _mode() -> str:
+    """``TSW_NUMBA``: ``"0"`` (off), ``"wait"`` (compile before the first call) or ``"1"``."""
+    mode = os.environ.get("TSW_NUMBA", "1")
+    return mode if mode in ("0", "wait") else "1"
+
+
+def _import() -> bool:
+    """Import Numba and the kernels once; False if Numba is missing or cannot load."""
     global _failed
     if _compiled:
         return True
-    if _failed or os.environ.get("TSW_NUMBA", "1") == "0":
+    if _failed:
         return False
     try:
         from tsw.core import _numba_kernels
@@ -97,74 +132,134 @@ def _load() -> bool:
             RuntimeWarning,
         )
         return False
-    for name in (
-        "forward",
-        "backward",
-        "split_forward",
-        "split_backward",
-        "split_line_forward",
-        "split_line_backward",
-        "ray_split_forward",
-        "ray_split_backward",
-        "s2_angles_backward",
-        "pack_keys",
-        "unpack_order",
-    ):
-        _compiled[name] = getattr(_numba_kernels, name)
+    _compiled.update({name: getattr(_numba_kernels, name) for name in _NAMES})
     return True
 
 
+def _prepare(dtype: torch.dtype) -> None:
+    """Compile (or load from the disk cache) every kernel's specialisations for ``dtype``."""
+    global _failed
+    with _compiling:
+        if dtype in _ready or not _import():
+            return
+        try:
+            _exercise(dtype)
+        except Exception as err:  # a kernel that does not compile here: say so, once
+            _failed = True
+            warn(
+                f"tsw: the compiled CPU kernels could not be compiled ({type(err).__name__}: "
+                f"{err}); the torch operators run instead (set TSW_NUMBA=0 to silence this)",
+                RuntimeWarning,
+            )
+            return
+        _ready.add(dtype)
+
+
+def _load(dtype: torch.dtype = torch.float32) -> bool:
+    """Whether the kernels for ``dtype`` are ready; if not, start preparing them.
+
+    By default they are compiled in a background thread, and the torch operators serve
+    until they are ready (no call waits for the compiler); with ``TSW_NUMBA=wait`` the
+    calling thread compiles them first.
+    """
+    if dtype in _ready:
+        return True
+    mode = _mode()
+    if _failed or mode == "0" or dtype not in DTYPES:
+        return False
+    if mode == "wait":
+        _prepare(dtype)
+        return dtype in _ready
+    with _starting:
+        if dtype not in _pending and dtype not in _ready:
+            thread = threading.Thread(
+                target=_prepare, args=(dtype,), name=f"tsw-kernels-{dtype}", daemon=True
+            )
+            _pending[dtype] = thread
+            thread.start()
+    return dtype in _ready
+
+
+def _forget_pending() -> None:
+    """After a fork: a compilation under way in the parent has no thread in the child.
+
+    Its locks may be held by that thread, so the child never compiles: the kernels
+    ready in the parent stay usable, the others take the torch operators.
+    """
+    global _failed, _compiling, _starting
+    _compiling, _starting = threading.Lock(), threading.Lock()
+    if _pending and any(dtype not in _ready for dtype in _pending):
+        _failed = True
+    _pending.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pending)
+
+
 def usable(*tensors: Tensor, p: float = 1.0) -> bool:
-    """Whether the compiled kernels may run on these tensors (see the module notes)."""
+    """Whether the compiled kernels may run on these tensors (see the module notes).
+
+    Starts their compilation in the background the first time it is asked for a dtype
+    (see :func:`_load`): until it is done, the answer is no.
+    """
     if p not in (1.0, 2.0) or torch.compiler.is_compiling():
         return False
     t = tensors[0]
     for x in tensors:
         if x.device.type != "cpu" or x.dtype != t.dtype or type(x) is not Tensor:
             return False
-    if t.dtype not in (torch.float32, torch.float64) or t.numel() == 0 or t.ndim == 0:
+    if t.dtype not in DTYPES or t.numel() == 0 or t.ndim == 0:
         return False
-    return _load()
+    return _load(t.dtype)
 
 
 def warm_up() -> bool:
     """Compile (or load from Numba's cache) every kernel for float32 and float64 now.
 
-    For measurements that should not count the one-time compilation. Returns whether the
-    kernels are usable.
+    Blocks until they are ready: for measurements that should not count the one-time
+    compilation, and for runs whose every call should take the compiled path. Returns
+    whether the kernels are usable.
     """
-    ok = False
-    for dtype in (torch.float32, torch.float64):
-        c = torch.tensor([[-1.0, 2.0]], dtype=dtype)
-        if not usable(c, p=1.0):
-            continue
-        for index in (torch.int64, torch.int32):
-            idx = torch.tensor([[0, 1]], dtype=index)
-            for p in (1.0, 2.0):
-                cost, prefix, _ = line_cost_forward(c, idx, c, p, False)
-                line_cost_backward(c, idx, prefix, cost, p, False, True, True)
-        index = torch.int32 if dtype == torch.float32 else torch.int64  # the sort's
-        lines = c[None, None]  # Db-TSW's split: one tree, one line, two atoms
-        for form in SplitForm:
-            sq = lines.abs() if form == SplitForm.COORDINATES else None
-            _, alpha = split_forward(sq, lines, c, 1.0, form)
-            split_backward(lines, alpha, c, sq, lines, 1.0, form)
-            for p in (1.0, 2.0):
-                order = torch.tensor([[[[0, 1]]]], dtype=index)
-                costs, kept = split_line_forward(sq, lines, lines, c, 1.0, form, order, p)
-                split_line_backward(kept, costs, sq, lines, c, 1.0, form, p)
-        t = c.abs().unsqueeze(0)  # STSW on S^2: one tree, one ray, two atoms
+    if _mode() == "0":
+        return False
+    for dtype in DTYPES:
+        _prepare(dtype)
+    return all(dtype in _ready for dtype in DTYPES)
+
+
+def _exercise(dtype: torch.dtype) -> None:
+    """Call every kernel once on tiny inputs of ``dtype``: Numba compiles what a call needs.
+
+    The same wrappers, index types and layouts as the library's calls, so that these
+    specialisations are the ones the calls use.
+    """
+    c = torch.tensor([[-1.0, 2.0]], dtype=dtype)
+    for index in (torch.int64, torch.int32):
+        idx = torch.tensor([[0, 1]], dtype=index)
         for p in (1.0, 2.0):
-            order = torch.tensor([[[0, 1]]], dtype=index)
-            tree_cost, rays = ray_split_forward(t, t, t[..., :1], t, c, None, 1.0, p, order)
-            ray_split_backward(rays, tree_cost, 1.0, p, True)
-        s2_angles_backward(t.unsqueeze(-2).expand(1, 1, 3, 2), t, t, t, t, t)
-        ok = True
-    if ok:  # the packed sort of float32 rows, into int64 and int32 permutations
+            cost, prefix, _ = line_cost_forward(c, idx, c, p, False)
+            line_cost_backward(c, idx, prefix, cost, p, False, True, True)
+    index = torch.int32 if dtype == torch.float32 else torch.int64  # the sort's
+    lines = c[None, None]  # Db-TSW's split: one tree, one line, two atoms
+    for form in SplitForm:
+        sq = lines.abs() if form == SplitForm.COORDINATES else None
+        _, alpha = split_forward(sq, lines, c, 1.0, form)
+        split_backward(lines, alpha, c, sq, lines, 1.0, form)
+        for p in (1.0, 2.0):
+            order = torch.tensor([[[[0, 1]]]], dtype=index)
+            costs, kept = split_line_forward(sq, lines, lines, c, 1.0, form, order, p)
+            split_line_backward(kept, costs, sq, lines, c, 1.0, form, p)
+    t = c.abs().unsqueeze(0)  # STSW on S^2: one tree, one ray, two atoms
+    for p in (1.0, 2.0):
+        order = torch.tensor([[[0, 1]]], dtype=index)
+        tree_cost, rays = ray_split_forward(t, t, t[..., :1], t, c, None, 1.0, p, order)
+        ray_split_backward(rays, tree_cost, 1.0, p, True)
+    s2_angles_backward(t.unsqueeze(-2).expand(1, 1, 3, 2), t, t, t, t, t)
+    if dtype == torch.float32:  # the packed sort, into int64 and int32 permutations
         rows = np.linspace(0.0, 1.0, 600, dtype=np.float32).reshape(2, 300)[:, ::-1]
         for out in (np.int64, np.int32):
             packed_argsort(np.ascontiguousarray(rows), np.empty(rows.shape, dtype=out))
-    return ok
 
 
 def _as_rows(x: Tensor, *shape: int) -> Any:
@@ -589,7 +684,7 @@ def packs(rows: Any) -> bool:
     float32 rows shorter than 2^32 (the index takes the low 32 bits of a key), with the
     kernels loaded.
     """
-    return rows.dtype == np.float32 and rows.shape[-1] < 2**32 and _load()
+    return rows.dtype == np.float32 and rows.shape[-1] < 2**32 and _load(torch.float32)
 
 
 def packed_argsort(rows: Any, out: Any) -> None:

@@ -125,10 +125,13 @@ def build(
     is empty (a distance to a reference measure). With ``gather`` the inputs are this
     rank's shards: each is validated, then the unions are gathered and validated
     (:mod:`tsw.core._distributed`). The options are checked by the caller
-    (:func:`tsw.core._api.distance`).
+    (:func:`tsw.core._api.distance`). On the ``meta`` device, which holds no values,
+    the value checks are skipped.
     """
     numpy = isinstance(X_s, np.ndarray)
     _check_same_kind(numpy, (X_t, "X_t"), (a, "a"), (b, "b"))
+    if isinstance(X_s, Tensor) and X_s.device.type == "meta":
+        validate = False  # no values to check: shapes, dtypes and devices are checked
     Xs = from_numpy(X_s, "X_s")
     dtype = X_s.dtype if isinstance(X_s, np.ndarray) else None
     Xt = from_numpy(X_t, "X_t")

@@ -10,12 +10,12 @@ synchronisation; every public function takes ``validate=True`` to run them and
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from types import MappingProxyType
-from types import FrameType
+from types import FrameType, MappingProxyType
 from typing import NamedTuple, TypeAlias, cast
 
 import numpy as np
@@ -224,40 +224,63 @@ def check_stack(
     return x
 
 
+def _integer(value: object) -> int | None:
+    """``value`` as a Python int if it is an integer (numpy's, or a 0-d integer tensor)."""
+    if isinstance(value, bool | np.bool_):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    integer = isinstance(value, Tensor) and value.ndim == 0 and not value.dtype.is_floating_point
+    if integer and value.dtype != torch.bool and not value.dtype.is_complex:  # type: ignore[union-attr]
+        return int(value)  # type: ignore[arg-type]
+    return None
+
+
+def _real(value: object) -> float | None:
+    """``value`` as a Python float if it is a real number (numpy's too), else None."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
+
+
 def check_positive_int(value: object, name: str) -> int:
-    """Return ``value`` if it is an integer >= 1, else raise."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """Return ``value`` as an int if it is an integer >= 1 (numpy's or torch's too), else raise."""
+    number = _integer(value)
+    if number is None:
         raise TypeError(f"{name} must be an int >= 1; got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be an int >= 1; got {value}")
-    return value
+    if number < 1:
+        raise ValueError(f"{name} must be an int >= 1; got {number}")
+    return number
 
 
 def check_nonnegative_int(value: object, name: str) -> int:
-    """Return ``value`` if it is an integer >= 0, else raise."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """Return ``value`` as an int if it is an integer >= 0 (numpy's or torch's too), else raise."""
+    number = _integer(value)
+    if number is None:
         raise TypeError(f"{name} must be an int >= 0; got {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be an int >= 0; got {value}")
-    return value
+    if number < 0:
+        raise ValueError(f"{name} must be an int >= 0; got {number}")
+    return number
 
 
 def check_p(p: object) -> float:
-    """Return ``p`` as a float if it is a real number >= 1, else raise."""
-    if isinstance(p, bool) or not isinstance(p, int | float):
+    """Return ``p`` as a float if it is a real number >= 1 (numpy's too), else raise."""
+    number = _real(p)
+    if number is None:
         raise TypeError(f"p must be a real number >= 1; got {type(p).__name__}")
-    if not math.isfinite(p) or p < 1:
-        raise ValueError(f"p must be a finite real number >= 1; got {p}")
-    return float(p)
+    if not math.isfinite(number) or number < 1:
+        raise ValueError(f"p must be a finite real number >= 1; got {number}")
+    return number
 
 
 def check_nonnegative_float(value: object, name: str) -> float:
     """Return ``value`` as a float if it is a finite real number >= 0, else raise."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    number = _real(value)
+    if number is None:
         raise TypeError(f"{name} must be a real number >= 0; got {type(value).__name__}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite real number >= 0; got {value}")
-    return float(value)
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{name} must be a finite real number >= 0; got {number}")
+    return number
 
 
 def check_bool(value: object, name: str) -> bool:
@@ -308,13 +331,14 @@ def check_mass_number(value: object, name: str) -> float:
                 f"dtype {value.dtype}"
             )
         return value  # type: ignore[return-value]
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    number = _real(value)
+    if number is None:
         raise TypeError(
             f"{name} must be a real number >= 0 or a tensor; got {type(value).__name__}"
         )
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite real number >= 0; got {value}")
-    return float(value)
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{name} must be a finite real number >= 0; got {number}")
+    return number
 
 
 def check_chunk_size(value: object, name: str = "chunk_size") -> int | str | None:

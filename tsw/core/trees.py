@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -182,10 +183,24 @@ def _check_pair(first: Tensor, fname: str, directions: Tensor, validate: object)
         )
 
 
+def _from_numpy(x: Tensor | np.ndarray) -> Tensor:
+    """Return a numpy array as a tensor (the containers take arrays too), a tensor as given."""
+    return torch.from_numpy(np.array(x, copy=True)) if isinstance(x, np.ndarray) else x
+
+
 class _TreeCounts:
     """The counts every tree container reads from its ``directions`` (..., T, k, dim)."""
 
     directions: Tensor
+
+    def numpy(self) -> dict[str, np.ndarray]:
+        """Return the container's tensors as numpy arrays, by field name.
+
+        ``type(trees)(**trees.numpy())`` rebuilds the container; distances called with
+        numpy inputs report their trees in this form (``log["trees"]``).
+        """
+        fields = type(self).__dataclass_fields__  # type: ignore[attr-defined]
+        return {name: getattr(self, name).detach().cpu().numpy() for name in fields}
 
     @property
     def n_trees(self) -> int:
@@ -219,9 +234,9 @@ class ConcurrentLines(_TreeCounts):
 
     Parameters
     ----------
-    roots : Tensor of shape (T, d) or (B, T, d)
+    roots : Tensor or ndarray of shape (T, d) or (B, T, d)
         Common point of the lines of each tree.
-    directions : Tensor of shape (T, k, d) or (B, T, k, d)
+    directions : Tensor or ndarray of shape (T, k, d) or (B, T, k, d)
         Unit directions of the lines.
     validate : bool, default True
         Check that the tensors are finite and the directions have unit norm.
@@ -244,7 +259,10 @@ class ConcurrentLines(_TreeCounts):
     roots: Tensor
     directions: Tensor
 
-    def __init__(self, roots: Tensor, directions: Tensor, *, validate: bool = True):
+    def __init__(
+        self, roots: Tensor | np.ndarray, directions: Tensor | np.ndarray, *, validate: bool = True
+    ):
+        roots, directions = _from_numpy(roots), _from_numpy(directions)
         _check_pair(roots, "roots", directions, validate)
         if (
             roots.ndim not in (2, 3)
@@ -296,9 +314,9 @@ class ChainLines(_TreeCounts):
 
     Parameters
     ----------
-    sources : Tensor of shape (T, k, d) or (B, T, k, d)
+    sources : Tensor or ndarray of shape (T, k, d) or (B, T, k, d)
         Source of every line.
-    directions : Tensor of shape (T, k, d) or (B, T, k, d)
+    directions : Tensor or ndarray of shape (T, k, d) or (B, T, k, d)
         Unit directions.
     validate : bool, default True
         Check finiteness, unit directions and that each source lies on the previous
@@ -324,7 +342,14 @@ class ChainLines(_TreeCounts):
     sources: Tensor
     directions: Tensor
 
-    def __init__(self, sources: Tensor, directions: Tensor, *, validate: bool = True):
+    def __init__(
+        self,
+        sources: Tensor | np.ndarray,
+        directions: Tensor | np.ndarray,
+        *,
+        validate: bool = True,
+    ):
+        sources, directions = _from_numpy(sources), _from_numpy(directions)
         _check_pair(sources, "sources", directions, validate)
         if sources.shape != directions.shape:
             raise ValueError(
@@ -586,9 +611,9 @@ class SphericalTrees(_TreeCounts):
 
     Parameters
     ----------
-    roots : Tensor of shape (T, d+1) or (B, T, d+1)
+    roots : Tensor or ndarray of shape (T, d+1) or (B, T, d+1)
         Unit roots.
-    directions : Tensor of shape (T, k, d+1) or (B, T, k, d+1)
+    directions : Tensor or ndarray of shape (T, k, d+1) or (B, T, k, d+1)
         Unit tangent directions of the rays, orthogonal to their tree's root.
     validate : bool, default True
         Check finiteness, unit norms (to ``sphere_tol``: 1e-6 in float64, 1.2e-4 in
@@ -614,7 +639,10 @@ class SphericalTrees(_TreeCounts):
     roots: Tensor
     directions: Tensor
 
-    def __init__(self, roots: Tensor, directions: Tensor, *, validate: bool = True):
+    def __init__(
+        self, roots: Tensor | np.ndarray, directions: Tensor | np.ndarray, *, validate: bool = True
+    ):
+        roots, directions = _from_numpy(roots), _from_numpy(directions)
         _check_pair(roots, "roots", directions, validate)
         if (
             roots.ndim not in (2, 3)

@@ -136,6 +136,9 @@ def _one_weight(
     """
     if n != m or torch.compiler.is_compiling():
         return None
+    given = [w for w in (u_weights, v_weights) if w is not None]
+    if any(w.device.type == "meta" for w in given):  # no values to compare
+        return None
     if u_weights is None and v_weights is None:
         return 1.0 / n
     if u_weights is None or v_weights is None:  # one given: the general path

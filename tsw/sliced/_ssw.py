@@ -27,7 +27,7 @@ from torch import Tensor
 from tsw.core._api import distance
 from tsw.core._output import Evaluation
 from tsw.core._problem import Problem, from_numpy
-from tsw.core._random import resolve_sampler
+from tsw.core._random import Seed, resolve_sampler
 from tsw.core._sort import sort_last
 from tsw.core._validation import (
     check_dtype_device,
@@ -40,7 +40,7 @@ from tsw.core._validation import (
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from tsw.core._api import SharedOptions
+    from tsw.core._api import POTOrderOptions
 
 __all__ = ["sample_sphere_projections", "ssw", "ssw_unif"]
 
@@ -112,12 +112,14 @@ def resolve_circles(problem: Problem, projections: Tensor | None, n_projections:
 def ssw(
     problem: Problem,
     /,
-    *,
     n_projections: int = 50,
     p: float = 2,
     projections: Tensor | None = None,
+    seed: Seed = None,
+    log: bool = False,
+    *,
     renormalize: bool = False,
-    **options: Unpack[SharedOptions],
+    **options: Unpack[POTOrderOptions],
 ) -> Evaluation:
     r"""Spherical sliced Wasserstein distance :math:`SSW_p` (Bonet et al. 2023).
 
@@ -189,6 +191,11 @@ def ssw(
     """
     import ot  # POT's circle solver (imported here: most distances never need POT)
 
+    if problem.measures.X_s.device.type == "meta":
+        raise ValueError(
+            "ssw solves each great circle with POT, which needs values: X_s on the meta "
+            "device has none (ssw_unif and stsw run on meta tensors)"
+        )
     measures = check_measures_on_sphere(
         problem.measures, renormalize=renormalize, validate=problem.validate
     )
@@ -243,11 +250,13 @@ def _circle_coordinates(X: Tensor, projections: Tensor) -> Tensor:
 def ssw_unif(
     problem: Problem,
     /,
-    *,
     n_projections: int = 50,
     projections: Tensor | None = None,
+    seed: Seed = None,
+    log: bool = False,
+    *,
     renormalize: bool = False,
-    **options: Unpack[SharedOptions],
+    **options: Unpack[POTOrderOptions],
 ) -> Evaluation:
     r""":math:`SSW_2` between a measure on the sphere and the uniform measure on it.
 

@@ -50,6 +50,11 @@ def _line_coordinates(
     sampling: str,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Projected supports (B, L, N) and (B, L, M) on explicit or drawn directions."""
+    if problem.measures.X_s.device.type == "meta":
+        raise ValueError(
+            "partial_sw and unbalanced_sw solve each slice with POT, which needs values: "
+            "X_s on the meta device has none"
+        )
     if problem.validate:
         check_range(problem.measures, problem.p)
     measures = problem.measures

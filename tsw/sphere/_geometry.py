@@ -247,7 +247,10 @@ def _tangent_nodes(trees: SphericalTrees, n_quad: int, sampler: Sampler) -> tupl
         brk = torch.cat([theta, torch.remainder(theta, 2 * math.pi) - math.pi], dim=-1)
         brk = sort_last(torch.remainder(brk, 2 * math.pi))[0]  # (..., T, 2k)
         nxt = torch.cat([brk[..., 1:], brk[..., :1] + 2 * math.pi], dim=-1)
-        xg, wg = (torch.as_tensor(a, dtype=dt) for a in np.polynomial.legendre.leggauss(8))
+        xg, wg = (
+            torch.as_tensor(a, dtype=dt, device=brk.device)
+            for a in np.polynomial.legendre.leggauss(8)
+        )
         length = (nxt - brk).unsqueeze(-1)  # (..., T, 2k, 1)
         nodes = (brk.unsqueeze(-1) + 0.5 * length * (xg + 1)).flatten(-2)  # (..., T, Q)
         weights = (0.5 * length * wg / (2 * math.pi)).flatten(-2).unsqueeze(-2)
