@@ -170,7 +170,9 @@ def test_a_failing_numba_falls_back_with_a_warning(monkeypatch):
             raise RuntimeError("cannot cache function: no locator available")
         return real_import(name, globals, locals, fromlist, level)
 
-    monkeypatch.setattr(_kernels, "_compiled", {})
+    monkeypatch.setattr(_kernels, "_compiled", {})  # a fresh load: nothing compiled or ready
+    monkeypatch.setattr(_kernels, "_ready", set())
+    monkeypatch.setattr(_kernels, "_pending", {})
     monkeypatch.setattr(_kernels, "_failed", False)
     monkeypatch.setattr(builtins, "__import__", failing)
     with pytest.warns(RuntimeWarning, match="torch operators run instead"):

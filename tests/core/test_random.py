@@ -26,12 +26,10 @@ def lit(text):
     return re.escape(text)
 
 
-def _data(d=3, n=12, m=9, seed=0, sphere=False):
+def _data(d=3, n=12, m=9, seed=0):
     g = torch.Generator().manual_seed(seed)
     X = torch.randn(n, d, generator=g, dtype=F64)
     Y = torch.randn(m, d, generator=g, dtype=F64) + 0.7
-    if sphere:
-        X, Y = torch.nn.functional.normalize(X, dim=-1), torch.nn.functional.normalize(Y, dim=-1)
     return X, Y
 
 

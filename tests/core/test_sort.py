@@ -230,7 +230,9 @@ def test_packed_sort_only_for_float32_with_the_kernels(monkeypatch):
     assert _kernels.packs(rows)
     assert not _kernels.packs(rows.astype(np.float64))
     monkeypatch.setenv("TSW_NUMBA", "0")
-    monkeypatch.setattr(_kernels, "_compiled", {})
+    monkeypatch.setattr(_kernels, "_compiled", {})  # a fresh load: nothing compiled or ready
+    monkeypatch.setattr(_kernels, "_ready", set())
+    monkeypatch.setattr(_kernels, "_pending", {})
     assert not _kernels.packs(rows)
 
 
