@@ -40,7 +40,14 @@ def data(d=5, n=30, m=25, seed=0, shift=0.7):
 
 
 @pytest.mark.parametrize(
-    ("p", "power"), [(1, False), (2, False), pytest.param(2, True, marks=pytest.mark.slow)]
+    ("p", "power"),
+    [
+        (1, False),
+        # through the 1/p root (the delta method, as log["std_error"], whose calibration
+        # test_driver_options checks by default) and for the power: 200 seeds each
+        pytest.param(2, False, marks=pytest.mark.slow),
+        pytest.param(2, True, marks=pytest.mark.slow),
+    ],
 )
 def test_trees_needed_meets_its_target_over_seeds(p, power):
     """From a 100-tree pilot, the predicted T gives the target relative spread over seeds."""
@@ -146,16 +153,36 @@ def _sphere(*Z):
     return [torch.nn.functional.normalize(z, dim=-1) for z in Z]
 
 
+#: the lines' sampler (with the frames cut into trees of orthonormal lines) and the
+#: spherical one run by default; the same samplers through other distances with -m slow
+#: (150 seeds each; each tree's law is checked directly by the tests above)
+_SLOW = pytest.mark.slow
+
+
 @pytest.mark.parametrize(
     "call",
     [
-        lambda X, Y, n, **o: tsw.db_tsw(X, Y, n_trees=n, n_lines=3, p=2, power=True, **o),
-        lambda X, Y, n, **o: tsw.db_tsw(X, Y, n_trees=n, n_lines=3, orthogonal=True, **o),
-        lambda X, Y, n, **o: tsw.tsw_sl(X, Y, n_trees=n, n_lines=3, **o),
-        lambda X, Y, n, **o: tsw.sw(X, Y, n_projections=n, power=True, **o),
-        lambda X, Y, n, **o: tsw.stsw(*_sphere(X, Y), n_trees=n, **o),
+        pytest.param(
+            lambda X, Y, n, **o: tsw.db_tsw(X, Y, n_trees=n, n_lines=3, p=2, power=True, **o),
+            id="db_tsw",
+            marks=_SLOW,
+        ),
+        pytest.param(
+            lambda X, Y, n, **o: tsw.db_tsw(X, Y, n_trees=n, n_lines=3, orthogonal=True, **o),
+            id="db_tsw_orth",
+        ),
+        pytest.param(
+            lambda X, Y, n, **o: tsw.tsw_sl(X, Y, n_trees=n, n_lines=3, **o),
+            id="tsw_sl_chain",
+            marks=_SLOW,
+        ),
+        pytest.param(
+            lambda X, Y, n, **o: tsw.sw(X, Y, n_projections=n, power=True, **o),
+            id="sw",
+            marks=_SLOW,
+        ),
+        pytest.param(lambda X, Y, n, **o: tsw.stsw(*_sphere(X, Y), n_trees=n, **o), id="stsw"),
     ],
-    ids=["db_tsw", "db_tsw_orth", "tsw_sl_chain", "sw", "stsw"],
 )
 def test_sampling_keeps_the_estimate_unbiased(call):
     """Mean over 150 seeds of 8 slices within 4 standard errors of a 10000-slice i.i.d. value.
