@@ -553,6 +553,14 @@ NOT_DISTANCES = {
     "sample_rotations",
     "sample_sphere_projections",
     "sample_spherical_trees",
+    # transport plans (a plan and its cost, not a distance): tests/test_plans.py
+    "barycentric_map",
+    "expected_sliced_plan",
+    "expected_tree_sliced_plan",
+    "min_sliced_transport_plan",
+    "sliced_plans",
+    "swgg",
+    "tree_plan",
 }
 
 

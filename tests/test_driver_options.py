@@ -75,6 +75,9 @@ def test_every_distance_is_listed():
     not_distances |= {"sample_rotations", "sample_sphere_projections", "sample_spherical_trees"}
     not_distances |= {"s3w_map", "wasserstein_1d", "line_system_cost", "tree_wasserstein"}
     not_distances |= {"trees_needed"}
+    # transport plans return (plan, cost): tests/test_plans.py
+    not_distances |= {"barycentric_map", "expected_sliced_plan", "expected_tree_sliced_plan"}
+    not_distances |= {"min_sliced_transport_plan", "sliced_plans", "swgg", "tree_plan"}
     assert distances - not_distances == listed
 
 

@@ -16,13 +16,21 @@ splits, closed forms, the driver), :mod:`tsw.euclidean`, :mod:`tsw.sphere`,
 See ``ARCHITECTURE.md``. Sliced baselines for unequal masses (POT's solvers):
 :func:`partial_sw`, :func:`unbalanced_sw`.
 
+Transport plans (couplings, not only distances): POT's sliced plans
+:func:`sliced_plans`, :func:`min_sliced_transport_plan`, :func:`expected_sliced_plan`,
+:func:`swgg` (min-pivot with an optimised direction), the exact :func:`tree_plan` on a
+rooted tree, :func:`expected_tree_sliced_plan` (the mean of the optimal plans of
+Db-TSW's or TSW-SL's trees), and :func:`barycentric_map`.
+
 Data and evaluation: :mod:`tsw.datasets` (the synthetic point clouds of the papers'
 experiments) and :mod:`tsw.metrics` (exact W_p through ``ot.emd2``, the geodesic W_p on
 the sphere, the NLL of a von Mises-Fisher mixture).
 """
 
 from tsw import datasets, metrics, nn
+from tsw.core._barycentric import barycentric_map
 from tsw.core.monte_carlo import trees_needed
+from tsw.core.tree_plan import tree_plan
 from tsw.core.tree_wasserstein import line_system_cost, tree_wasserstein
 from tsw.core.trees import (
     ChainLines,
@@ -38,10 +46,13 @@ from tsw.euclidean._circular_tsw import circular_tsw
 from tsw.euclidean._db_tsw import db_tsw
 from tsw.euclidean._partial_tsw import partial_tsw
 from tsw.euclidean._spatial_tsw import spatial_tsw
+from tsw.euclidean._tree_sliced_plan import expected_tree_sliced_plan
 from tsw.euclidean._tsw_sl import tsw_sl
+from tsw.sliced._plans import expected_sliced_plan, min_sliced_transport_plan, sliced_plans
 from tsw.sliced._s3w import s3w, s3w_map, s3w_unif, sample_rotations
 from tsw.sliced._ssw import sample_sphere_projections, ssw, ssw_unif
 from tsw.sliced._sw import max_sw, sample_projections, sw
+from tsw.sliced._swgg import swgg
 from tsw.sliced._unbalanced_sw import partial_sw, unbalanced_sw
 from tsw.sphere._spatial_stsw import spatial_stsw
 from tsw.sphere._stsw import stsw, stsw_unif
@@ -53,13 +64,17 @@ __all__ = [
     "ConcurrentLines",
     "SphericalTrees",
     "__version__",
+    "barycentric_map",
     "circular_tsw",
     "datasets",
     "db_tsw",
+    "expected_sliced_plan",
+    "expected_tree_sliced_plan",
     "line_system_cost",
     "mappings",
     "max_sw",
     "metrics",
+    "min_sliced_transport_plan",
     "nn",
     "partial_sw",
     "partial_tsw",
@@ -72,6 +87,7 @@ __all__ = [
     "sample_rotations",
     "sample_sphere_projections",
     "sample_spherical_trees",
+    "sliced_plans",
     "spatial_stsw",
     "spatial_tsw",
     "ssw",
@@ -79,6 +95,8 @@ __all__ = [
     "stsw",
     "stsw_unif",
     "sw",
+    "swgg",
+    "tree_plan",
     "tree_wasserstein",
     "trees_needed",
     "tsw_sl",

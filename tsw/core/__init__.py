@@ -10,7 +10,9 @@ Public modules (their names are re-exported by :mod:`tsw`):
   systems of lines, and its kernel ``line_cost``);
 * :mod:`tsw.core.wasserstein_1d`: the one-dimensional closed form of the sliced baselines;
 * :mod:`tsw.core.monte_carlo`: the Monte-Carlo error of a value and
-  :func:`~tsw.trees_needed`, the number of trees for a target error.
+  :func:`~tsw.trees_needed`, the number of trees for a target error;
+* :mod:`tsw.core.tree_plan`: :func:`~tsw.tree_plan`, the exact transport plan on a
+  rooted tree.
 
 Private modules (no stability promise), in the order a call meets them:
 
@@ -29,5 +31,7 @@ Private modules (no stability promise), in the order a call meets them:
   into the blocks' sums; ``_safe``: primitives with finite subgradients;
 * ``_sort``: the one sort of every closed form; ``_angles``: STSW's angles on S^2;
 * ``_kernels`` (with ``_numba_kernels`` and ``_threads``): the compiled CPU kernels,
-  called only by the closed forms, the splits, the sort and the angles.
+  called only by the closed forms, the splits, the sort and the angles;
+* ``_plans``: the entries of every transport plan (monotone plans, plans on systems of
+  lines, their costs, dense or sparse assembly) and :func:`~tsw.barycentric_map`.
 """

@@ -15,6 +15,8 @@ import torch
 from torch import Tensor
 
 from tsw.core import _kernels
+from tsw.core._safe import SafeSqrt
+from tsw.core._twice import building_graph, graph_backward
 
 __all__ = ["S2Angles", "inv_norm"]
 
@@ -52,9 +54,11 @@ class S2Angles(torch.autograd.Function):
         return t, polar, rho * inv
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, gt: Tensor, gpolar: Tensor, gscale: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         Z, frames, A, rho, inv = ctx.saved_tensors
+        if building_graph():  # create_graph: the same gradient, with its own graph
+            needs = ctx.needs_input_grad[:2]
+            return tuple(graph_backward(angles_graph, (Z, frames), needs, (gt, gpolar, gscale)))
         B, T, _, n = A.shape
         if _kernels.usable(A, rho, inv, gt, gpolar, gscale):
             gA, gq = _kernels.s2_angles_backward(A, rho, inv, gt, gpolar, gscale)
@@ -77,7 +81,7 @@ class S2Angles(torch.autograd.Function):
 def _s2_angles_backward(
     A: Tensor, rho: Tensor, inv: Tensor, gt: Tensor, gpolar: Tensor, gscale: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """:class:`_S2Angles`' backward to ``A`` (B, T, 3, n), and ``gscale * rho`` (B, T, n)."""
+    """:class:`S2Angles`' backward to ``A`` (B, T, 3, n), and ``gscale * rho`` (B, T, n)."""
     a0, a1, a2 = A.unbind(-2)
     tiny = torch.finfo(rho.dtype).tiny
     ir = rho / (rho * rho + tiny)  # 1 / rho, and 0 at rho = 0
@@ -86,6 +90,18 @@ def _s2_angles_backward(
     h = gpolar * ir * ir
     gA = torch.stack([-gt * rho / r2, grho * a1 * ir - h * a2, grho * a2 * ir + h * a1], dim=-2)
     return gA, gscale * rho
+
+
+def angles_graph(Z: Tensor, frames: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """:class:`S2Angles` in torch operations, with its zero subgradients at ``rho = 0``."""
+    B, n, _ = Z.shape
+    T = frames.shape[-3]
+    A = torch.matmul(frames.reshape(frames.shape[0], 3 * T, 3), Z.transpose(-1, -2))
+    a0, a1, a2 = A.reshape(B, T, 3, n).unbind(-2)
+    rho = SafeSqrt.apply(a1 * a1 + a2 * a2)
+    pole = rho == 0  # the root or its antipode: no tangent direction
+    polar = torch.atan2(torch.where(pole, 0.0, a2), torch.where(pole, 1.0, a1))
+    return torch.atan2(rho, a0), polar, rho * inv_norm(Z)
 
 
 def inv_norm(Z: Tensor) -> Tensor:

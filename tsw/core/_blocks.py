@@ -18,6 +18,7 @@ from torch.utils.checkpoint import checkpoint
 
 from tsw.core._distributed import all_tensors
 from tsw.core._gradients import route_into
+from tsw.core._twice import building_graph, graph_backward
 from tsw.core._validation import Measures
 
 __all__ = ["Block", "narrow_slices", "plan_blocks", "run_blocks", "slice_counts"]
@@ -285,10 +286,11 @@ class _BlockCosts(torch.autograd.Function):
         return _assemble(parts, blocks)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx: Any, g: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         inputs = ctx.saved_tensors
         needs = ctx.needs_input_grad[3:]
+        if building_graph():  # create_graph: every block again, with its graph kept
+            return (None, None, None, *_BlockCosts._graph(ctx, inputs, needs, g))
         B = g.shape[0]
         per_item = g[..., :1]
         # the mean's backward divides its expanded gradient by T, so it arrives dense
@@ -306,6 +308,23 @@ class _BlockCosts(torch.autograd.Function):
                 out.append(None if s is None else s.mul_(per_item.view(B, *([1] * (x.dim() - 1)))))
             return (None, None, None, *out)
         return (None, None, None, *_BlockCosts._again(ctx, inputs, needs, g))
+
+    @staticmethod
+    def _graph(ctx: Any, inputs, needs, upstream: Tensor) -> list[Tensor | None]:
+        """Return the gradients of the blocks' costs weighted by ``upstream``, with their graph.
+
+        The front end and every block run again on the saved inputs (linked to their
+        graph, and not marked for the accumulators), and their graphs are kept until the
+        gradient is formed: the memory of one block is not the bound here.
+        """
+
+        def costs(*tensors: Tensor) -> Tensor:
+            extra, context = ctx.prepare(tensors)
+            every = (*tensors, *extra)
+            parts = [ctx.block(_items(every, b.i0, b.i1), *b, context) for b in ctx.blocks]
+            return _assemble(parts, ctx.blocks)
+
+        return graph_backward(costs, inputs, needs, upstream)
 
     @staticmethod
     def _again(ctx: Any, inputs, needs, upstream=None) -> list[Tensor | None]:

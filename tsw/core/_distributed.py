@@ -207,6 +207,12 @@ class _SumGradients(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None]:  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "process_group: the sum of the ranks' gradients is not differentiable, so a "
+                "gradient with create_graph=True (a Hessian-vector product, a gradient "
+                "penalty) is not available; evaluate the distance in one process for it"
+            )
         # a buffer of our own: never reduce in place into the gradient autograd handed us
         total = g.contiguous().clone()
         _dist().all_reduce(total, group=ctx.group.group)

@@ -51,6 +51,8 @@ class SafeSqrt(torch.autograd.Function):
     def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         (out,) = ctx.saved_tensors
         tiny = torch.full((), torch.finfo(out.dtype).tiny, dtype=out.dtype, device=out.device)
+        if torch.is_grad_enabled():  # create_graph: out of place, so that autograd records it
+            return 0.5 * grad * out / (out * out + tiny)
         r = torch.addcmul(tiny, out, out)
         return torch.div(out, r, out=r).mul_(grad).mul_(0.5)
 
@@ -78,13 +80,17 @@ class LineDistance(torch.autograd.Function):
         t, dist = ctx.saved_tensors
         # grad / dist, and 0 where dist == 0: dist / (dist^2 + tiny) in two passes
         tiny = torch.full((), torch.finfo(dist.dtype).tiny, dtype=dist.dtype, device=dist.device)
-        r = torch.addcmul(tiny, dist, dist)
-        r = torch.div(dist, r, out=r).mul_(grad)
+        graph = torch.is_grad_enabled()  # create_graph: out of place, recorded by autograd
+        if graph:
+            r = dist / (dist * dist + tiny) * grad
+        else:
+            r = torch.addcmul(tiny, dist, dist)
+            r = torch.div(dist, r, out=r).mul_(grad)
         grad_sq = grad_t = None
         if ctx.needs_input_grad[0]:
             grad_sq = 0.5 * r.sum(-2, keepdim=True) if r.shape[-2] > 1 else 0.5 * r
         if ctx.needs_input_grad[1]:
-            grad_t = r.mul_(t).neg_()
+            grad_t = -(r * t) if graph else r.mul_(t).neg_()
         return grad_sq, grad_t
 
 

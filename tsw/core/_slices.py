@@ -87,12 +87,12 @@ def geometric_median(measures: Measures) -> Tensor:
         z \leftarrow \frac{\sum_i w_i x_i / \max(\|x_i - z\|, \epsilon)}
             {\sum_i w_i / \max(\|x_i - z\|, \epsilon)},
 
-    started at the weighted mean, for at most :data:`MEDIAN_MAX_ITER` steps or until
-    every item's step is below :data:`MEDIAN_RTOL` times its spread (the weighted mean
-    distance to the mean). :math:`\epsilon` is ``sqrt(eps)`` times the spread, so an
-    iterate that lands on an atom stays finite. The objective decreases at every
-    step (Weiszfeld 1937; Kuhn 1973); FW-TSW (Tran et al., ICLR 2026) centres its roots
-    here.
+    started at the weighted mean, for at most :data:`MEDIAN_MAX_ITER` steps or until the
+    step is below :data:`MEDIAN_RTOL` times the spread (the weighted mean distance to the
+    mean), item by item: an item of a batch stops where it would alone. :math:`\epsilon`
+    is ``sqrt(eps)`` times the spread, so an iterate that lands on an atom stays finite.
+    The objective decreases at every step (Weiszfeld 1937; Kuhn 1973); FW-TSW (Tran et
+    al., ICLR 2026) centers its roots here.
     """
     a, b = measures.a.detach(), measures.b.detach()
     Z = torch.cat([measures.X_s.detach(), measures.X_t.detach()], dim=-2)  # (B, n, d)
@@ -101,13 +101,15 @@ def geometric_median(measures: Measures) -> Tensor:
     z = (w.unsqueeze(-1) * Z).sum(-2)  # (B, d)
     spread = (w * torch.linalg.vector_norm(Z - z.unsqueeze(-2), dim=-1)).sum(-1)
     floor = (spread * torch.finfo(Z.dtype).eps ** 0.5).clamp_min(torch.finfo(Z.dtype).tiny)
+    done = torch.zeros_like(spread, dtype=torch.bool)
     for _ in range(MEDIAN_MAX_ITER):
         dist = torch.linalg.vector_norm(Z - z.unsqueeze(-2), dim=-1)
         inv = w / torch.maximum(dist, floor.unsqueeze(-1))
         new = (inv.unsqueeze(-1) * Z).sum(-2) / inv.sum(-1, keepdim=True)
         step = torch.linalg.vector_norm(new - z, dim=-1)
-        z = new
-        if bool((step <= MEDIAN_RTOL * spread).all()):
+        z = torch.where(done.unsqueeze(-1), z, new)  # a converged item stays where it stopped
+        done = done | (step <= MEDIAN_RTOL * spread)
+        if bool(done.all()):
             break
     return z
 
@@ -193,12 +195,14 @@ def resolve_counts(
 def resolve_center(
     center: Tensor | str | None, measures: Measures, validate: bool = True
 ) -> Tensor:
-    """Centre of the roots: a given tensor, or a detached centre of both measures.
+    """Center of the roots: a given tensor, or a detached center of both measures.
 
     ``"mean"`` (or ``None``): their weighted mean; ``"median"``: their weighted
     geometric median (:func:`geometric_median`, FW-TSW). Shape (d,) for unbatched
     measures (so that the drawn trees are unbatched too), (B, d) or (d,) for batched
-    ones. A given tensor must be finite (a value check, with ``validate``).
+    ones. A given tensor must be finite (a value check, with ``validate``); it is not
+    detached, so a center that requires grad (an ``nn.Parameter`` of a loss) gets its
+    gradient through the roots.
     """
     if center is None or isinstance(center, str):
         if center not in (None, *CENTERS):
@@ -216,7 +220,7 @@ def resolve_center(
         raise ValueError(f"center must have shape {form}; got center.shape={tuple(center.shape)}")
     if validate:
         check_finite(center, "center")
-    return center.to(dtype=measures.X_s.dtype, device=measures.X_s.device).detach()
+    return center.to(dtype=measures.X_s.dtype, device=measures.X_s.device)
 
 
 #: the largest accepted rounding error of the line coordinates relative to the data's

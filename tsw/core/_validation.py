@@ -103,9 +103,14 @@ def mass_rtol(dtype: torch.dtype) -> float:
 
 
 def check_tensor(x: object, name: str) -> Tensor:
-    """Raise ``TypeError`` unless ``x`` is a floating tensor of a supported dtype."""
+    """Raise ``TypeError`` unless ``x`` is a dense floating tensor of a supported dtype."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
+    if x.layout != torch.strided:
+        raise TypeError(
+            f"{name} must be a dense (strided) tensor; got a tensor of layout {x.layout} "
+            f"(call {name}.to_dense())"
+        )
     if x.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{name} must have dtype torch.float32 or torch.float64; got {x.dtype}")
     return x
@@ -230,10 +235,12 @@ def _integer(value: object) -> int | None:
         return None
     if isinstance(value, numbers.Integral):
         return int(value)
-    integer = isinstance(value, Tensor) and value.ndim == 0 and not value.dtype.is_floating_point
-    if integer and value.dtype != torch.bool and not value.dtype.is_complex:  # type: ignore[union-attr]
-        return int(value)  # type: ignore[arg-type]
-    return None
+    if not isinstance(value, Tensor) or value.ndim != 0:
+        return None
+    dtype = value.dtype
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        return None
+    return int(value)
 
 
 def _real(value: object) -> float | None:
@@ -560,9 +567,10 @@ def check_measures(
             "X_s and X_t must have the same batch size B; got "
             f"X_s.shape={tuple(X_s.shape)} and X_t.shape={tuple(X_t.shape)}"
         )
+    given = a is not None or b is not None  # the default uniform weights both sum to 1
     a = _check_weights(a, "a", X_s, "X_s", batched, validate)
     b = _check_weights(b, "b", X_t, "X_t", batched, validate)
-    if balanced and validate:
+    if balanced and validate and given:
         check_equal_totals(
             (a.sum(-1), b.sum(-1)),
             ("a.sum()", "b.sum()"),

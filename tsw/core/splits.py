@@ -29,6 +29,7 @@ structure matter.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import NamedTuple, cast
 
 import torch
@@ -38,8 +39,9 @@ from tsw.core import _kernels
 from tsw.core._kernels import SplitForm
 from tsw.core._safe import LineDistance
 from tsw.core._sort import argsort_last
+from tsw.core._twice import building_graph, graph_backward
 from tsw.core._validation import check_finite, check_tensor, sphere_tol
-from tsw.core.tree_wasserstein import line_cost, system_cost
+from tsw.core.tree_wasserstein import line_cost, line_cost_graph, system_cost
 
 __all__ = [
     "AngularSplit",
@@ -173,6 +175,11 @@ def split_by_form(w: Tensor, delta: float, sq: Tensor | None, t: Tensor, form: S
     """:func:`split_masses` with its distances given as ``(sq, t, form)`` (:class:`SplitForm`)."""
     if delta != 0 and not w.requires_grad and _kernels.usable(t, w):
         return _DistanceSplit.apply(sq, t, w, delta, form)
+    return _torch_split(sq, t, w, delta, form)
+
+
+def _torch_split(sq: Tensor | None, t: Tensor, w: Tensor, delta: float, form: SplitForm) -> Tensor:
+    """:func:`split_by_form` in torch operations (autograd differentiates it)."""
     if form == SplitForm.COORDINATES:
         dist: Tensor = LineDistance.apply(sq, t)
     else:
@@ -197,15 +204,18 @@ class _DistanceSplit(torch.autograd.Function):
     def forward(ctx, sq: Tensor | None, t: Tensor, w: Tensor, delta: float, form: SplitForm):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         masses, alpha = _kernels.split_forward(sq, t, w, delta, form)
         ctx.form, ctx.delta = form, delta
-        ctx.save_for_backward(alpha, w, sq, t if form != SplitForm.DISTANCES else None)
+        ctx.save_for_backward(alpha, w, sq, t)
         return masses
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         alpha, w, sq, t = ctx.saved_tensors
-        gsq, gt = _kernels.split_backward(grad, alpha, w, sq, t, ctx.delta, ctx.form)
         needs = ctx.needs_input_grad
+        if building_graph():  # create_graph: the same gradient, with its own graph
+            split = partial(_torch_split, w=w, delta=ctx.delta, form=ctx.form)
+            return (*graph_backward(split, (sq, t), needs[:2], grad), None, None, None)
+        forms_t = t if ctx.form != SplitForm.DISTANCES else None  # (the distances: not read)
+        gsq, gt = _kernels.split_backward(grad, alpha, w, sq, forms_t, ctx.delta, ctx.form)
         return (gsq if needs[0] else None), (gt if needs[1] else None), None, None, None
 
 
@@ -262,18 +272,26 @@ class _SplitLineCost(torch.autograd.Function):
     def forward(ctx, sq, t, x, w, delta: float, form: SplitForm, p: float):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         idx = argsort_last(x, compact=True)  # int32 where the sort writes it
         cost, saved = _kernels.split_line_forward(sq, t, x, w, delta, form, idx, p)
-        ctx.save_for_backward(*saved, sq, t, w)
+        ctx.save_for_backward(*saved, sq, t, w, x)
         ctx.delta, ctx.form, ctx.p = delta, form, p
         return cost
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        c, idx, prefix, alpha, sq, t, w = ctx.saved_tensors
+        c, idx, prefix, alpha, sq, t, w, x = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        if building_graph():  # create_graph: the same gradient, with its own graph
+            delta, form, p = ctx.delta, ctx.form, ctx.p
+
+            def cost(sq: Tensor | None, t: Tensor, x: Tensor) -> Tensor:
+                masses = _torch_split(sq, t, w, delta, form)
+                return line_cost_graph(t if form == SplitForm.COORDINATES else x, masses, p, False)
+
+            wants = (needs[0], needs[1], needs[2] and form != SplitForm.COORDINATES)
+            return (*graph_backward(cost, (sq, t, x), wants, grad), None, None, None, None)
         gsq, gt, gx = _kernels.split_line_backward(
             (c, idx, prefix, alpha), grad, sq, t, w, ctx.delta, ctx.form, ctx.p
         )
-        needs = ctx.needs_input_grad
         return (
             gsq if needs[0] else None,
             gt if needs[1] else None,
@@ -335,14 +353,17 @@ class _AngularSplitMasses(torch.autograd.Function):
         slope.mul_(torch.sign(phi)).neg_()  # d phi / d diff = sign(diff) sign(pi - |diff|)
         phi.abs_().neg_().add_(math.pi)  # pi - ||diff| - pi|, in [0, pi]
         alpha = torch.softmax(phi * (scale * -delta).unsqueeze(-2), dim=-2)
-        ctx.save_for_backward(phi, slope, alpha, scale, w)
+        ctx.save_for_backward(phi, slope, alpha, scale, w, polar, theta)
         ctx.delta, ctx.theta_shape = delta, theta.shape
         return alpha * w[:, None, None, :]
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, g: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        phi, slope, alpha, scale, w = ctx.saved_tensors
+        phi, slope, alpha, scale, w, polar, theta = ctx.saved_tensors
+        if building_graph():  # create_graph: the same gradient, with its own graph
+            masses = partial(_angular_masses_graph, delta=ctx.delta)
+            inputs, needs = (polar, theta, scale, w), ctx.needs_input_grad[:4]
+            return (*graph_backward(masses, inputs, needs, g), None)
         need_polar, need_theta, need_scale, need_w = ctx.needs_input_grad[:4]
         grad_polar = grad_theta = grad_scale = grad_w = None
         if need_w:
@@ -358,6 +379,16 @@ class _AngularSplitMasses(torch.autograd.Function):
             if need_theta:
                 grad_theta = _shared_trees_sum(gd.sum(-1).neg_(), ctx.theta_shape)
         return grad_polar, grad_theta, grad_scale, grad_w, None
+
+
+def _angular_masses_graph(
+    polar: Tensor, theta: Tensor, scale: Tensor, w: Tensor, delta: float
+) -> Tensor:
+    """:class:`_AngularSplitMasses` in torch operations (autograd differentiates it)."""
+    diff = polar.unsqueeze(-2) - theta.unsqueeze(-1)
+    phi = math.pi - (math.pi - diff.abs()).abs()
+    alpha = torch.softmax(phi * (scale * -delta).unsqueeze(-2), dim=-2)
+    return alpha * w[:, None, None, :]
 
 
 def angular_split_masses(
@@ -430,16 +461,28 @@ class _SplitRayCost(torch.autograd.Function):
     def forward(ctx, t, polar, theta, scale, w, fixed, delta: float, p: float):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         idx = argsort_last(t, compact=True)  # read by the kernels only
         cost, saved = _kernels.ray_split_forward(t, polar, theta, scale, w, fixed, delta, p, idx)
-        ctx.save_for_backward(*saved)
+        ctx.save_for_backward(*saved, t, polar, theta, scale, w, fixed)
         ctx.delta, ctx.p = delta, p
         return cost
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, g: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        saved = ctx.saved_tensors
+        *saved, t, polar, theta, scale, w, fixed = ctx.saved_tensors
+        if building_graph():  # create_graph: the same gradient, with its own graph
+            delta, p = ctx.delta, ctx.p
+
+            def cost(t: Tensor, polar: Tensor, theta: Tensor, scale: Tensor, w: Tensor) -> Tensor:
+                masses = _angular_masses_graph(polar, theta, scale, w, delta)
+                if fixed is not None:  # the last atoms' masses are given, not split
+                    G = fixed.shape[-1]
+                    given = fixed.expand(*masses.shape[:-1], G)
+                    masses = torch.cat([masses[..., :-G], given], dim=-1)
+                return line_cost_graph(t.unsqueeze(-2), masses, p, True).sum(-1)
+
+            inputs, needs = (t, polar, theta, scale, w), ctx.needs_input_grad[:5]
+            return (*graph_backward(cost, inputs, needs, g), None, None, None)
         need_t, need_polar, need_theta, need_scale, need_w = ctx.needs_input_grad[:5]
-        gt, gp, gs, gth, gw = _kernels.ray_split_backward(saved, g, ctx.delta, ctx.p, need_w)
+        gt, gp, gs, gth, gw = _kernels.ray_split_backward(tuple(saved), g, ctx.delta, ctx.p, need_w)
         return (
             gt if need_t else None,
             gp if need_polar else None,

@@ -21,6 +21,7 @@ where :math:`\Gamma_e` is the subtree below edge :math:`e`. With an exponent
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 import torch
@@ -29,6 +30,7 @@ from torch import Tensor
 from tsw.core import _kernels
 from tsw.core._safe import broadcast_shape, safe_root
 from tsw.core._sort import argsort_last, sort_last, unsort_last
+from tsw.core._twice import building_graph, graph_backward
 from tsw.core._validation import (
     check_bool,
     check_equal_totals,
@@ -150,7 +152,7 @@ class _LineCost(torch.autograd.Function):
         if ctx.fused:  # compiled loops (tsw.core._kernels), the sorted values among them
             idx = argsort_last(coords, compact=True)  # int32 where the sort writes it
             cost, prefix, c = _kernels.line_cost_forward(coords, idx, masses, p, rays)
-            ctx.save_for_backward(c, idx, prefix)
+            ctx.save_for_backward(c, idx, prefix, coords, masses)
             return cost
         c, idx = sort_last(coords)
         shared = c.shape != masses.shape
@@ -164,13 +166,17 @@ class _LineCost(torch.autograd.Function):
             cost = work.mul_(dp).sum(-1)
             work = torch.abs(prefix) if _compiling() else torch.abs(prefix, out=work)
             cost += (work if p == 1.0 else work.pow_(p)).mul_(dn).sum(-1)
-        ctx.save_for_backward(c, idx, prefix)
+        ctx.save_for_backward(c, idx, prefix, coords, masses)
         return cost
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        c, idx, prefix = ctx.saved_tensors
+        c, idx, prefix, coords, masses = ctx.saved_tensors
         p = ctx.p
+        if building_graph():  # create_graph: the same gradient, with its own graph
+            cost = partial(line_cost_graph, p=p, rays=ctx.rays)
+            needs = ctx.needs_input_grad[:2]
+            return (*graph_backward(cost, (coords, masses), needs, grad), None, None)
         g = grad.unsqueeze(-1)
         shared = c.shape != prefix.shape
         grad_c = grad_m = None
@@ -215,6 +221,33 @@ class _LineCost(torch.autograd.Function):
             gc = _sum_to(gc.mul_(g), c.shape)
             grad_c = unsort_last(gc, idx)
         return grad_c, grad_m, None, None
+
+
+def _abs_pow(x: Tensor, p: float) -> Tensor:
+    """``|x|^p`` out of place, twice differentiable at 0 for ``p = 2`` (``x * x``)."""
+    if p == 2.0:
+        return x * x
+    return x.abs() if p == 1.0 else x.abs().pow(p)
+
+
+def line_cost_graph(coords: Tensor, masses: Tensor, p: float, rays: bool) -> Tensor:
+    """:class:`_LineCost`'s forward in differentiable torch operations (its graph backward).
+
+    The same formulas: the atoms sorted by coordinate, the prefix masses ``P_j`` and the
+    suffix masses ``S_j``, and ``sum_j |S_j|^p dp_j + |P_j|^p dn_j`` over the positive-
+    and negative-side edge lengths; autograd differentiates them as often as asked.
+    """
+    c, idx = sort_last(coords)  # c = gather(coords, idx): differentiable
+    prefix = torch.gather(masses, -1, idx.expand(masses.shape)).cumsum(-1)
+    total = prefix[..., -1:]
+    suffix = torch.cat([total, total - prefix[..., :-1]], dim=-1)
+    if rays:
+        lengths = torch.cat([c[..., :1], c[..., 1:] - c[..., :-1]], dim=-1)
+        return (_abs_pow(suffix, p) * lengths).sum(-1)
+    neg, pos = c.clamp(max=0), c.clamp(min=0)
+    dn = torch.cat([neg[..., 1:] - neg[..., :-1], -neg[..., -1:]], dim=-1)
+    dp = torch.cat([pos[..., :1], pos[..., 1:] - pos[..., :-1]], dim=-1)
+    return (_abs_pow(suffix, p) * dp).sum(-1) + (_abs_pow(prefix, p) * dn).sum(-1)
 
 
 def _sum_to(x: Tensor, shape: torch.Size) -> Tensor:

@@ -22,6 +22,7 @@ from tsw.core._problem import Problem, from_numpy
 from tsw.core._projection import LINE, Projection, closed_form, line_coordinates
 from tsw.core._random import Sampler, Seed, resolve_sampler
 from tsw.core._safe import recordable
+from tsw.core._twice import first_order_only
 from tsw.core._validation import (
     Measures,
     check_bool,
@@ -325,7 +326,9 @@ def max_sw(
         best = _ascent(problem, n_iter=n_iter, lr=lr, n_init=n_init, sampling=sampling)
     # the value along the final direction goes through the driver (one slice per item);
     # the range was checked before the ascent
-    return evaluate(problem.replace(validate=False), line_projection, best, projections=best)
+    value = evaluate(problem.replace(validate=False), line_projection, best, projections=best)
+    why = "its direction is the ascent's maximiser, held fixed (Danskin's theorem)"
+    return value._replace(per_slice=first_order_only(value.per_slice, "max_sw", why))
 
 
 def _ascent(problem: Problem, *, n_iter: int, lr: float, n_init: int, sampling: str) -> Tensor:

@@ -30,6 +30,7 @@ from tsw.core._output import Evaluation
 from tsw.core._problem import Problem
 from tsw.core._safe import recordable
 from tsw.core._sort import sort_last
+from tsw.core._twice import first_order_only
 from tsw.core._validation import check_mass, check_positive_int, check_range
 from tsw.core.wasserstein_1d import quantile_cost
 from tsw.sliced._sw import line_projection, resolve_projections
@@ -383,4 +384,5 @@ def unbalanced_sw(
     if bool(bad.any()):
         marg_s = torch.where(bad.unsqueeze(-1), zero_s, marg_s)
         marg_t = torch.where(bad.unsqueeze(-1), zero_t, marg_t)
-    return Evaluation(objective(marg_s, marg_t), proj, proj)
+    why = "POT's marginals are held fixed (their derivative in the data is not formed)"
+    return Evaluation(first_order_only(objective(marg_s, marg_t), "unbalanced_sw", why), proj, proj)
