@@ -413,11 +413,7 @@ def tree_oracle(X, Y, a, b, sources, dirs, *, chain, p=1, delta=None, alpha=None
     if p == 1:
         return emd_on_lines(cx, cy, mx, my, att)
     coords, signed = np.concatenate([cx, cy], 1), np.concatenate([mx, -my], 1)
-    return (
-        line_system_sobolev(coords, signed, att, p)
-        if chain
-        else star_sobolev(coords, signed, p)
-    )
+    return line_system_sobolev(coords, signed, att, p) if chain else star_sobolev(coords, signed, p)
 
 
 def star_oracle(X, Y, a, b, root, dirs, **kwargs):

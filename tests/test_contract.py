@@ -62,6 +62,9 @@ DEGENERATE = "degenerate"  # finite gradients at ties, identical inputs, ...
 TREE_DEGENERATE = "tree_degenerate"  # finite gradients at roots / on lines of explicit trees
 NONFINITE = "nonfinite"  # NaN/Inf raise with validate=True, never a finite value without
 SPHERE_ROTATION = "sphere_rotation"  # O(d+1): rotating data and explicit slices together
+#: the weights take no gradient: asking for one raises a RuntimeError naming the distance
+#: (the properties above then differentiate with respect to the points only)
+NO_WEIGHT_GRAD = "no_weight_gradient"
 
 COMMON = frozenset(
     {IDENTITY, NONNEG, SYMMETRIC, SEED, DTYPE, BATCH, WEIGHTS, DEGENERATE, NONFINITE}
@@ -388,7 +391,7 @@ def _registry() -> list[Entry]:
         )
     # POT's circle OT gives wrong gradients w.r.t. the weights as soon as there is more
     # than one great circle (values are right; see tsw.ssw): points only
-    ssw_props = (stsw_props - {GRADCHECK}) | {GRADCHECK_POINTS}
+    ssw_props = (stsw_props - {GRADCHECK}) | {GRADCHECK_POINTS, NO_WEIGHT_GRAD}
     for p in (1, 2):
         out.append(
             Entry(
@@ -459,7 +462,7 @@ def _registry() -> list[Entry]:
                 cls.__name__,
                 _module_call(cls),
                 kw,
-                COMMON | {TRIANGLE, grad},
+                COMMON | {TRIANGLE, grad} | ({NO_WEIGHT_GRAD} if fn is tsw.ssw else set()),
                 min_dim=2,
                 module=cls,
                 function=fn,
@@ -538,6 +541,11 @@ REGISTRY = _registry()
 
 def having(*props):
     return [pytest.param(e, id=e.name) for e in REGISTRY if set(props) <= e.props]
+
+
+def weight_grad(entry) -> bool:
+    """Whether the entry's weights take a gradient."""
+    return NO_WEIGHT_GRAD not in entry.props
 
 
 #: public functions of tsw that are not distances between measures
@@ -1055,13 +1063,15 @@ def test_zero_weight_atom(entry, device):
     base = entry(Xg, Y, a, b, **rand)
     (g_base,) = torch.autograd.grad(base, Xg)
     X2 = torch.cat([X, extra]).requires_grad_()
-    a2 = torch.cat([a, torch.zeros(1, dtype=F64, device=device)]).requires_grad_()
+    a2 = torch.cat([a, torch.zeros(1, dtype=F64, device=device)])
+    a2.requires_grad_(weight_grad(entry))
     value = entry(X2, Y, a2, b, **rand)
-    g_x, g_a = torch.autograd.grad(value, (X2, a2))
+    grads = torch.autograd.grad(value, [t for t in (X2, a2) if t.requires_grad])
+    g_x = grads[0]
     close(entry, value, base, scale=10)
     close(entry, g_x[:-1], g_base, scale=1e3)
-    assert bool(torch.isfinite(g_x).all())
-    assert bool(torch.isfinite(g_a).all())
+    for g in grads:
+        assert bool(torch.isfinite(g).all())
     # the value does not depend on where a massless atom sits
     assert float(g_x[-1].abs().max()) <= 1e-9
     # and the zero-weight atom may also sit first in the target
@@ -1177,6 +1187,16 @@ def _lipschitz_bounds(entry, xs, xt, ws, wt, rand):
     return out
 
 
+@pytest.mark.parametrize("entry", having(NO_WEIGHT_GRAD))
+def test_weight_gradient_refused(entry, device):
+    """A gradient asked of weights that take none raises an error naming the distance."""
+    X, Y, a, b = make_data(device=device, seed=17)
+    ag = a.clone().requires_grad_()
+    value = entry(X.clone().requires_grad_(), Y, ag, b, **frozen(entry, 3, device=device))
+    with pytest.raises(RuntimeError, match="no gradient with respect to the weights"):
+        torch.autograd.grad(value, ag)
+
+
 @pytest.mark.parametrize("entry", having(DEGENERATE))
 def test_finite_gradients_at_degenerate_inputs(entry, device):
     """Finite gradients at ties and identical inputs, and bounded where a bound holds.
@@ -1191,10 +1211,11 @@ def test_finite_gradients_at_degenerate_inputs(entry, device):
     cases = [(X, X.clone(), a, a.clone()), (Xd, Y, ad, b), (X, Xd, a, ad)]
     for rand in ({"seed": 0}, frozen(entry, 3, device=device)):
         for xs, xt, ws, wt in cases:
-            leaves = [t.clone().requires_grad_() for t in (xs, xt, ws, wt)]
+            leaves = [t.clone().requires_grad_() for t in (xs, xt)]
+            leaves += [t.clone().requires_grad_(weight_grad(entry)) for t in (ws, wt)]
             value = entry(*leaves, **rand)
             assert value.requires_grad
-            grads = torch.autograd.grad(value, leaves)
+            grads = torch.autograd.grad(value, [t for t in leaves if t.requires_grad])
             for g in grads:
                 assert bool(torch.isfinite(g).all()), entry.name
             bounds = _lipschitz_bounds(entry, xs, xt, ws, wt, rand)
@@ -1298,9 +1319,10 @@ def test_upstream_gradient_scaling(entry, device):
     X, Y, a, b = make_data(device=device, seed=18)
     rand = frozen(entry, 3, device=device)
     Xg = X.clone().requires_grad_()
-    ag = a.clone().requires_grad_()
-    g1 = torch.autograd.grad(entry(Xg, Y, ag, b, **rand), (Xg, ag))
-    g2 = torch.autograd.grad(-3.5 * entry(Xg, Y, ag, b, **rand), (Xg, ag))
+    ag = a.clone().requires_grad_(weight_grad(entry))
+    leaves = [t for t in (Xg, ag) if t.requires_grad]
+    g1 = torch.autograd.grad(entry(Xg, Y, ag, b, **rand), leaves)
+    g2 = torch.autograd.grad(-3.5 * entry(Xg, Y, ag, b, **rand), leaves)
     for u, v in zip(g1, g2, strict=True):
         close(entry, v, -3.5 * u, scale=10)
     # vector upstream gradient on a batch: each item's gradient weighted by its own factor

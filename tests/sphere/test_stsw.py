@@ -518,7 +518,9 @@ def test_stsw_unif_arguments():
             tsw.stsw_unif(X, **{name: 0})
         with pytest.raises(TypeError, match=lit(f"{name} must be an int >= 1; got float")):
             tsw.stsw_unif(X, **{name: 8.0})
-    with pytest.raises(TypeError, match=lit("X_s must be a torch.Tensor; got list")):
+    with pytest.raises(
+        TypeError, match=r"X_s must be a torch\.Tensor or a numpy array .*; got list"
+    ):
         tsw.stsw_unif(X.tolist())
     with pytest.raises(ValueError, match=lit("a must have shape (N,) = (5,)")):
         tsw.stsw_unif(X, uniform(4))
