@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
+from _public import NOT_DISTANCES
 from conftest import assert_close, tolerances
 from hypothesis import given
 from hypothesis import strategies as st
@@ -546,30 +547,6 @@ def having(*props):
 def weight_grad(entry) -> bool:
     """Whether the entry's weights take a gradient."""
     return NO_WEIGHT_GRAD not in entry.props
-
-
-#: public functions of tsw that are not distances between measures
-NOT_DISTANCES = {
-    "trees_needed",  # a pilot's per-tree costs: core/test_monte_carlo.py
-    "line_system_cost",
-    "tree_wasserstein",  # one explicit tree: core/test_tree_wasserstein.py
-    "wasserstein_1d",
-    "s3w_map",
-    "sample_chain_lines",
-    "sample_concurrent_lines",
-    "sample_projections",
-    "sample_rotations",
-    "sample_sphere_projections",
-    "sample_spherical_trees",
-    # transport plans (a plan and its cost, not a distance): tests/test_plans.py
-    "barycentric_map",
-    "expected_sliced_plan",
-    "expected_tree_sliced_plan",
-    "min_sliced_transport_plan",
-    "sliced_plans",
-    "swgg",
-    "tree_plan",
-}
 
 
 def test_registry_covers_every_public_distance():

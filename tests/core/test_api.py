@@ -15,6 +15,7 @@ import re
 
 import pytest
 import torch
+from _public import NOT_DISTANCES
 
 import tsw
 
@@ -35,20 +36,6 @@ CHUNKED = {
 OTHERS = {"max_sw", "partial_sw", "unbalanced_sw", "ssw", "ssw_unif", "s3w", "s3w_unif"}
 #: distances to the uniform measure on the sphere: one measure
 ONE_MEASURE = {"stsw_unif", "ssw_unif", "s3w_unif"}
-#: public functions that are not distances between measures
-NOT_DISTANCES = {
-    "line_system_cost",
-    "tree_wasserstein",
-    "wasserstein_1d",
-    "trees_needed",
-    "s3w_map",
-    "sample_chain_lines",
-    "sample_concurrent_lines",
-    "sample_projections",
-    "sample_rotations",
-    "sample_sphere_projections",
-    "sample_spherical_trees",
-}
 #: POT's positional parameters of the functions that take POT's order, as POT's
 #: sliced_wasserstein_distance, sliced_wasserstein_sphere(_unif) write them
 POT_ORDER = {
