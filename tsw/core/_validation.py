@@ -714,23 +714,28 @@ def _below(x: float) -> str:
 def check_scales(measures: Measures, options: dict[str, object]) -> None:
     r"""Raise ``ValueError`` if an option in the data's units leaves the dtype's range.
 
-    A value check, after :func:`check_range`. With :math:`s = \max |x_{ij}|`, ``d``
-    dimensions and ``n`` atoms, the slices' roots and radii lie within
+    A value check (the data's own range is :func:`check_range`'s). With :math:`s = \max
+    |x_{ij}|`, ``d`` dimensions and ``n`` atoms, the slices' roots and radii lie within
     :math:`r = s + 10 \ell` for the largest length option :math:`\ell` (``root_std``,
-    ``radius``, ``source_range``); the distances they form are below
-    :math:`D = 4 \sqrt d\, r`. A length option must keep :math:`n D^2` below the dtype's
-    largest value, and ``delta`` must keep :math:`\delta D` below a sixteenth of it:
-    beyond, the split's weights or the squared distances overflow into NaN. The message
-    names the option and its usable range for the data at hand.
+    ``radius``, ``source_range``); the distances they form are below :math:`D = 4 \sqrt
+    d\, r`. A length option must keep :math:`n (2 \sqrt d\, r)^2` below the dtype's
+    largest value (the bound :func:`check_range` puts on the data), and ``delta`` must
+    keep :math:`\delta D` below a sixteenth of it: beyond, the split's weights or the
+    squared distances overflow into NaN. The message names the option and its usable
+    range for the data at hand.
     """
     X_s, X_t = measures.X_s, measures.X_t
     given = {k: v for k, v in options.items() if k in SCALED_OPTIONS and isinstance(v, float)}
     if not given or X_s.device.type == "meta" or torch.compiler.is_compiling():
         return
     s = max((float(x.detach().abs().amax()) for x in (X_s, X_t) if x.numel()), default=0.0)
+    if options.get("renormalize") is True:  # the points are moved onto the unit sphere
+        s = min(s, 1.0)
     info = torch.finfo(X_s.dtype)
     d, n = X_s.shape[-1], max(X_s.shape[-2] + X_t.shape[-2], 1)
-    top = math.sqrt(info.max / n) / (4 * math.sqrt(d))  # the largest usable r
+    top = math.sqrt(info.max / n) / (2 * math.sqrt(d))  # the largest usable r
+    if s > top:  # the data themselves leave the range: check_range names them
+        return
     for name, value in given.items():
         if SCALED_OPTIONS[name] == 1 and s + 10 * value > top:
             raise ValueError(
@@ -782,7 +787,7 @@ def check_powers(measures: Measures, p: float, mean: Tensor, power: bool) -> Non
     X_s, X_t = measures.X_s.detach(), measures.X_t.detach()
     scale = max((float(x.abs().amax()) for x in (X_s, X_t) if x.numel()), default=0.0)
     smallest = floor ** (1 / p)
-    if smallest <= info.eps * scale:
+    if scale == 0 or smallest <= info.eps * scale:  # every point at 0: a true 0
         return
     if X_s.shape == X_t.shape:
         same = (X_s == X_t).flatten(1).all(1) & (measures.a == measures.b).all(1)
