@@ -46,7 +46,8 @@ from torch import Tensor
 from tsw.core._output import Evaluation, Result, finish
 from tsw.core._problem import Problem, build
 from tsw.core._random import Seed
-from tsw.core._validation import COMMON_CHECKS, Check, check_bool, check_scales
+from tsw.core._ranges import check_scales
+from tsw.core._validation import COMMON_CHECKS, Check, check_bool
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup

@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 
 from tsw.core._problem import to_numpy
+from tsw.core._ranges import check_powers
 from tsw.core._safe import safe_root
-from tsw.core._validation import check_powers
 
 if TYPE_CHECKING:
     from tsw.core._problem import Problem

@@ -28,10 +28,11 @@ from torch import Tensor
 from tsw.core._api import distance
 from tsw.core._output import Evaluation
 from tsw.core._problem import Problem
+from tsw.core._ranges import check_range
 from tsw.core._safe import recordable
 from tsw.core._sort import sort_last
 from tsw.core._twice import first_order_only
-from tsw.core._validation import check_mass, check_positive_int, check_range
+from tsw.core._validation import check_mass, check_positive_int
 from tsw.core.wasserstein_1d import quantile_cost
 from tsw.sliced._sw import line_projection, resolve_projections
 
