@@ -1,7 +1,10 @@
 """Independent oracles for the tests: explicit tree metrics solved by POT's exact LP.
 
 Nothing here calls the library's closed forms: tree metrics are built as weighted
-graphs and their path lengths come from scipy's shortest-path routine.
+graphs and their path lengths come from scipy's shortest-path routine. The random
+problems and per-tree oracles that several test files share (a tree of lines given by
+its sources and directions, the Db-TSW split, the maps of SpatialTSW) are written here
+in numpy, once.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import itertools
 
 import numpy as np
 import ot
+import scipy.stats
 import torch
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import shortest_path
@@ -337,3 +341,124 @@ def unit_rows(rng, k, d, orthogonal=False):
     if orthogonal:
         return np.linalg.qr(g)[0].T
     return (g / np.linalg.norm(g, axis=0, keepdims=True)).T
+
+
+# --------------------------------------------------------------------------- problems and oracles
+# Random problems and per-tree oracles shared by the method files: coordinates and
+# splits recomputed in numpy, EMD on the explicit tree or the Sobolev sum edge by edge.
+
+
+def distinct_sizes(rng, low=1, high=8):
+    n = int(rng.integers(low, high + 1))
+    m = int(rng.choice([v for v in range(low, high + 1) if v != n]))
+    return n, m
+
+
+def random_problem(rng, d, n, m, zero_prob=0.0, spread=1.0):
+    """Supports X (n, d), Y (m, d) and non-uniform weights a, b."""
+    X = rng.normal(size=(n, d)) * spread
+    Y = rng.normal(size=(m, d)) * spread + rng.normal(size=d)
+    return X, Y, weights(rng, (n,), zero_prob), weights(rng, (m,), zero_prob)
+
+
+def random_chain(rng, k, d):
+    """Sources (k, d) and directions (k, d) of a chain: s_i = s_{i-1} + t_i theta_{i-1}."""
+    dirs = unit_rows(rng, k, d)
+    sources = np.empty((k, d))
+    sources[0] = rng.normal(size=d)
+    for i in range(1, k):
+        sources[i] = sources[i - 1] + rng.uniform(-1.5, 1.5) * dirs[i - 1]
+    return sources, dirs
+
+
+def chain_attachments(sources, dirs):
+    """t_i = <s_i - s_{i-1}, theta_{i-1}>, 0 for the first line."""
+    t = np.einsum("id,id->i", sources[1:] - sources[:-1], dirs[:-1])
+    return np.concatenate([[0.0], t])
+
+
+def line_coords(Z, sources, dirs):
+    """<z - s_l, theta_l>, shape (k, n)."""
+    return np.einsum("lnd,ld->ln", Z[None] - sources[:, None], dirs)
+
+
+def distance_split(Z, root, dirs, delta):
+    """Db-TSW split softmax_l(-delta * dist(z, line l)), shape (k, n)."""
+    rel = Z - root
+    t = rel @ dirs.T  # (n, k)
+    dist = np.linalg.norm(rel[:, None, :] - t[:, :, None] * dirs[None], axis=-1)
+    logits = -delta * dist
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).T
+
+
+def tree_oracle(X, Y, a, b, sources, dirs, *, chain, p=1, delta=None, alpha=None):
+    """Per-tree cost: EMD on the explicit tree (p = 1) or the Sobolev sum (p > 1).
+
+    ``delta`` selects the distance split (concurrent lines), else the constant split
+    ``alpha`` (uniform when None).
+    """
+    k = dirs.shape[0]
+    cx, cy = line_coords(X, sources, dirs), line_coords(Y, sources, dirs)
+    if delta is not None:
+        sx, sy = (
+            distance_split(X, sources[0], dirs, delta),
+            distance_split(Y, sources[0], dirs, delta),
+        )
+    else:
+        col = np.full((k, 1), 1.0 / k) if alpha is None else np.asarray(alpha)[:, None]
+        sx, sy = col, col
+    mx, my = a * sx, b * sy
+    att = chain_attachments(sources, dirs) if chain else None
+    if p == 1:
+        return emd_on_lines(cx, cy, mx, my, att)
+    coords, signed = np.concatenate([cx, cy], 1), np.concatenate([mx, -my], 1)
+    return line_system_sobolev(coords, signed, att, p) if chain else star_sobolev(coords, signed, p)
+
+
+def star_oracle(X, Y, a, b, root, dirs, **kwargs):
+    """:func:`tree_oracle` on concurrent lines through ``root`` (d,)."""
+    sources = np.repeat(np.asarray(root)[None], len(dirs), axis=0)
+    return tree_oracle(X, Y, a, b, sources, dirs, chain=False, **kwargs)
+
+
+def star_trees(rng, T, k, d, orthogonal=False):
+    """Roots (T, d) and directions (T, k, d) of T concurrent-line trees."""
+    dirs = np.stack([unit_rows(rng, k, d, orthogonal) for _ in range(T)])
+    return rng.normal(size=(T, d)), dirs
+
+
+def w1_1d(u, v, a, b):
+    """Independent 1-D W1 (scipy)."""
+    return scipy.stats.wasserstein_distance(u, v, a, b)
+
+
+def mean_root(per_tree, p):
+    return np.mean(per_tree, axis=-1) ** (1 / p)
+
+
+def random_line_system(rng, B, k, n, ties):
+    """Coordinates (B, k, n), signed masses with zero total, chain attachments (B, k)."""
+    coords = rng.normal(size=(B, k, n)) * 1.5
+    att = rng.uniform(-1.5, 1.5, size=(B, k))
+    if ties:  # a coarse grid: repeated coordinates, atoms at 0 and on attachment points
+        coords, att = np.round(coords * 2) / 2, np.round(att * 2) / 2
+    masses = rng.normal(size=(B, k, n)) * (rng.random((B, k, n)) > 0.2)
+    for mb in masses:  # zero total over the tree, not per line
+        j = rng.integers(k), rng.integers(n)
+        mb[j] -= mb.sum()
+    return coords, masses, att
+
+
+# the maps of SpatialTSW, written in numpy
+
+
+def np_pow(X, degree, beta):
+    return X + beta * X**degree
+
+
+def np_poly(X, degree):
+    """Monomials x^alpha for every exponent vector |alpha| = degree (any fixed order)."""
+    d = X.shape[-1]
+    exps = [e for e in itertools.product(range(degree + 1), repeat=d) if sum(e) == degree]
+    return np.stack([np.prod(X ** np.array(e), axis=-1) for e in exps], axis=-1), exps

@@ -1,5 +1,15 @@
 """Shared pytest configuration for the tsw test suite.
 
+Layout
+------
+``core/``, ``euclidean/``, ``sphere/`` and ``sliced/`` hold one file per module of the
+package (a method's values against its oracles, its own options); the files at the top
+are the suites across the package (the distance contract, validation, driver options,
+distributed runs, packaging, docs, notebooks, benchmarks). File names are unique across
+the directories and there is no ``__init__.py``: pytest's default ``prepend`` import
+mode puts ``tests/`` on ``sys.path`` when it imports this file, so every test imports
+``_reference`` (the independent oracles) and ``_distributed_cases`` by name.
+
 Devices
 -------
 ``--device`` (or the ``TSW_TEST_DEVICE`` environment variable) selects the devices the

@@ -1,4 +1,4 @@
-"""Adversarial property-based tests (issue 15): every public function and loss.
+"""Adversarial property-based tests: every public function and loss.
 
 Hypothesis drives the distances, the closed forms, the samplers and the loss modules
 through dtypes and layouts, empty, single-point and zero-weight measures, extreme

@@ -286,3 +286,12 @@ def test_gpu_check_commands_run_on_the_cpu_without_pot(tmp_path, monkeypatch):
     assert [(r["N=M"], r["d"]) for r in rows] == [("20", "2"), ("20", "3")]
     assert "db_tsw / lower" in rows[0]
     assert not any("POT" in k for k in rows[0])
+
+
+def test_first_call_quick(capsys):
+    from benchmarks import first_call
+
+    assert first_call.main(["--rounds", "1", "--n", "30", "--methods", "sw", "--no-worker"]) == 0
+    out = capsys.readouterr().out
+    assert "import tsw after it" in out
+    assert out.count("| sw |") == 1

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
+from _public import NOT_DISTANCES
 from conftest import assert_close, tolerances
 from hypothesis import given
 from hypothesis import strategies as st
@@ -62,6 +63,9 @@ DEGENERATE = "degenerate"  # finite gradients at ties, identical inputs, ...
 TREE_DEGENERATE = "tree_degenerate"  # finite gradients at roots / on lines of explicit trees
 NONFINITE = "nonfinite"  # NaN/Inf raise with validate=True, never a finite value without
 SPHERE_ROTATION = "sphere_rotation"  # O(d+1): rotating data and explicit slices together
+#: the weights take no gradient: asking for one raises a RuntimeError naming the distance
+#: (the properties above then differentiate with respect to the points only)
+NO_WEIGHT_GRAD = "no_weight_gradient"
 
 COMMON = frozenset(
     {IDENTITY, NONNEG, SYMMETRIC, SEED, DTYPE, BATCH, WEIGHTS, DEGENERATE, NONFINITE}
@@ -200,7 +204,7 @@ def _registry() -> list[Entry]:
     # the outermost atoms) and on the length scale of the "1 +": no homogeneity.
     # No triangle inequality: each pair cuts the trees at its own span, so a third
     # measure with a tiny far atom shrinks the weights of its two sides
-    # (tests/test_baselines.py::test_ts_sobolev_triangle_fails_with_shared_trees)
+    # (euclidean/test_ts_sobolev.py::test_the_triangle_inequality_fails_with_shared_trees)
     sobolev_props = (COMMON | EXPLICIT | {TREE_DEGENERATE}) - {TRIANGLE}
     for delta, orthogonal, p in ((2.0, False, 2), (0.0, True, 3)):
         k = 2 if orthogonal else K
@@ -251,7 +255,7 @@ def _registry() -> list[Entry]:
         )
     # SpatialTSW: Db-TSW after a map h that commutes with neither rotations nor
     # translations nor scalings (no RIGID / TRANSLATION_LAW / homogeneity: signed
-    # permutations are tested in test_nonlinear.py). Trees live in d_theta. "pow" maps
+    # permutations are tested in euclidean/test_spatial_tsw.py). Trees live in d_theta. "pow" maps
     # 0 to 0 and the coordinate axes into themselves, so points at roots / on the axis
     # lines of the hand-made degenerate trees stay there (TREE_DEGENERATE).
     spatial_props = COMMON | {TRIANGLE, GENERATOR, BATCH_SLICES, GRADCHECK}
@@ -278,7 +282,7 @@ def _registry() -> list[Entry]:
     # PartialTSW. Equal masses: everything Db-TSW claims. Unequal masses: d(mu, mu) > 0
     # (the gap costs its transport to the root), so no identity (nor the zero value of
     # DEGENERATE); symmetric and a triangle inequality only with the masses moved along
-    # with the measures, which the shared tests cannot express (tests/test_partial.py
+    # with the measures, which the shared tests cannot express (euclidean/test_partial_tsw.py
     # checks both). A price adds price * |gap|^p, which does not scale with the data.
     partial_unequal = (COMMON - {IDENTITY, SYMMETRIC, DEGENERATE}) | (EXPLICIT - {TRIANGLE})
     for masses, p, price in (((1.0, 1.0), 1, 0.0), ((1.0, 0.6), 1, 0.0), ((0.7, 1.3), 2, 0.5)):
@@ -341,8 +345,8 @@ def _registry() -> list[Entry]:
         )
     # EB-SW (importance-sampling form): the weights follow the costs, so no triangle and
     # no translation closed form; e^x is not scale-free (homogeneous with f(x) = x only);
-    # the weights are detached as in the authors' code, so the gradient is not the value's
-    # derivative (no gradcheck; tests/test_baselines.py checks the gradient's formula)
+    # the weights are held fixed in the gradient as in the authors' code, so it is not the value's
+    # derivative (no gradcheck; sliced/test_eb_sw.py checks the gradient against POT)
     eb_props = (COMMON | EXPLICIT) - {TRIANGLE, GRADCHECK}
     for energy, p in (("exp", 2), ("identity", 1)):
         out.append(
@@ -483,7 +487,7 @@ def _registry() -> list[Entry]:
         )
     # POT's circle OT gives wrong gradients w.r.t. the weights as soon as there is more
     # than one great circle (values are right; see tsw.ssw): points only
-    ssw_props = (stsw_props - {GRADCHECK}) | {GRADCHECK_POINTS}
+    ssw_props = (stsw_props - {GRADCHECK}) | {GRADCHECK_POINTS, NO_WEIGHT_GRAD}
     for p in (1, 2):
         out.append(
             Entry(
@@ -500,7 +504,7 @@ def _registry() -> list[Entry]:
     # rotations of the sphere (RI-S3W only in expectation over its rotations): no
     # SPHERE_ROTATION. Its draws do not depend on the data, so a seed freezes them
     # (explicit rotations / projections, per-item batches and the rotations that fix the
-    # poles are tested in test_s3w.py)
+    # poles are tested in sliced/test_s3w.py)
     s3w_props = COMMON | {TRIANGLE, GENERATOR, GRADCHECK}
     for label, kw in (
         ("p=2", {}),
@@ -519,7 +523,7 @@ def _registry() -> list[Entry]:
             )
         )
     # ARIS3WLoss: its pool lives in the module, in the data's dimension; the module =
-    # function checks do not apply (no function draws the pool), see test_s3w.py
+    # function checks do not apply (no function draws the pool), see sliced/test_s3w.py
     out.append(
         Entry(
             "ARIS3WLoss",
@@ -554,7 +558,7 @@ def _registry() -> list[Entry]:
                 cls.__name__,
                 _module_call(cls),
                 kw,
-                COMMON | {TRIANGLE, grad},
+                COMMON | {TRIANGLE, grad} | ({NO_WEIGHT_GRAD} if fn is tsw.ssw else set()),
                 min_dim=2,
                 module=cls,
                 function=fn,
@@ -689,28 +693,9 @@ def having(*props):
     return [pytest.param(e, id=e.name) for e in REGISTRY if set(props) <= e.props]
 
 
-#: public functions of tsw that are not distances between measures
-NOT_DISTANCES = {
-    "trees_needed",  # a pilot's per-tree costs: tests/test_monte_carlo.py
-    "line_system_cost",
-    "tree_wasserstein",  # one explicit tree: tests/test_exactness.py
-    "wasserstein_1d",
-    "s3w_map",
-    "sample_chain_lines",
-    "sample_concurrent_lines",
-    "sample_projections",
-    "sample_rotations",
-    "sample_sphere_projections",
-    "sample_spherical_trees",
-    # transport plans (a plan and its cost, not a distance): tests/test_plans.py
-    "barycentric_map",
-    "expected_sliced_plan",
-    "expected_tree_sliced_plan",
-    "min_sliced_transport_plan",
-    "sliced_plans",
-    "swgg",
-    "tree_plan",
-}
+def weight_grad(entry) -> bool:
+    """Whether the entry's weights take a gradient."""
+    return NO_WEIGHT_GRAD not in entry.props
 
 
 def test_registry_covers_every_public_distance():
@@ -1204,13 +1189,15 @@ def test_zero_weight_atom(entry, device):
     base = entry(Xg, Y, a, b, **rand)
     (g_base,) = torch.autograd.grad(base, Xg)
     X2 = torch.cat([X, extra]).requires_grad_()
-    a2 = torch.cat([a, torch.zeros(1, dtype=F64, device=device)]).requires_grad_()
+    a2 = torch.cat([a, torch.zeros(1, dtype=F64, device=device)])
+    a2.requires_grad_(weight_grad(entry))
     value = entry(X2, Y, a2, b, **rand)
-    g_x, g_a = torch.autograd.grad(value, (X2, a2))
+    grads = torch.autograd.grad(value, [t for t in (X2, a2) if t.requires_grad])
+    g_x = grads[0]
     close(entry, value, base, scale=10)
     close(entry, g_x[:-1], g_base, scale=1e3)
-    assert bool(torch.isfinite(g_x).all())
-    assert bool(torch.isfinite(g_a).all())
+    for g in grads:
+        assert bool(torch.isfinite(g).all())
     # the value does not depend on where a massless atom sits
     assert float(g_x[-1].abs().max()) <= 1e-9
     # and the zero-weight atom may also sit first in the target
@@ -1326,6 +1313,16 @@ def _lipschitz_bounds(entry, xs, xt, ws, wt, rand):
     return out
 
 
+@pytest.mark.parametrize("entry", having(NO_WEIGHT_GRAD))
+def test_weight_gradient_refused(entry, device):
+    """A gradient asked of weights that take none raises an error naming the distance."""
+    X, Y, a, b = make_data(device=device, seed=17)
+    ag = a.clone().requires_grad_()
+    value = entry(X.clone().requires_grad_(), Y, ag, b, **frozen(entry, 3, device=device))
+    with pytest.raises(RuntimeError, match="no gradient with respect to the weights"):
+        torch.autograd.grad(value, ag)
+
+
 @pytest.mark.parametrize("entry", having(DEGENERATE))
 def test_finite_gradients_at_degenerate_inputs(entry, device):
     """Finite gradients at ties and identical inputs, and bounded where a bound holds.
@@ -1340,10 +1337,11 @@ def test_finite_gradients_at_degenerate_inputs(entry, device):
     cases = [(X, X.clone(), a, a.clone()), (Xd, Y, ad, b), (X, Xd, a, ad)]
     for rand in ({"seed": 0}, frozen(entry, 3, device=device)):
         for xs, xt, ws, wt in cases:
-            leaves = [t.clone().requires_grad_() for t in (xs, xt, ws, wt)]
+            leaves = [t.clone().requires_grad_() for t in (xs, xt)]
+            leaves += [t.clone().requires_grad_(weight_grad(entry)) for t in (ws, wt)]
             value = entry(*leaves, **rand)
             assert value.requires_grad
-            grads = torch.autograd.grad(value, leaves)
+            grads = torch.autograd.grad(value, [t for t in leaves if t.requires_grad])
             for g in grads:
                 assert bool(torch.isfinite(g).all()), entry.name
             bounds = _lipschitz_bounds(entry, xs, xt, ws, wt, rand)
@@ -1424,7 +1422,7 @@ def test_root_form_is_not_lipschitz_at_identical_inputs(entry):
     the displacement eps of one atom near identical inputs (a segment of length ~eps
     carries the atom's whole mass): d ~ eps^(1/p), whose slope is unbounded at eps = 0.
     So no bounded gradient is claimed there (the gradient at eps = 0 is only finite, and
-    can be ~1e13 from rounding); a power=True form (the cost itself) is the next issue's.
+    can be ~1e13 from rounding); ``power=True`` (the cost itself) has a bounded gradient.
     This pins the root form's behaviour: d(4 eps) / d(eps) = 4^(1/p), not 4.
     """
     X, _, a, _ = make_data(seed=16)
@@ -1447,9 +1445,10 @@ def test_upstream_gradient_scaling(entry, device):
     X, Y, a, b = make_data(device=device, seed=18)
     rand = frozen(entry, 3, device=device)
     Xg = X.clone().requires_grad_()
-    ag = a.clone().requires_grad_()
-    g1 = torch.autograd.grad(entry(Xg, Y, ag, b, **rand), (Xg, ag))
-    g2 = torch.autograd.grad(-3.5 * entry(Xg, Y, ag, b, **rand), (Xg, ag))
+    ag = a.clone().requires_grad_(weight_grad(entry))
+    leaves = [t for t in (Xg, ag) if t.requires_grad]
+    g1 = torch.autograd.grad(entry(Xg, Y, ag, b, **rand), leaves)
+    g2 = torch.autograd.grad(-3.5 * entry(Xg, Y, ag, b, **rand), leaves)
     for u, v in zip(g1, g2, strict=True):
         close(entry, v, -3.5 * u, scale=10)
     # vector upstream gradient on a batch: each item's gradient weighted by its own factor
@@ -1459,33 +1458,6 @@ def test_upstream_gradient_scaling(entry, device):
     (gv,) = torch.autograd.grad(entry(Xb, Yb, ab, bb, **rand), Xb, grad_outputs=c)
     (g1,) = torch.autograd.grad(entry(Xb, Yb, ab, bb, **rand).sum(), Xb)
     close(entry, gv, c[:, None, None] * g1, scale=10)
-
-
-@pytest.mark.usefixtures("line_kernel")
-@pytest.mark.parametrize("chain", [False, True])
-@pytest.mark.parametrize("p", [1.0, 2.0, 1.5])
-def test_line_system_cost_backward(chain, p):
-    """The custom autograd Function: gradcheck and upstream-gradient scaling."""
-    g = torch.Generator().manual_seed(int(10 * p) + chain)
-    coords = torch.randn(4, 3, 6, generator=g, dtype=F64, requires_grad=True)
-    masses = torch.randn(4, 3, 6, generator=g, dtype=F64, requires_grad=True)
-    att = torch.randn(4, 3, generator=g, dtype=F64) if chain else None
-
-    def f(c, m):
-        return tsw.line_system_cost(c, m, att, p)
-
-    assert torch.autograd.gradcheck(f, (coords, masses))
-    out = f(coords, masses)
-    assert out.shape == (4,)
-    up = torch.tensor([3.0, -2.0, 0.0, 0.25], dtype=F64)
-    gv = torch.autograd.grad(out, (coords, masses), grad_outputs=up)
-    loop = [torch.zeros_like(coords), torch.zeros_like(masses)]
-    for i in range(4):
-        gi = torch.autograd.grad(f(coords, masses)[i], (coords, masses))
-        loop[0] += up[i] * gi[0]
-        loop[1] += up[i] * gi[1]
-    for u, v in zip(gv, loop, strict=True):
-        torch.testing.assert_close(u, v, **tolerances(F64))
 
 
 # --------------------------------------------------------------------------- module = function

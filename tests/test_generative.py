@@ -81,6 +81,7 @@ def test_shift_augment_moves_pixels_by_at_most_one():
     assert int((c - 3).abs().max()) <= 1
 
 
+@pytest.mark.slow  # trains three generators and a robust flow: the longest default test
 def test_generative_smoke(tmp_path, capsys):
     args = ["--smoke", "--out", str(tmp_path), "--classifier", str(CLASSIFIER)]
     assert generative.main(args) == 0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -125,3 +127,28 @@ def test_version_is_written_once():
 def test_license_file_is_mit():
     assert _pyproject()["project"]["license"] == "MIT"
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+
+
+def test_import_and_first_calls_stay_light():
+    """``import tsw`` loads neither POT nor scikit-learn, and no first call loads sympy.
+
+    POT (with scikit-learn) is imported by the functions that call it; sympy comes with
+    ``torch.broadcast_shapes`` and took 0.4-1.4 s of the first call of a process.
+    """
+    code = (
+        "import sys, torch, tsw\n"
+        "print(sorted(m for m in ('ot', 'sklearn', 'sympy') if m in sys.modules))\n"
+        "X = torch.randn(30, 4, dtype=torch.float64, requires_grad=True)\n"
+        "Y = torch.randn(20, 4, dtype=torch.float64)\n"
+        "S = torch.nn.functional.normalize(X.detach(), dim=-1).requires_grad_()\n"
+        "T = torch.nn.functional.normalize(Y, dim=-1)\n"
+        "for f in (tsw.db_tsw, tsw.tsw_sl, tsw.sw, tsw.circular_tsw):\n"
+        "    kw = {'radius': 0.5} if f is tsw.circular_tsw else {}\n"
+        "    f(X, Y, seed=0, **kw).backward()\n"
+        "tsw.stsw(S, T, seed=0).backward()\n"
+        "print(sorted(m for m in ('ot', 'sklearn', 'sympy') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "TSW_NUMBA": "0"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True, timeout=300)  # fmt: skip
+    assert out.stdout.split("\n")[:2] == ["[]", "[]"], out.stdout

@@ -46,6 +46,7 @@ from torch import Tensor
 from tsw.core._output import Evaluation, Result, finish
 from tsw.core._problem import Problem, build
 from tsw.core._random import Seed
+from tsw.core._ranges import check_scales
 from tsw.core._validation import COMMON_CHECKS, Check, check_bool
 
 if TYPE_CHECKING:
@@ -320,6 +321,8 @@ def distance(
                 for name, check in option_checks.items():
                     if name not in ("p", "power", "log", "chunk_size", "validate"):
                         values[name] = check(values[name], name)
+                if validate:
+                    check_scales(problem.measures, values)
                 evaluation = body(problem, **{k: values[k] for k in declared})
                 return finish(problem, evaluation)
 

@@ -46,7 +46,8 @@ from tsw.core._distributed import (
 from tsw.core._output import Evaluation
 from tsw.core._problem import Problem
 from tsw.core._projection import Projection, closed_form
-from tsw.core._validation import Measures, check_range
+from tsw.core._ranges import check_range
+from tsw.core._validation import Measures
 from tsw.core.tree_wasserstein import runs_compiled
 
 __all__ = ["Front", "evaluate"]

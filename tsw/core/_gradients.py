@@ -29,6 +29,8 @@ from typing import cast
 import torch
 from torch import Tensor
 
+from tsw.core._safe import broadcast_shape
+
 __all__ = [
     "Products",
     "grouped_products",
@@ -122,7 +124,7 @@ class Products(torch.autograd.Function):
         ctx.groups = groups
         ctx.set_materialize_grads(False)
         batches = [t.shape[:1] for t in (*rows, *biases, *supports, shift) if t is not None]
-        B = torch.broadcast_shapes(*batches)[0]
+        B = broadcast_shape(*batches)[0]
         # batched rows for one item's points would need their sum: returned instead
         intos = [routed(Y) for Y in supports]
         ctx.intos = [

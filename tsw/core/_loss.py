@@ -65,10 +65,7 @@ class _Loss(nn.Module):
             if name in checks:
                 checks[name](value, name)
         for name, value in bound.items():
-            if isinstance(value, Tensor) and not isinstance(value, nn.Parameter):
-                self.register_buffer(name, value, persistent=False)
-            else:
-                setattr(self, name, value)
+            setattr(self, name, value)
         self._generator: torch.Generator | None = None
         if self.resample and seed is not None:
             self._generator = torch.Generator(device="cpu")
@@ -83,11 +80,26 @@ class _Loss(nn.Module):
         return getattr(cls._fn, "option_checks", {})
 
     def __setattr__(self, name: str, value: Any) -> None:
-        """Set an attribute; an option is checked first (``loss.p = 0.5`` raises here)."""
+        """Set an attribute; an option is checked first (``loss.p = 0.5`` raises here).
+
+        An option may change kind in any direction: an ``nn.Parameter`` is registered as
+        a parameter, an ``nn.Module`` as a submodule, another tensor as a non-persistent
+        buffer, anything else as a plain attribute (the previous registration goes).
+        """
+        if name not in type(self)._options:
+            super().__setattr__(name, value)
+            return
         checks = self._checks()
-        if name in type(self)._options and name in checks:
+        if name in checks:
             checks[name](value, name)
-        super().__setattr__(name, value)
+        for store in (self._parameters, self._buffers, self._modules):
+            store.pop(name, None)
+        self._non_persistent_buffers_set.discard(name)
+        self.__dict__.pop(name, None)
+        if isinstance(value, Tensor) and not isinstance(value, nn.Parameter):
+            self.register_buffer(name, value, persistent=False)
+        else:
+            super().__setattr__(name, value)
 
     @property
     def options(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from tsw.core._problem import to_numpy
+from tsw.core._ranges import check_powers
 from tsw.core._safe import safe_root
 
 if TYPE_CHECKING:
@@ -92,6 +93,8 @@ def finish(problem: Problem, evaluation: Evaluation) -> Result:
     """
     per_slice = evaluation.per_slice
     mean = per_slice.mean(-1)
+    if problem.validate:
+        check_powers(problem.measures, problem.p, mean, problem.power)
     value = mean if problem.power else safe_root(mean, problem.p)
     batched = problem.measures.batched
 

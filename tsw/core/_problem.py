@@ -128,6 +128,11 @@ def build(
     (:func:`tsw.core._api.distance`). On the ``meta`` device, which holds no values,
     the value checks are skipped.
     """
+    if not isinstance(X_s, np.ndarray | Tensor):
+        raise TypeError(
+            "X_s must be a torch.Tensor or a numpy array of shape (N, d) or (B, N, d); got "
+            f"{type(X_s).__name__}"
+        )
     numpy = isinstance(X_s, np.ndarray)
     _check_same_kind(numpy, (X_t, "X_t"), (a, "a"), (b, "b"))
     if isinstance(X_s, Tensor) and X_s.device.type == "meta":

@@ -16,8 +16,8 @@ __all__ = ["LineDistance", "SafeSqrt", "broadcast_shape", "recordable", "safe_ro
 def broadcast_shape(*shapes: tuple[int, ...]) -> torch.Size:
     """Return the broadcast of ``shapes`` (``torch.broadcast_shapes`` in plain Python).
 
-    ``torch.broadcast_shapes`` imports ``torch._refs`` at its first call (0.4-1.4 s
-    measured here), which every first distance call of a process paid.
+    ``torch.broadcast_shapes`` imports ``torch._refs`` and sympy at its first call in a
+    process (0.4-1.4 s), which would fall on the first distance call.
     """
     ndim = max(len(s) for s in shapes)
     padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]

@@ -87,12 +87,12 @@ def geometric_median(measures: Measures) -> Tensor:
         z \leftarrow \frac{\sum_i w_i x_i / \max(\|x_i - z\|, \epsilon)}
             {\sum_i w_i / \max(\|x_i - z\|, \epsilon)},
 
-    started at the weighted mean, for at most :data:`MEDIAN_MAX_ITER` steps or until
-    every item's step is below :data:`MEDIAN_RTOL` times its spread (the weighted mean
-    distance to the mean). :math:`\epsilon` is ``sqrt(eps)`` times the spread, so an
-    iterate that lands on an atom stays finite. The objective decreases at every
-    step (Weiszfeld 1937; Kuhn 1973); FW-TSW (Tran et al., ICLR 2026) centres its roots
-    here.
+    started at the weighted mean, for at most :data:`MEDIAN_MAX_ITER` steps or until the
+    step is below :data:`MEDIAN_RTOL` times the spread (the weighted mean distance to the
+    mean), item by item: an item of a batch stops where it would alone. :math:`\epsilon`
+    is ``sqrt(eps)`` times the spread, so an iterate that lands on an atom stays finite.
+    The objective decreases at every step (Weiszfeld 1937; Kuhn 1973); FW-TSW (Tran et
+    al., ICLR 2026) centers its roots here.
     """
     a, b = measures.a.detach(), measures.b.detach()
     Z = torch.cat([measures.X_s.detach(), measures.X_t.detach()], dim=-2)  # (B, n, d)
@@ -101,13 +101,15 @@ def geometric_median(measures: Measures) -> Tensor:
     z = (w.unsqueeze(-1) * Z).sum(-2)  # (B, d)
     spread = (w * torch.linalg.vector_norm(Z - z.unsqueeze(-2), dim=-1)).sum(-1)
     floor = (spread * torch.finfo(Z.dtype).eps ** 0.5).clamp_min(torch.finfo(Z.dtype).tiny)
+    done = torch.zeros_like(spread, dtype=torch.bool)
     for _ in range(MEDIAN_MAX_ITER):
         dist = torch.linalg.vector_norm(Z - z.unsqueeze(-2), dim=-1)
         inv = w / torch.maximum(dist, floor.unsqueeze(-1))
         new = (inv.unsqueeze(-1) * Z).sum(-2) / inv.sum(-1, keepdim=True)
         step = torch.linalg.vector_norm(new - z, dim=-1)
-        z = new
-        if bool((step <= MEDIAN_RTOL * spread).all()):
+        z = torch.where(done.unsqueeze(-1), z, new)  # a converged item stays where it stopped
+        done = done | (step <= MEDIAN_RTOL * spread)
+        if bool(done.all()):
             break
     return z
 

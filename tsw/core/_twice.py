@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["building_graph", "first_order_only", "graph_backward"]
+__all__ = ["building_graph", "first_order_only", "graph_backward", "no_gradient_to"]
 
 
 def building_graph() -> bool:
@@ -76,3 +76,25 @@ def first_order_only(value: Tensor, name: str, why: str) -> Tensor:
     if not value.requires_grad:
         return value
     return _FirstOrderOnly.apply(value, name, why)
+
+
+class _NoGradientTo(torch.autograd.Function):
+    """The identity on ``value``; its backward raises if ``others`` want a gradient."""
+
+    @staticmethod
+    def forward(ctx, value: Tensor, message: str, *others: Tensor) -> Tensor:  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        ctx.message = message
+        return value.view_as(value)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        if any(ctx.needs_input_grad[2:]):
+            raise RuntimeError(ctx.message)
+        return (grad, None, *(None for _ in ctx.needs_input_grad[2:]))
+
+
+def no_gradient_to(value: Tensor, others: Sequence[Tensor], message: str) -> Tensor:
+    """``value``, computed from detached ``others``: a gradient asked of them raises ``message``."""
+    if not any(t.requires_grad for t in others):
+        return value
+    return _NoGradientTo.apply(value, message, *others)

@@ -30,6 +30,9 @@ from tsw.core._validation import check_bool, check_p
 
 __all__ = ["trees_needed"]
 
+#: the most trees :func:`trees_needed` answers (beyond, the target is out of reach)
+MAX_TREES = 1e15
+
 
 def trees_needed(
     per_tree: Tensor | np.ndarray | Mapping[str, Any],
@@ -136,4 +139,12 @@ def trees_needed(
             f"mean {float(mean.min()):.3g}"
         )
     ratio = c.std(-1, correction=1) / (q * mean * rel_std_error)
-    return max(1, math.ceil(float((ratio**2).max()) * (1 - 1e-12)))
+    trees = float((ratio**2).max()) * (1 - 1e-12)
+    if not math.isfinite(trees) or trees > MAX_TREES:
+        raise ValueError(
+            f"rel_std_error={rel_std_error:g} would take more than {MAX_TREES:.0e} trees for "
+            f"this pilot (relative spread of the per-tree costs "
+            f"{float(ratio.max()) * rel_std_error:.3g}); "
+            "ask for a larger rel_std_error"
+        )
+    return max(1, math.ceil(trees))

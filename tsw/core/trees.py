@@ -474,7 +474,7 @@ def sample_concurrent_lines(
     sampling : {"iid", "orthogonal", "qmc"}, default "iid"
         {SAMPLING}
     seed, generator
-        Randomness, see the seeding contract in the README (``seed`` gives the same
+        Randomness, as in the guide's "Seeding" section (``seed`` gives the same
         trees on every device).
     dtype, device
         Of the result (float32 or float64); default to those of ``center``, else the
@@ -725,7 +725,7 @@ def sample_spherical_trees(
         On the sphere the roots are the unit vectors of their draws and each ray the
         normalised tangent part of its own; both keep their law in every mode.
     seed, generator
-        Randomness, see the seeding contract in the README (``seed`` gives the same
+        Randomness, as in the guide's "Seeding" section (``seed`` gives the same
         trees on every device).
     dtype, device
         Of the result (float32 or float64); default dtype and CPU by default.

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from tsw.core._gradients import grouped_products, routed, spans, translated, unbroadcast
-from tsw.core._safe import LineDistance, SafeSqrt
+from tsw.core._safe import LineDistance, SafeSqrt, broadcast_shape
 from tsw.core._slices import with_batch_axis
 from tsw.core._validation import Measures
 from tsw.core.splits import LineSplit, SplitForm
@@ -72,7 +72,7 @@ class _SquaredNorm(torch.autograd.Function):
         ctx.save_for_backward(Y, shift)
         ctx.into = routed(Y)
         m, d = Y.shape[1], Y.shape[2]
-        out = Y.new_empty(torch.broadcast_shapes(Y.shape[:1], shift.shape[:1])[0], m)
+        out = Y.new_empty(broadcast_shape(Y.shape[:1], shift.shape[:1])[0], m)
         for i, j in spans(m, d, shift):
             out[:, i:j] = torch.linalg.vector_norm(translated(Y, shift, i, j), dim=-1).square_()
         return out

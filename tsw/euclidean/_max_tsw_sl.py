@@ -25,10 +25,11 @@ from torch import Tensor
 from tsw.core._api import distance
 from tsw.core._driver import evaluate
 from tsw.core._projection import closed_form
+from tsw.core._ranges import check_range
 from tsw.core._safe import recordable
 from tsw.core._slices import resolve_trees
 from tsw.core._twice import first_order_only
-from tsw.core._validation import Measures, check_range
+from tsw.core._validation import Measures
 from tsw.core.splits import check_alpha, constant_split, uniform_split
 from tsw.core.trees import ChainLines, ConcurrentLines, sample_chain_lines, sample_concurrent_lines
 from tsw.euclidean._lines import centered

@@ -29,7 +29,7 @@ from tsw.core._output import Evaluation
 from tsw.core._problem import Problem, from_numpy
 from tsw.core._random import Seed, resolve_sampler
 from tsw.core._sort import sort_last
-from tsw.core._twice import first_order_only
+from tsw.core._twice import first_order_only, no_gradient_to
 from tsw.core._validation import (
     check_dtype_device,
     check_measures_on_sphere,
@@ -174,9 +174,11 @@ def ssw(
     on the circles are computed here (POT's formula, in float64) and passed to POT's
     ``ot.wasserstein_circle``: a point at a pole of a circle (:math:`U^T x = 0`, where
     the projection is undefined and POT's own gives 0/0) gets position 0. Gradients
-    with respect to the *weights* come from POT and disagree with finite differences as
-    soon as there is more than one great circle (POT 0.9.7; found by the contract
-    tests); gradients with respect to the points are correct.
+    with respect to the points are exact; with respect to the weights they are not
+    available (a gradient asked of weights that require grad raises): the optimal cut
+    of a circle often sits at a kink of the circle's cost, where POT's solver gives no
+    derivative (measured: POT's gradient along a zero-sum direction of the weights was
+    0.092 where finite differences gave 0.102). No second derivative either.
 
     References
     ----------
@@ -218,7 +220,7 @@ def ssw(
     p64 = proj.to(torch.float64)
     u = _circle_coordinates(Xs.to(torch.float64), p64)  # (B, L, N)
     v = _circle_coordinates(Xt.to(torch.float64), p64)
-    a, b = measures.a.to(torch.float64), measures.b.to(torch.float64)
+    a, b = measures.a.detach().to(torch.float64), measures.b.detach().to(torch.float64)
     per_circle = []
     for i in range(Xs.shape[0]):
         mass = a[i].sum()
@@ -230,7 +232,14 @@ def ssw(
     empty = Xs.new_zeros((0, L))  # an empty batch
     costs = torch.stack(per_circle).to(Xs.dtype) if per_circle else empty
     why = "POT's circle solver gives its gradient, not its second derivative"
-    return Evaluation(first_order_only(costs, "ssw", why), proj, proj)
+    costs = first_order_only(costs, "ssw", why)
+    message = (
+        "ssw has no gradient with respect to the weights a and b: the optimal cut of each "
+        "great circle often sits where the circle's cost has a kink in it, and POT's "
+        "solver gives no derivative there; detach the weights (gradients with respect to "
+        "the points are exact)"
+    )
+    return Evaluation(no_gradient_to(costs, (measures.a, measures.b), message), proj, proj)
 
 
 def _circle_coordinates(X: Tensor, projections: Tensor) -> Tensor:

@@ -21,6 +21,7 @@ from tsw.core._output import Evaluation
 from tsw.core._problem import Problem, from_numpy
 from tsw.core._projection import LINE, Projection, closed_form, line_coordinates
 from tsw.core._random import Sampler, Seed, resolve_sampler
+from tsw.core._ranges import check_range
 from tsw.core._safe import recordable
 from tsw.core._twice import first_order_only
 from tsw.core._validation import (
@@ -28,7 +29,6 @@ from tsw.core._validation import (
     check_bool,
     check_dtype_device,
     check_positive_int,
-    check_range,
     check_sampling,
     check_tensor,
     check_unit,

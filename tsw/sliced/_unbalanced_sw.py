@@ -28,10 +28,11 @@ from torch import Tensor
 from tsw.core._api import distance
 from tsw.core._output import Evaluation
 from tsw.core._problem import Problem
+from tsw.core._ranges import check_range
 from tsw.core._safe import recordable
 from tsw.core._sort import sort_last
 from tsw.core._twice import first_order_only
-from tsw.core._validation import check_mass, check_positive_int, check_range
+from tsw.core._validation import check_mass, check_positive_int
 from tsw.core.wasserstein_1d import quantile_cost
 from tsw.sliced._sw import line_projection, resolve_projections
 
@@ -325,6 +326,13 @@ def unbalanced_sw(
     measures, p = problem.measures, problem.p
     rho = cast(tuple[float, float], reg_m)  # checked: a pair
     validate = problem.validate
+    # POT's Frank-Wolfe steps leave the dtype's range for larger finite penalties
+    top = math.sqrt(torch.finfo(measures.X_s.dtype).max) / 1e4
+    if any(top < r < math.inf for r in rho):
+        raise ValueError(
+            f"reg_m={reg_m!r} is beyond its usable range in {measures.X_s.dtype}: a finite "
+            f"reg_m must be <= {top:.3g}; pass reg_m=float('inf') for a hard marginal"
+        )
     m_s = check_mass(mass_s, "mass_s", measures.X_s, measures.batched, validate).reshape(-1, 1)
     m_t = check_mass(mass_t, "mass_t", measures.X_s, measures.batched, validate).reshape(-1, 1)
     a_hat = measures.a / measures.a.sum(-1, keepdim=True) if given_a else measures.a

@@ -1,4 +1,4 @@
-"""SpatialSTSW: STSW after an injective map of the sphere (spec 4.4)."""
+"""SpatialSTSW (``tsw.sphere._spatial_stsw``): STSW after an injective map (spec 4.4)."""
 
 from __future__ import annotations
 

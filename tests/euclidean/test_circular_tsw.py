@@ -1,18 +1,18 @@
-"""Nonlinear projections: CircularTSW (r > 0 and r = 0) and SpatialTSW.
+"""CircularTSW (``tsw.euclidean._circular_tsw``): exact values, the compat form, numerics.
 
-Exactness against independent computations (float64, 1e-10): per-tree values are exact
-LPs (``ot.emd2``) on the explicit metric of the star of rays, written from its
-definition in ``_reference.ray_star_metric``, with the ray coordinates and the splits
-recomputed in numpy; SpatialTSW is compared with Db-TSW on points mapped in numpy.
-Then the shared sort of r = 0, the two numerical paths (explicit residuals and the
-expanded-square identity), degenerate points, the invariances the maps allow, and the
-learnable map.
+Per-tree values (r > 0 and r = 0, both splits) are exact LPs (``ot.emd2``) on the
+explicit metric of the star of rays, written from its definition in
+``_reference.ray_star_metric``, with the ray coordinates and the splits recomputed in
+numpy; the compat option against the published formula. Then the one sort per tree of
+r = 0, the two numerical paths (explicit residuals and the expanded-square identity),
+degenerate points, float32, the scaling of radius and delta, and the checks of
+``radius``, ``split`` and ``compat``.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
+import re
 
 import _reference as ref
 import numpy as np
@@ -27,6 +27,19 @@ from tsw import ConcurrentLines
 from tsw.core._sort import argsort_last, sort_last
 
 F64 = torch.float64
+
+
+def lit(text):
+    """Regex matching ``text`` literally."""
+    return re.escape(text)
+
+
+def data(N=5, M=4, d=3, batch=None, dtype=F64):
+    g = torch.Generator().manual_seed(0)
+    lead = () if batch is None else (batch,)
+    X = torch.randn(*lead, N, d, generator=g, dtype=F64).to(dtype)
+    Y = torch.randn(*lead, M, d, generator=g, dtype=F64).to(dtype) + 1
+    return X, Y
 
 
 # --------------------------------------------------------------------------- helpers
@@ -74,7 +87,10 @@ def circular_oracle(X, Y, a, b, root, dirs, *, radius, split, delta, p=1):
 
 # --------------------------------------------------------------------------- circular: exactness
 
+
 RADII = [0.0, 0.4, 2.0]
+
+
 SPLITS = ["image", "line"]
 
 
@@ -279,6 +295,9 @@ class _SortRecorder(TorchFunctionMode):
 def test_radius_zero_sorts_once_per_tree(d, monkeypatch):
     """r = 0: the only sort is of the (B, T, 1, n) radial coordinates; r > 0 sorts (B, T, k, n).
 
+    The sorts are counted because "one sort per tree" at r = 0 is the documented cost of
+    ``circular_tsw`` (its docstring), a performance property no value can show.
+
     Sorts are counted where the closed form takes them (``sort_last``, NumPy's on the
     CPU, or ``argsort_last`` with the compiled kernels) and at ``torch.sort``, which
     both call elsewhere.
@@ -331,45 +350,6 @@ def test_explicit_and_expanded_paths_agree(radius, split, monkeypatch):
     assert_close(g2, g1.numpy(), tol=1e-8)
 
 
-@pytest.mark.parametrize("d", [1, 2, 3])
-def test_low_dimension_distances_are_residual_norms(d):
-    """Up to d = 3 the distances come from cross-product coordinates; here each is the
-    norm of the residual ``z - x - u theta`` formed explicitly (and its gradient that
-    of the explicit norm), for points on and off the lines."""
-    g = torch.Generator().manual_seed(d)
-    X = torch.randn(5, d, generator=g, dtype=F64)
-    Y = torch.randn(4, d, generator=g, dtype=F64) + 0.5
-    roots = torch.randn(3, d, generator=g, dtype=F64)
-    dirs = torch.nn.functional.normalize(torch.randn(3, 2, d, generator=g, dtype=F64), dim=-1)
-    Y[0] = roots[1] + 0.7 * dirs[1, 0]  # a target atom on a line
-    trees = ConcurrentLines(roots, dirs)
-    Xs = X.clone().requires_grad_()
-    off = engine.offsets(tsw.core._validation.check_measures(Xs, Y, None, None), trees)
-    u = torch.rand(1, 3, 2, 9, generator=g, dtype=F64)
-    got = (engine.line_distance(off), engine.point_distance(off, u), engine.radial_distance(off))
-    Z = torch.cat([Xs, Y])  # (n, d): the residuals from scratch
-    rel = Z[None, None] - roots[:, None, None]  # (T, 1, n, d)
-    s = (rel * dirs[:, :, None]).sum(-1)  # (T, k, n)
-    want = (
-        torch.linalg.vector_norm(rel - s[..., None] * dirs[:, :, None], dim=-1),
-        torch.linalg.vector_norm(rel - u[0, ..., None] * dirs[:, :, None], dim=-1),
-        torch.linalg.vector_norm(rel, dim=-1),
-    )
-    for a, b in zip(got, want, strict=True):
-        assert_close(a[0].expand_as(b), b.detach().numpy(), tol=1e-12)
-    assert float(got[0][0, 1, 0, 5].detach()) <= 1e-15  # the atom on line 0 of tree 1
-    w = torch.rand(3, 2, 9, generator=g, dtype=F64)
-    w[1, 0, 5] = 0  # the norm's gradient on the line is 0/0 in the explicit form
-    for a, b in zip(got, want, strict=True):
-        (gb,) = torch.autograd.grad((b * w[:, : b.shape[1]]).sum(), Xs, retain_graph=True)
-        if not a.requires_grad:  # on a line (d = 1) every point lies on every line
-            assert d == 1
-            assert float(gb.abs().max()) == 0
-            continue
-        (ga,) = torch.autograd.grad((a[0] * w[:, : a.shape[2]]).sum(), Xs, retain_graph=True)
-        assert_close(ga, gb.numpy(), tol=1e-12)
-
-
 @pytest.mark.parametrize("explicit", [True, False])
 @pytest.mark.parametrize("split", SPLITS)
 def test_finite_gradients_at_ray_origins(explicit, split, monkeypatch):
@@ -413,236 +393,65 @@ def test_scaling_acts_on_radius_and_delta(split, c):
     assert abs(float(fixed_r) - c * float(base)) > 1e-6
 
 
-# --------------------------------------------------------------------------- line_cost sharing
+# --------------------------------------------------------------------------- checks of the options
 
 
-@pytest.mark.usefixtures("line_kernel")
-@pytest.mark.parametrize("p", [1.0, 2.0, 1.5])
-def test_shared_coordinates_equal_expanded_ones(p):
-    """One sort for rows sharing coordinates: same values and gradients as k sorts."""
-    from tsw.core.tree_wasserstein import line_cost
+@pytest.mark.parametrize("radius", [-1.0, -1e-12, math.inf, math.nan])
+def test_radius_out_of_range(radius):
+    X, Y = data()
+    msg = lit("radius must be a finite real number >= 0; got")
+    with pytest.raises(ValueError, match=msg):
+        tsw.circular_tsw(X, Y, radius=radius)
+    with pytest.raises(ValueError, match=msg):
+        tsw.nn.CircularTSWLoss(radius=radius)(X, Y)
 
-    g = torch.Generator().manual_seed(int(10 * p))
-    c = torch.randn(3, 1, 7, generator=g, dtype=F64, requires_grad=True)
-    m = torch.randn(3, 4, 7, generator=g, dtype=F64, requires_grad=True)
-    up = torch.randn(3, 4, generator=g, dtype=F64)
-    shared = line_cost(c, m, p)
-    expanded = line_cost(c.expand(3, 4, 7), m, p)
-    torch.testing.assert_close(shared, expanded, rtol=1e-13, atol=1e-13)
-    for u, v in zip(
-        torch.autograd.grad(shared, (c, m), up),
-        torch.autograd.grad(expanded, (c, m), up),
-        strict=True,
+
+@pytest.mark.parametrize("radius", ["1", None, True, torch.tensor(1.0)])
+def test_radius_not_a_number(radius):
+    X, Y = data()
+    with pytest.raises(TypeError, match=lit("radius must be a real number >= 0; got")):
+        tsw.circular_tsw(X, Y, radius=radius)
+
+
+def test_radius_is_required():
+    X, Y = data()
+    with pytest.raises(TypeError, match="radius"):
+        tsw.circular_tsw(X, Y)
+    with pytest.raises(TypeError, match="radius"):
+        tsw.nn.CircularTSWLoss()
+
+
+@pytest.mark.parametrize("split", ["distance", "Image", None, ""])
+def test_bad_circular_split(split):
+    X, Y = data()
+    with pytest.raises(
+        ValueError, match=lit(f"split must be one of 'image', 'line'; got {split!r}")
     ):
-        torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12)
-    assert torch.autograd.gradcheck(lambda c, m: line_cost(c, m, p), (c, m))
-    # rays (coordinates >= 0): every ray's cost is the independent Sobolev sum
-    ca = c.detach().abs()
-    for i in range(3):
-        for line in range(4):
-            expected = ref.star_sobolev(ca[i].numpy(), m[i, line : line + 1].detach().numpy(), p)
-            assert_close(line_cost(ca, m, p)[i, line], expected)
+        tsw.circular_tsw(X, Y, radius=0.0, split=split)
 
 
-# --------------------------------------------------------------------------- spatial: exactness
+@pytest.mark.parametrize("compat", [1, "yes", None])
+def test_circular_compat_must_be_bool(compat):
+    X, Y = data()
+    with pytest.raises(TypeError, match=lit("compat must be True or False; got")):
+        tsw.circular_tsw(X, Y, radius=0.0, compat=compat)
 
 
-def np_pow(X, degree, beta):
-    return X + beta * X**degree
-
-
-def np_poly(X, degree):
-    """Monomials x^alpha for every exponent vector |alpha| = degree (any fixed order)."""
-    d = X.shape[-1]
-    exps = [e for e in itertools.product(range(degree + 1), repeat=d) if sum(e) == degree]
-    return np.stack([np.prod(X ** np.array(e), axis=-1) for e in exps], axis=-1), exps
-
-
-def test_poly_map_is_the_set_of_monomials():
-    rng = np.random.default_rng(0)
-    for d, degree in ((1, 3), (2, 3), (3, 1), (3, 3), (4, 5)):
-        X = rng.normal(size=(6, d))
-        out = tsw.mappings.poly_map(t64(X), degree).numpy()
-        expected, exps = np_poly(X, degree)
-        assert out.shape == (6, math.comb(d + degree - 1, degree)) == expected.shape
-        assert tsw.mappings.poly_dim(d, degree) == len(exps)
-        # the same monomials, up to the order of the columns
-        np.testing.assert_allclose(np.sort(out, axis=1), np.sort(expected, axis=1), rtol=1e-12)
-    X = rng.normal(size=(4, 3))
-    np.testing.assert_allclose(tsw.mappings.poly_map(t64(X), 1).numpy(), X)  # degree 1: identity
-    np.testing.assert_allclose(tsw.mappings.pow_map(t64(X), 5, 0.5).numpy(), np_pow(X, 5, 0.5))
-
-
-class _Graph(torch.nn.Module):
-    """h(y) = (y, phi(y)): injective for any phi."""
-
-    def __init__(self, d, width=5, seed=0):
-        super().__init__()
-        torch.manual_seed(seed)  # test-local parameters; the library never reads this RNG
-        self.phi = torch.nn.Sequential(
-            torch.nn.Linear(d, width), torch.nn.Tanh(), torch.nn.Linear(width, 2)
-        ).double()
-
-    def forward(self, Z):
-        return torch.cat([Z, self.phi(Z)], dim=-1)
-
-
-SPATIAL_CASES = [
-    ("pow", 3, 1.0),
-    ("pow", 5, 0.25),
-    ("pow", 1, 0.0),
-    ("poly", 3, None),
-    ("poly", 1, None),
-    ("graph", None, None),
-]
-
-
-@pytest.mark.parametrize(("mapping", "degree", "beta"), SPATIAL_CASES)
-@pytest.mark.parametrize("batched", [False, True])
-def test_spatial_equals_db_tsw_on_mapped_points(mapping, degree, beta, batched):
-    rng = np.random.default_rng(3)
-    d, lead = 3, ((2,) if batched else ())
-    X = rng.normal(size=(*lead, 6, d))
-    Y = rng.normal(size=(*lead, 4, d)) + 0.5
-    a = rng.random(size=(*lead, 6)) + 0.1
-    b = rng.random(size=(*lead, 4)) + 0.1
-    a, b = a / a.sum(-1, keepdims=True), b / b.sum(-1, keepdims=True)
-    if mapping == "pow":
-        HX, HY, opts = np_pow(X, degree, beta), np_pow(Y, degree, beta), {"beta": beta}
-        opts["degree"] = degree
-    elif mapping == "poly":
-        HX, HY, opts = np_poly(X, degree)[0], np_poly(Y, degree)[0], {"degree": degree}
-    else:
-        h = _Graph(d)
-        with torch.no_grad():
-            HX, HY = h(t64(X)).numpy(), h(t64(Y)).numpy()
-        opts = {"mapping": h}
-    opts = {"mapping": mapping, **opts} if mapping != "graph" else opts
-    d_theta = HX.shape[-1]
-    # the same explicit trees in d_theta; columns of "poly" in the library's order
-    if mapping == "poly":
-        HX = tsw.mappings.poly_map(t64(X), degree).numpy()
-        HY = tsw.mappings.poly_map(t64(Y), degree).numpy()
-    trees = tsw.sample_concurrent_lines(d_theta, n_trees=5, n_lines=3, std=0.7, seed=4, dtype=F64)
-    for rand in ({"trees": trees}, {"seed": 8}):
-        value = tsw.spatial_tsw(t64(X), t64(Y), t64(a), t64(b), delta=1.5, **opts, **rand)
-        expected = tsw.db_tsw(t64(HX), t64(HY), t64(a), t64(b), delta=1.5, **rand)
-        assert value.shape == lead
-        assert_close(value, expected.numpy())
-    # sampled roots are centred on the weighted mean of the mapped points
-    w_mean = (a[..., None] * HX).sum(-2) + (b[..., None] * HY).sum(-2)
-    centred = tsw.spatial_tsw(
-        t64(X), t64(Y), t64(a), t64(b), delta=1.5, seed=8, center=t64(w_mean / 2), **opts
-    )
-    default = tsw.spatial_tsw(t64(X), t64(Y), t64(a), t64(b), delta=1.5, seed=8, **opts)
-    assert_close(centred, default.detach().numpy())
-
-
-def test_spatial_poly_order_does_not_matter_in_law():
-    """Reordering the monomials is an orthogonal map of R^d_theta: explicit trees moved
-    by it give the same value, so the library's column order is immaterial."""
-    rng = np.random.default_rng(5)
-    X, Y = rng.normal(size=(5, 2)), rng.normal(size=(7, 2))
-    mine = tsw.mappings.poly_map(t64(X), 3).numpy()
-    other, _ = np_poly(X, 3)
-    perm = [int(np.argmin(np.abs(mine - other[:, [j]]).sum(0))) for j in range(other.shape[1])]
-    np.testing.assert_allclose(mine[:, perm], other, rtol=1e-12)
-    trees = tsw.sample_concurrent_lines(4, n_trees=4, n_lines=3, seed=0, dtype=F64)
-    moved = ConcurrentLines(trees.roots[:, perm], trees.directions[..., perm])
-    v = tsw.spatial_tsw(t64(X), t64(Y), mapping="poly", trees=trees)
-    w = tsw.db_tsw(t64(other), t64(np_poly(Y, 3)[0]), trees=moved)
-    assert_close(v, float(w))
-
-
-# --------------------------------------------------------------------------- spatial: invariances
-
-
-def _signed_permutation(d, seed):
-    g = torch.Generator().manual_seed(seed)
-    perm = torch.randperm(d, generator=g)
-    signs = torch.where(torch.rand(d, generator=g) < 0.5, -1.0, 1.0).to(F64)
-    signs[0] = -1.0  # at least one flip
-    return torch.eye(d, dtype=F64)[perm] * signs[:, None]  # y -> S y
-
-
-def _induced_on_monomials(S, degree):
-    """The signed permutation S' of R^d_theta with poly(S y) = S' poly(y)."""
-    d = S.shape[0]
-    combos = list(itertools.combinations_with_replacement(range(d), degree))
-    index = {c: i for i, c in enumerate(combos)}
-    src = S.abs().argmax(1)  # (S y)_i = sign_i y_src[i]
-    sign = S[torch.arange(d), src]
-    out = torch.zeros(len(combos), len(combos), dtype=F64)
-    for i, c in enumerate(combos):
-        out[i, index[tuple(sorted(int(src[j]) for j in c))]] = math.prod(float(sign[j]) for j in c)
-    return out
-
-
-@pytest.mark.parametrize("mapping", ["pow", "poly"])
-@pytest.mark.parametrize("seed", [0, 1])
-def test_spatial_signed_permutation_invariance(mapping, seed):
-    """h(S y) = S' h(y) for signed permutations S: value unchanged with trees moved by S'.
-
-    Rotations do not commute with the maps: moving data and trees by a generic rotation
-    changes the value (SpatialTSW is not rigid-motion invariant).
-    """
-    g = torch.Generator().manual_seed(seed)
-    X, Y = torch.randn(6, 3, generator=g, dtype=F64), torch.randn(5, 3, generator=g, dtype=F64)
-    S = _signed_permutation(3, seed)
-    Sh = S if mapping == "pow" else _induced_on_monomials(S, 3)
-    torch.testing.assert_close(
-        tsw.mappings.poly_map(X @ S.T, 3) if mapping == "poly" else tsw.mappings.pow_map(X @ S.T),
-        (tsw.mappings.poly_map(X, 3) if mapping == "poly" else tsw.mappings.pow_map(X)) @ Sh.T,
-    )
-    d_theta = Sh.shape[0]
-    trees = tsw.sample_concurrent_lines(
-        d_theta, n_trees=6, n_lines=3, std=0.5, seed=seed, dtype=F64
-    )
-    moved = ConcurrentLines(trees.roots @ Sh.T, trees.directions @ Sh.T)
-    base = tsw.spatial_tsw(X, Y, mapping=mapping, trees=trees)
-    assert_close(tsw.spatial_tsw(X @ S.T, Y @ S.T, mapping=mapping, trees=moved), float(base))
-    if mapping == "pow":
-        q, _ = torch.linalg.qr(torch.randn(3, 3, generator=g, dtype=F64))
-        rotated = ConcurrentLines(trees.roots @ q.T, trees.directions @ q.T)
-        other = tsw.spatial_tsw(X @ q.T, Y @ q.T, mapping=mapping, trees=rotated)
-        assert abs(float(other) - float(base)) > 1e-6
-
-
-# --------------------------------------------------------------------------- learnable mapping
-
-
-def test_learnable_mapping_receives_gradients_and_trains():
-    h = _Graph(2, seed=1)
-    loss = tsw.nn.SpatialTSWLoss(mapping=h, n_trees=20, n_lines=3, seed=0, resample=False)
-    assert loss.mapping is h
-    params = list(loss.parameters())
-    assert len(params) == 4
-    assert all(p1 is p2 for p1, p2 in zip(params, h.parameters(), strict=True))
-    # the mapping's parameters, and the loss's random stream (resumed on loading)
-    assert set(loss.state_dict()) == {f"mapping.{k}" for k in h.state_dict()} | {"_extra_state"}
-    g = torch.Generator().manual_seed(0)
-    X, Y = torch.randn(30, 2, generator=g, dtype=F64), torch.randn(25, 2, generator=g, dtype=F64)
-    value = loss(X, Y + 1)
-    value.backward()
-    for prm in h.parameters():
-        assert prm.grad is not None
-        assert bool(torch.isfinite(prm.grad).all())
-    assert float(h.phi[0].weight.grad.abs().sum()) > 0
-    # ascent on the map (the max-projection use): a few steps increase the distance
-    opt = torch.optim.SGD(h.parameters(), lr=0.5)
-    before = float(value.detach())
-    for _ in range(5):
-        opt.zero_grad()
-        (-loss(X, Y + 1)).backward()
-        opt.step()
-    assert float(loss(X, Y + 1).detach()) > before
-    # the function with the same map and draw gives the same value
-    same = tsw.spatial_tsw(X, Y + 1, mapping=h, n_trees=20, n_lines=3, seed=loss._fixed_seed)
-    assert torch.equal(loss(X, Y + 1), same)
-
-
-def test_spatial_loss_with_a_builtin_or_function_registers_nothing():
-    assert list(tsw.nn.SpatialTSWLoss(mapping="poly").parameters()) == []
-    loss = tsw.nn.SpatialTSWLoss(mapping=lambda Z: Z**3 + Z)
-    assert list(loss.parameters()) == []
-    assert "mapping" not in dict(loss.named_children())
+def test_circular_delta_and_trees():
+    X, Y = data()
+    with pytest.raises(ValueError, match=lit("delta must be a finite real number >= 0; got -1")):
+        tsw.circular_tsw(X, Y, radius=0.0, delta=-1.0)
+    with pytest.raises(TypeError, match=lit("trees must be ConcurrentLines; got ChainLines")):
+        tsw.circular_tsw(
+            X,
+            Y,
+            radius=0.0,
+            trees=tsw.sample_chain_lines(3, n_trees=3, n_lines=2, seed=0, dtype=F64),
+        )
+    with pytest.raises(ValueError, match=lit("trees must live in the dimension of the data, d=3")):
+        tsw.circular_tsw(
+            X,
+            Y,
+            radius=0.0,
+            trees=tsw.sample_concurrent_lines(2, n_trees=3, n_lines=2, seed=0, dtype=F64),
+        )

@@ -7,9 +7,10 @@
   uniform law (E[theta theta^T] = I / d; two independent uniform directions have
   E[<theta_1, theta_2>^2] = 1 / d, an orthonormal pair 0), and on the values: their mean
   over seeds agrees with a 10000-tree i.i.d. estimate, whose sampler is checked against
-  ``ot.emd2`` in tests/test_exactness.py. The stratification is checked exactly (rows of
+  ``ot.emd2`` in the method files. The stratification is checked exactly (rows of
   one frame are orthonormal), and the variance must drop.
 * ``center="median"`` against scipy's minimiser of the Fermat-Weber objective.
+* (slow) the variance of the estimators falls like 1 / L.
 """
 
 from __future__ import annotations
@@ -39,7 +40,14 @@ def data(d=5, n=30, m=25, seed=0, shift=0.7):
 
 
 @pytest.mark.parametrize(
-    ("p", "power"), [(1, False), (2, False), pytest.param(2, True, marks=pytest.mark.slow)]
+    ("p", "power"),
+    [
+        (1, False),
+        # through the 1/p root (the delta method, as log["std_error"], whose calibration
+        # test_driver_options checks by default) and for the power: 200 seeds each
+        pytest.param(2, False, marks=pytest.mark.slow),
+        pytest.param(2, True, marks=pytest.mark.slow),
+    ],
 )
 def test_trees_needed_meets_its_target_over_seeds(p, power):
     """From a 100-tree pilot, the predicted T gives the target relative spread over seeds."""
@@ -86,6 +94,7 @@ def test_trees_needed_rejects_bad_input(args, error, match):
 
 
 # --------------------------------------------------------------------------- sampling
+
 
 SAMPLINGS = ["orthogonal", "qmc"]
 
@@ -144,16 +153,36 @@ def _sphere(*Z):
     return [torch.nn.functional.normalize(z, dim=-1) for z in Z]
 
 
+#: the lines' sampler (with the frames cut into trees of orthonormal lines) and the
+#: spherical one run by default; the same samplers through other distances with -m slow
+#: (150 seeds each; each tree's law is checked directly by the tests above)
+_SLOW = pytest.mark.slow
+
+
 @pytest.mark.parametrize(
     "call",
     [
-        lambda X, Y, n, **o: tsw.db_tsw(X, Y, n_trees=n, n_lines=3, p=2, power=True, **o),
-        lambda X, Y, n, **o: tsw.db_tsw(X, Y, n_trees=n, n_lines=3, orthogonal=True, **o),
-        lambda X, Y, n, **o: tsw.tsw_sl(X, Y, n_trees=n, n_lines=3, **o),
-        lambda X, Y, n, **o: tsw.sw(X, Y, n_projections=n, power=True, **o),
-        lambda X, Y, n, **o: tsw.stsw(*_sphere(X, Y), n_trees=n, **o),
+        pytest.param(
+            lambda X, Y, n, **o: tsw.db_tsw(X, Y, n_trees=n, n_lines=3, p=2, power=True, **o),
+            id="db_tsw",
+            marks=_SLOW,
+        ),
+        pytest.param(
+            lambda X, Y, n, **o: tsw.db_tsw(X, Y, n_trees=n, n_lines=3, orthogonal=True, **o),
+            id="db_tsw_orth",
+        ),
+        pytest.param(
+            lambda X, Y, n, **o: tsw.tsw_sl(X, Y, n_trees=n, n_lines=3, **o),
+            id="tsw_sl_chain",
+            marks=_SLOW,
+        ),
+        pytest.param(
+            lambda X, Y, n, **o: tsw.sw(X, Y, n_projections=n, power=True, **o),
+            id="sw",
+            marks=_SLOW,
+        ),
+        pytest.param(lambda X, Y, n, **o: tsw.stsw(*_sphere(X, Y), n_trees=n, **o), id="stsw"),
     ],
-    ids=["db_tsw", "db_tsw_orth", "tsw_sl_chain", "sw", "stsw"],
 )
 def test_sampling_keeps_the_estimate_unbiased(call):
     """Mean over 150 seeds of 8 slices within 4 standard errors of a 10000-slice i.i.d. value.
@@ -199,20 +228,6 @@ def test_sampling_is_seeded(sampling):
     t32 = tsw.sample_concurrent_lines(5, n_trees=6, n_lines=2, sampling=sampling, seed=3)
     t64 = tsw.sample_concurrent_lines(5, n_trees=6, n_lines=2, sampling=sampling, seed=3, dtype=F64)
     torch.testing.assert_close(t32.directions.double(), t64.directions, rtol=0, atol=1e-6)
-
-
-def test_iid_sampling_is_the_previous_draw():
-    """sampling="iid" is the documented draw, written here from torch alone: from one
-    CPU generator seeded with the seed, float64, the (T, d) root offsets (times root_std
-    = 0.1) and then (T, k, d) Gaussians normalised into directions."""
-    g = torch.Generator().manual_seed(5)
-    offsets = torch.randn(7, 4, generator=g, dtype=F64)
-    dirs = torch.randn(7, 3, 4, generator=g, dtype=F64)
-    dirs = dirs / torch.linalg.vector_norm(dirs, dim=-1, keepdim=True)
-    for sampling in ({}, {"sampling": "iid"}):
-        trees = tsw.sample_concurrent_lines(4, n_trees=7, n_lines=3, seed=5, dtype=F64, **sampling)
-        assert torch.equal(trees.directions, dirs)
-        assert torch.equal(trees.roots, 0.1 * offsets)
 
 
 def test_spherical_sampling_gives_unit_tangent_rays():
@@ -351,3 +366,32 @@ def test_path_directions_join_atoms_of_the_two_measures():
         tsw.db_tsw(X, Y, directions="paths", orthogonal=True)
     with pytest.raises(ValueError, match="directions must be one of"):
         tsw.db_tsw(X, Y, directions="data")
+
+
+def _clouds(seed=0, n=60, d=3):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(n, d, generator=g, dtype=torch.float64)
+    Y = torch.randn(n + 7, d, generator=g, dtype=torch.float64) * 0.7 + 0.8
+    return X, Y
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda X, Y, L, s: tsw.db_tsw(X, Y, n_trees=L, n_lines=4, seed=s, center=torch.zeros(3)),
+        lambda X, Y, L, s: tsw.tsw_sl(X, Y, n_trees=L, n_lines=4, seed=s),
+        lambda X, Y, L, s: tsw.sw(X, Y, n_projections=L, seed=s, p=1),
+    ],
+    ids=["db_tsw", "tsw_sl", "sw1"],
+)
+def test_monte_carlo_variance_falls_like_one_over_L(fn):
+    """Var of the estimator with 4L trees is about a quarter of that with L trees."""
+    X, Y = _clouds()
+    small = torch.stack([fn(X, Y, 10, s) for s in range(300)])
+    large = torch.stack([fn(X, Y, 40, s) for s in range(300, 600)])
+    ratio = (small.var() / large.var()).item()
+    assert 2.5 < ratio < 6.5, ratio
+    # unbiased: the means agree within a few standard errors
+    se = (small.var() / 300 + large.var() / 300).sqrt()
+    assert abs(small.mean() - large.mean()) < 4 * se

@@ -1,4 +1,9 @@
-"""tsw.core._sort.sort_last: NumPy's permutation on the CPU, torch.sort's elsewhere."""
+"""``tsw.core._sort``: the one sort of every closed form, against ``torch.sort`` and NumPy.
+
+``sort_last`` (NumPy's permutation on the CPU, torch.sort's elsewhere), ``unsort_last``
+(its inverse) and the packed float32 sort of the compiled kernels, which must give
+exactly NumPy's stable argsort on adversarial rows.
+"""
 
 from __future__ import annotations
 
@@ -86,9 +91,6 @@ def test_numpy_is_not_used_off_the_cpu_or_while_compiling(monkeypatch):
     _check(torch.randn(3, 8))
 
 
-# --- unsort_last: sorted-order values back in input order -------------------------
-
-
 def _unsort_reference(values: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
     """The same map by a gather with the inverse permutation (``argsort`` of the order)."""
     order = order.expand(values.shape)
@@ -138,28 +140,6 @@ def test_unsort_inverts_the_sort(monkeypatch, numpy_path, dt, threads):
     # and it undoes the sort: the sorted values go back to x
     xs, o = sort_last(x.squeeze(1))
     assert torch.equal(_sort.unsort_last(xs, o), x.squeeze(1))
-
-
-def test_unsort_uses_numpy_on_long_cpu_rows_only(monkeypatch):
-    """NumPy handles rows of at least _UNSORT_MIN elements; shorter rows use scatter_."""
-    used = []
-    real = torch.Tensor.scatter_
-
-    def spy(self, *args, **kwargs):
-        used.append(self.shape)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(torch.Tensor, "scatter_", spy)
-    monkeypatch.setattr(_sort, "_UNSORT_MIN", 100)
-    for n, via_scatter in ((99, True), (100, False)):
-        used.clear()
-        v = torch.randn(3, n)
-        o = torch.stack([torch.randperm(n) for _ in range(3)])
-        assert torch.equal(_sort.unsort_last(v, o), _unsort_reference(v, o))
-        assert bool(used) is via_scatter
-
-
-# --- float32 rows sorted as packed 64-bit keys (tsw.core._kernels.packed_argsort) ----
 
 
 def _awkward_rows(n_rows: int, n: int) -> torch.Tensor:
@@ -250,7 +230,9 @@ def test_packed_sort_only_for_float32_with_the_kernels(monkeypatch):
     assert _kernels.packs(rows)
     assert not _kernels.packs(rows.astype(np.float64))
     monkeypatch.setenv("TSW_NUMBA", "0")
-    monkeypatch.setattr(_kernels, "_compiled", {})
+    monkeypatch.setattr(_kernels, "_compiled", {})  # a fresh load: nothing compiled or ready
+    monkeypatch.setattr(_kernels, "_ready", set())
+    monkeypatch.setattr(_kernels, "_pending", {})
     assert not _kernels.packs(rows)
 
 

@@ -1,4 +1,11 @@
-"""``chunk_size``: blocks of items and trees give the one-block values and gradients."""
+"""``tsw.core._blocks``: blocks of items and slices (``chunk_size``).
+
+Blocks give the one-block values and gradients (bit for bit up to rounding), for every
+chunked distance, under upstream gradients that differ across slices and with other
+tensors requiring grad; ``plan_blocks`` is checked by properties of its plan (every
+(item, slice) once, memory budget, cache cap); the blocks' peak memory is measured in a
+spawned process.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +16,6 @@ from hypothesis import strategies as st
 
 import tsw
 import tsw.core._blocks as blocks
-import tsw.core._driver as driver
-import tsw.core._gradients as gradients
 from tsw.core._blocks import Block, plan_blocks
 
 F64 = torch.float64
@@ -89,23 +94,19 @@ def test_chunked_batched_and_logged():
     torch.testing.assert_close(log1["per_tree"], log0["per_tree"], rtol=1e-12, atol=0)
 
 
-def test_auto_chunks_only_above_the_budget(monkeypatch):
+def test_auto_blocks_under_a_small_memory_budget(monkeypatch):
+    """A memory budget of three trees cuts the trees into blocks: the one-block value and
+    gradient (the plan's budget property is checked on ``plan_blocks`` below)."""
     X, Y, _, _ = _data()
-    calls = []
-    original = driver.narrow_slices
-
-    def spy(slices, start, stop):
-        calls.append((start, stop))
-        return original(slices, start, stop)
-
-    monkeypatch.setattr(driver, "narrow_slices", spy)
-    tsw.db_tsw(X.requires_grad_(True), Y, n_trees=10, seed=0).backward()
-    assert calls == []  # 10 x 4 lines x 35 atoms: far below 2 GiB
     # one tree's block: 4 lines x 35 atoms x 16 elements x 8 bytes = 17920 bytes
     monkeypatch.setattr(blocks, "MEMORY_BUDGET", 3 * 17920)
-    value = tsw.db_tsw(X, Y, n_trees=10, seed=0)
-    assert calls == [(0, 3), (3, 6), (6, 9), (9, 10)]
-    torch.testing.assert_close(value, tsw.db_tsw(X, Y, n_trees=10, seed=0, chunk_size=None))
+    results = []
+    for chunk_size in ("auto", None):
+        Xs = X.clone().requires_grad_(True)
+        value = tsw.db_tsw(Xs, Y, n_trees=10, seed=0, chunk_size=chunk_size)
+        results.append((value, *torch.autograd.grad(value, Xs)))
+    for x, y in zip(*results, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, "all"])
@@ -113,33 +114,6 @@ def test_bad_chunk_size(bad):
     X, Y, _, _ = _data()
     with pytest.raises((TypeError, ValueError), match="chunk_size"):
         tsw.db_tsw(X, Y, n_trees=3, chunk_size=bad)
-
-
-def _target_work(n, d, trees, lines, chunk):  # runs in a spawned child (peak_growth)
-    torch.set_num_threads(2)
-    g = torch.Generator().manual_seed(0)
-    X = torch.randn(n, d, generator=g).requires_grad_(True)
-    Y = torch.randn(n, d, generator=g) + 0.5
-    T = tsw.sample_concurrent_lines(d, n_trees=trees, n_lines=lines, seed=0, center=torch.zeros(d))
-
-    def work():
-        tsw.db_tsw(X, Y, trees=T, validate=False, chunk_size=chunk).backward()
-
-    return work
-
-
-@pytest.mark.slow
-def test_memory_target_1e5_points_1000_trees(monkeypatch):
-    """N = M = 1e5, d = 128, 1000 trees x 4 lines, forward + backward under 4 GiB.
-
-    The child uses ``MALLOC_MMAP_THRESHOLD_=65536`` so that its resident size counts live
-    memory: glibc's default dynamic threshold keeps freed blocks in the heap.
-    """
-    from benchmarks._memory import peak_growth
-
-    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
-    growth = peak_growth(_target_work, 100_000, 128, 1000, 4, "auto", timeout=1800)
-    assert growth < 4096, growth
 
 
 def _grads_both_ways(fn, leaves):
@@ -218,6 +192,61 @@ def test_auto_blocks_give_the_one_block_values_and_gradients(monkeypatch, cache,
         torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("d", [2, 5, 20])  # 20: above NARROW_MAX_DIM (addmm_ / baddbmm_)
+@pytest.mark.parametrize("kind", ["one", "batch_shared_trees", "batch_trees"])
+@pytest.mark.parametrize("method", ["db_tsw", "tsw_sl_chain", "sw"])
+def test_projection_gradients_go_into_the_accumulators(d, kind, method):
+    """In blocks, the supports' projection gradient is added into the driver's sums
+    (addmm_ / baddbmm_ below and above NARROW_MAX_DIM, nothing returned through autograd):
+    values and gradients equal the one-block evaluation's, for tree systems and SW's
+    directions, shared by the items or per item."""
+    g = torch.Generator().manual_seed(2)
+    shape = () if kind == "one" else (3,)
+    X = torch.randn(*shape, 12, d, generator=g, dtype=F64)
+    Y = torch.randn(*shape, 9, d, generator=g, dtype=F64) + 0.5
+    center = torch.zeros(3, d, dtype=F64) if kind == "batch_trees" else torch.zeros(d, dtype=F64)
+    if method == "db_tsw":
+        trees = tsw.sample_concurrent_lines(
+            d, n_trees=7, n_lines=3, center=center, seed=0, dtype=F64
+        )
+        call = tsw.db_tsw
+    elif method == "tsw_sl_chain":
+        trees = tsw.sample_chain_lines(d, n_trees=7, n_lines=3, center=center, seed=0, dtype=F64)
+        call = tsw.tsw_sl
+    else:  # directions (d, L), or (B, d, L) per item
+        trees = tsw.sample_projections(d, 7, seed=0, dtype=F64)
+        if kind == "batch_trees":
+            trees = torch.stack([trees, trees.flip(-1), trees.roll(1, -1)])
+
+        def call(X, Y, trees, chunk_size):
+            return tsw.sw(X, Y, projections=trees, chunk_size=chunk_size)
+
+    results = []
+    for chunk_size in (None, 2):
+        leaves = [X.clone().requires_grad_(True), Y.clone().requires_grad_(True)]
+        value = call(*leaves, trees=trees, chunk_size=chunk_size).sum()
+        results.append((value, torch.autograd.grad(value, leaves)))
+    (v0, g0), (v1, g1) = results
+    torch.testing.assert_close(v1, v0, rtol=1e-12, atol=1e-14)
+    for x, y in zip(g1, g0, strict=True):
+        assert y.abs().max() > 0
+        torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-14)
+
+
+def test_second_backward_through_a_retained_graph():
+    # the first backward hands the accumulated sums over (scaled in place); a second one
+    # through the retained graph forms them again, bit-identical
+    X, Y, _, _ = _data()
+    X.requires_grad_(True)
+    value = tsw.db_tsw(X, Y, n_trees=7, seed=0, chunk_size=2) * 3.0
+    value.backward(retain_graph=True)
+    first = X.grad.clone()
+    value.backward()
+    assert torch.equal(X.grad, 2 * first)
+    expected = torch.autograd.grad(3.0 * tsw.db_tsw(X, Y, n_trees=7, seed=0, chunk_size=None), X)[0]
+    torch.testing.assert_close(first, expected, rtol=1e-12, atol=1e-14)
+
+
 def _plan(**sizes):
     base = {"items": 1, "slices": 250, "lines": 4, "atoms": 4000, "dim": 64, "element_size": 4}
     base.update(chunk_size="auto", cpu=True, compiled=False, shared=True)
@@ -290,143 +319,6 @@ def test_auto_plan_cuts_only_what_exceeds_the_cache():
     assert plan == [Block(0, 1, 0, 250)]
 
 
-@pytest.mark.parametrize("d", [2, 8])
-@pytest.mark.parametrize("batched", [False, True])
-def test_front_end_centres_the_points_once_per_call(monkeypatch, d, batched):
-    """The Euclidean tree distances centre and square the points once, not per block.
-
-    With ``chunk_size=1`` and 5 trees, the squared norms are formed once per support
-    (by the driver's front end, :func:`tsw.euclidean._lines.centre`), not once per block,
-    and every block reads each support once, in one ``Products`` call (one product
-    per group of rows).
-    """
-    import tsw.euclidean._lines as lines
-
-    squares, products = [], []
-    norm_apply, prod_apply = lines._SquaredNorm.apply, gradients.Products.apply
-
-    def count_norm(Y, shift):
-        squares.append(tuple(Y.shape))
-        return norm_apply(Y, shift)
-
-    def count_prod(shift, groups, *tensors):
-        products.extend(tuple(Y.shape) for Y in tensors[2 * groups :])
-        return prod_apply(shift, groups, *tensors)
-
-    monkeypatch.setattr(lines._SquaredNorm, "apply", count_norm)
-    monkeypatch.setattr(gradients.Products, "apply", count_prod)
-    X, Y, a, b = _data(d=d)
-    if batched:
-        X, Y, a, b = (torch.stack([t, t.flip(0)]) for t in (X, Y, a, b))
-    Xs = X.clone().requires_grad_(True)
-    value = tsw.db_tsw(Xs, Y, a, b, n_trees=5, seed=0, chunk_size=1)
-    value.sum().backward()
-    assert len(squares) == 2  # X_s and X_t, once
-    assert len(products) == 5 * 2  # 5 blocks, 2 supports
-    assert bool(torch.isfinite(Xs.grad).all())
-
-
-@pytest.mark.parametrize("d", [2, 5])
-@pytest.mark.parametrize(
-    "call",
-    [
-        lambda X, Y: tsw.db_tsw(X, Y, n_trees=3, seed=0),
-        lambda X, Y: tsw.circular_tsw(X, Y, radius=0.1, n_trees=3, seed=0),
-        lambda X, Y: tsw.tsw_sl(X, Y, n_trees=3, seed=0),
-        lambda X, Y: tsw.partial_tsw(X, Y, mass_t=0.8, n_trees=3, seed=0),
-    ],
-    ids=["db_tsw", "circular_tsw", "tsw_sl", "partial_tsw"],
-)
-def test_empty_batch_through_the_front_end(call, d):
-    """A batch of zero items gives zero values (the centre's broadcast keeps B = 0)."""
-    X, Y = torch.zeros(0, 5, d, dtype=F64), torch.zeros(0, 6, d, dtype=F64)
-    value = call(X, Y)
-    assert value.shape == (0,)
-
-
-@pytest.mark.parametrize("d", [2, 5, 20])  # 20: above NARROW_MAX_DIM (addmm_ / baddbmm_)
-@pytest.mark.parametrize("kind", ["one", "batch_shared_trees", "batch_trees"])
-@pytest.mark.parametrize("method", ["db_tsw", "tsw_sl_chain", "sw"])
-def test_projection_gradients_go_into_the_accumulators(monkeypatch, d, kind, method):
-    # in blocks, the supports' projection gradient is added into the driver's sums
-    # (addmm_ / baddbmm_, nothing returned through autograd): the spy sees both supports
-    # of every block marked, and the gradients equal the one-block evaluation's, where
-    # nothing is marked; tree systems and SW's directions
-    seen = []
-    original = gradients.routed
-
-    def spy(t):
-        into = original(t)
-        seen.append(into is not None)
-        return into
-
-    monkeypatch.setattr(gradients, "routed", spy)
-    g = torch.Generator().manual_seed(2)
-    shape = () if kind == "one" else (3,)
-    X = torch.randn(*shape, 12, d, generator=g, dtype=F64)
-    Y = torch.randn(*shape, 9, d, generator=g, dtype=F64) + 0.5
-    center = torch.zeros(3, d, dtype=F64) if kind == "batch_trees" else torch.zeros(d, dtype=F64)
-    if method == "db_tsw":
-        trees = tsw.sample_concurrent_lines(
-            d, n_trees=7, n_lines=3, center=center, seed=0, dtype=F64
-        )
-        call = tsw.db_tsw
-    elif method == "tsw_sl_chain":
-        trees = tsw.sample_chain_lines(d, n_trees=7, n_lines=3, center=center, seed=0, dtype=F64)
-        call = tsw.tsw_sl
-    else:  # directions (d, L), or (B, d, L) per item
-        trees = tsw.sample_projections(d, 7, seed=0, dtype=F64)
-        if kind == "batch_trees":
-            trees = torch.stack([trees, trees.flip(-1), trees.roll(1, -1)])
-
-        def call(X, Y, trees, chunk_size):
-            return tsw.sw(X, Y, projections=trees, chunk_size=chunk_size)
-
-    results = []
-    for chunk_size in (None, 2):
-        seen.clear()
-        leaves = [X.clone().requires_grad_(True), Y.clone().requires_grad_(True)]
-        value = call(*leaves, trees=trees, chunk_size=chunk_size).sum()
-        results.append((value, torch.autograd.grad(value, leaves)))
-        if chunk_size is None:
-            assert not any(seen)
-        else:
-            assert seen == [True] * (2 * 4)  # both supports of each of the 4 blocks
-    (v0, g0), (v1, g1) = results
-    torch.testing.assert_close(v1, v0, rtol=1e-12, atol=1e-14)
-    for x, y in zip(g1, g0, strict=True):
-        assert y.abs().max() > 0
-        torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-14)
-
-
-def test_second_backward_through_a_retained_graph():
-    # the first backward hands the accumulated sums over (scaled in place); a second one
-    # through the retained graph forms them again, bit-identical
-    X, Y, _, _ = _data()
-    X.requires_grad_(True)
-    value = tsw.db_tsw(X, Y, n_trees=7, seed=0, chunk_size=2) * 3.0
-    value.backward(retain_graph=True)
-    first = X.grad.clone()
-    value.backward()
-    assert torch.equal(X.grad, 2 * first)
-    expected = torch.autograd.grad(3.0 * tsw.db_tsw(X, Y, n_trees=7, seed=0, chunk_size=None), X)[0]
-    torch.testing.assert_close(first, expected, rtol=1e-12, atol=1e-14)
-
-
-def test_gradient_marks_stay_on_their_tensor():
-    # a mark belongs to the one tensor the driver made: views, translations and
-    # detached copies carry none, nor does a tensor that needs no gradient
-    leaf = torch.zeros(4, 3, requires_grad=True)
-    into = torch.zeros(4, 3)
-    gradients.route_into(leaf, into)
-    assert gradients.routed(leaf) is into
-    assert gradients.routed(leaf[1:]) is None
-    assert gradients.routed(leaf - 1) is None
-    assert gradients.routed(leaf.detach()) is None
-    with pytest.raises(ValueError, match=r"into must have the leaf's shape \(4, 3\); got \(3, 3\)"):
-        gradients.route_into(leaf, torch.zeros(3, 3))
-
-
 def _blocked_step(n: int, d: int, chunk_size: int | None = 1):
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
@@ -443,9 +335,9 @@ def test_blocks_hold_no_translated_copy_of_the_points():
 
     N = M = 2e5, d = 128 (X: 97.7 MiB), two one-tree blocks. The driver's accumulator
     (handed over as the gradient of X) takes 1x; the blocks' working memory is small.
-    Measured 235 MiB (2.40x). With the squared norms' gradient formed apart and added
-    by autograd (code b021107) 319 MiB (3.27x); with the translated copies of both
-    supports that the front end held before (code 3f0353f) 550 MiB (5.6x).
+    Measured 235 MiB (2.40x). Forming the squared norms' gradient apart and letting
+    autograd add it takes 319 MiB (3.27x); holding translated copies of both supports
+    takes 550 MiB (5.6x).
     """
     from benchmarks._memory import peak_growth
 
@@ -463,9 +355,9 @@ def test_one_block_forms_one_gradient_buffer_of_the_products():
     N = M = 2e5, d = 128, two trees in one block (``chunk_size=None``). The products'
     backward adds every group's gradient of X into one buffer that owns its storage,
     so that autograd adds the squared norms' gradient into it in place. Measured 304 MiB
-    (3.12x); when the first group's gradient was a view of its product (code b021107),
-    autograd added the two out of place: 403 MiB (4.13x), and one tree at N = 1e7 did
-    not fit in 24 GiB where two trees in blocks did.
+    (3.12x); with the first group's gradient a view of its product, autograd adds the
+    two out of place: 403 MiB (4.13x), and one tree at N = 1e7 does not fit in 24 GiB
+    where two trees in blocks do.
     """
     from benchmarks._memory import peak_growth
 
@@ -475,3 +367,30 @@ def test_one_block_forms_one_gradient_buffer_of_the_products():
     assert growth < 3.6 * support_mib, (
         f"peak grew by {growth:.0f} MiB ({growth / support_mib:.2f}x)"
     )
+
+
+def _target_work(n, d, trees, lines, chunk):  # runs in a spawned child (peak_growth)
+    torch.set_num_threads(2)
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(n, d, generator=g).requires_grad_(True)
+    Y = torch.randn(n, d, generator=g) + 0.5
+    T = tsw.sample_concurrent_lines(d, n_trees=trees, n_lines=lines, seed=0, center=torch.zeros(d))
+
+    def work():
+        tsw.db_tsw(X, Y, trees=T, validate=False, chunk_size=chunk).backward()
+
+    return work
+
+
+@pytest.mark.slow
+def test_memory_target_1e5_points_1000_trees(monkeypatch):
+    """N = M = 1e5, d = 128, 1000 trees x 4 lines, forward + backward under 4 GiB.
+
+    The child uses ``MALLOC_MMAP_THRESHOLD_=65536`` so that its resident size counts live
+    memory: glibc's default dynamic threshold keeps freed blocks in the heap.
+    """
+    from benchmarks._memory import peak_growth
+
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    growth = peak_growth(_target_work, 100_000, 128, 1000, 4, "auto", timeout=1800)
+    assert growth < 4096, growth

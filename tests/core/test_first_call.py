@@ -1,4 +1,4 @@
-"""No call waits for the compiler: the torch operators serve while the kernels compile."""
+"""``tsw.core._kernels``: no call waits for the compiler; the torch operators serve meanwhile."""
 
 from __future__ import annotations
 

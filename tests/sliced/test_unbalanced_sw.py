@@ -1,4 +1,4 @@
-"""Sliced baselines for unequal masses: partial_sw and unbalanced_sw against POT.
+"""partial_sw and unbalanced_sw (``tsw.sliced._unbalanced_sw``): unequal masses against POT.
 
 partial_sw is checked against POT's exact partial LP (``ot.partial.partial_wasserstein2``
 on the one-dimensional cost matrix of each slice), which is independent of the 1-D
@@ -20,6 +20,14 @@ import torch
 import tsw
 
 F64 = torch.float64
+
+
+def data(N=5, M=4, d=3, batch=None, dtype=F64):
+    g = torch.Generator().manual_seed(0)
+    lead = () if batch is None else (batch,)
+    X = torch.randn(*lead, N, d, generator=g, dtype=F64).to(dtype)
+    Y = torch.randn(*lead, M, d, generator=g, dtype=F64).to(dtype) + 1
+    return X, Y
 
 
 def cloud(seed, N=7, M=5, d=3, batch=None):
@@ -187,10 +195,7 @@ def test_unbalanced_sw_batch_and_validation():
         tsw.unbalanced_sw(X[0], Y[0], n_iter=0)
 
 
-# --------------------------------------------------------------------------- issue 15 pins
-
-
-def _issue_data():
+def _extreme_data():
     g = torch.Generator().manual_seed(0)
     X = torch.randn(12, 3, generator=g, dtype=F64)
     Y = torch.randn(9, 3, generator=g, dtype=F64) + 0.7
@@ -201,8 +206,10 @@ def _issue_data():
     "kwargs", [{}, {"mass_s": 0.0}, {"reg_m": 1e-3}, {"p": 8}, {"scale": 10.0}, {"scale": 1e3}]
 )
 def test_unbalanced_sw_stays_finite_and_below_the_empty_plan(kwargs):
-    """Were 0.667, nan, nan, nan and 441281 (POT's FW iterates out of range)."""
-    X, Y = _issue_data()
+    """Zero mass, a tiny marginal penalty, a large p, far-away points: POT's Frank-Wolfe
+    iterates leave the range (NaN, or values far above the empty plan's cost); the value
+    stays finite and at most the cost of transporting nothing."""
+    X, Y = _extreme_data()
     kwargs = dict(kwargs)
     scale = kwargs.pop("scale", 1.0)
     p = kwargs.get("p", 2)
@@ -226,7 +233,7 @@ def test_unbalanced_sw_stays_finite_and_below_the_empty_plan(kwargs):
 
 def test_unbalanced_sw_empty_plan_gradients():
     """On the empty plan the value is rho (m_s + m_t): its gradient in the masses is rho."""
-    X, Y = _issue_data()
+    X, Y = _extreme_data()
     mass = torch.tensor(0.0, dtype=F64, requires_grad=True)
     value = tsw.unbalanced_sw(X, Y, mass_s=mass, n_projections=4, seed=0, power=True)
     value.backward()
@@ -235,6 +242,7 @@ def test_unbalanced_sw_empty_plan_gradients():
 
 
 # --------------------------------------------------------------------------- sampling=
+
 
 UNEQUAL_MASS = {
     "partial_sw": lambda X, Y, **kw: tsw.partial_sw(X, Y, n_transported=4, **kw),
@@ -284,3 +292,10 @@ def test_unequal_mass_bad_sampling_raises(name):
             fn(X, Y, n_projections=3, sampling=bad, seed=0)
     with pytest.raises(ValueError, match=r'orthogonal=True.*sampling="qmc"'):
         fn(X, Y, n_projections=3, orthogonal=True, sampling="qmc", seed=0)
+
+
+def test_unbalanced_sw_under_inference_mode():
+    X, Y = data(12, 9, 3)
+    want = tsw.unbalanced_sw(X, Y, n_projections=5, seed=0)
+    with torch.inference_mode():
+        assert torch.equal(tsw.unbalanced_sw(X, Y, n_projections=5, seed=0), want)

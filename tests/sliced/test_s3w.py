@@ -1,4 +1,4 @@
-"""S3W, RI-S3W, ARI-S3W (tsw.s3w): the map, values against POT, rotations, gradients, losses.
+"""S3W, RI-S3W, ARI-S3W (``tsw.sliced._s3w``): the map, values against POT, rotations, losses.
 
 Independent oracles: the map written in numpy from the paper's algebra (arccos form, and
 h1 after the stereographic projection), the official pipeline's algebra transcribed in
@@ -9,6 +9,7 @@ on the mapped points, and numpy loops over rotations.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import ot
@@ -19,6 +20,18 @@ import tsw
 from tsw import s3w_map
 
 F64 = torch.float64
+
+
+def lit(text):
+    """Regex matching ``text`` literally."""
+    return re.escape(text)
+
+
+def on_sphere(*shape, dtype=F64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.nn.functional.normalize(torch.randn(*shape, generator=g, dtype=F64), dim=-1).to(
+        dtype
+    )
 
 
 def sphere_points(n, D, *, seed=0, shift=0.0, dtype=F64):
@@ -559,3 +572,126 @@ def test_s3w_losses_take_sampling():
         assert [torch.equal(ari(X, Y), e) for e in expected] == [True, True]
         iid = _ari_recipe(X, Y, seed=3, dim=3, pool_size=6, n_rotations=2, calls=1, n_projections=5)
         assert not torch.equal(expected[0], iid[1][0])
+
+
+# --------------------------------------------------------------------------- checks of the options
+
+
+def test_s3w_rotations():
+    X, Y = on_sphere(5, 3), on_sphere(4, 3, seed=1)
+    Q = tsw.sample_rotations(3, 2, seed=0, dtype=F64)
+    with pytest.raises(TypeError, match=lit("rotations must be a torch.Tensor; got list")):
+        tsw.s3w(X, Y, rotations=Q.tolist())
+    with pytest.raises(
+        ValueError,
+        match=lit("rotations must have shape (R, d+1, d+1) with d+1=3; got rotations.shape=(3, 3)"),
+    ):
+        tsw.s3w(X, Y, rotations=Q[0])
+    with pytest.raises(ValueError, match=lit("got rotations.shape=(0, 3, 3)")):
+        tsw.s3w(X, Y, rotations=Q[:0])
+    with pytest.raises(ValueError, match=lit("with d+1=3; got rotations.shape=(2, 4, 4)")):
+        tsw.s3w(X, Y, rotations=tsw.sample_rotations(4, 2, dtype=F64))
+    # (B, R, d+1, d+1) only for batched measures, with their batch size
+    with pytest.raises(ValueError, match=lit("with d+1=3; got rotations.shape=(1, 2, 3, 3)")):
+        tsw.s3w(X, Y, rotations=Q[None])
+    with pytest.raises(
+        ValueError, match=lit("or (B, R, d+1, d+1); got rotations.shape=(3, 2, 3, 3)")
+    ):
+        tsw.s3w(X[None].expand(2, 5, 3), Y[None].expand(2, 4, 3), rotations=Q.expand(3, 2, 3, 3))
+    with pytest.raises(ValueError, match=lit("rotations must have the dtype and device of X_s")):
+        tsw.s3w(X, Y, rotations=Q.float())
+    with pytest.raises(
+        ValueError,
+        match=lit(
+            "rotations must have orthogonal matrices (max |Q^T Q - I| <= 1.0e-06 in "
+            "torch.float64); got a deviation of 0.21"
+        ),
+    ):
+        tsw.s3w(X, Y, rotations=1.1 * Q)
+    bad = Q.clone()
+    bad[1, 0, 0] = math.nan
+    with pytest.raises(ValueError, match=lit("rotations contains NaN or Inf values")):
+        tsw.s3w(X, Y, rotations=bad)
+    # value checks are skipped with validate=False (shape checks stay)
+    assert tsw.s3w(X, Y, rotations=1.1 * Q, validate=False).shape == ()
+    with pytest.raises(ValueError, match=lit("rotations must have shape")):
+        tsw.s3w(X, Y, rotations=Q[0], validate=False)
+
+
+def test_s3w_options():
+    X, Y = on_sphere(5, 3), on_sphere(4, 3, seed=1)
+    with pytest.raises(ValueError, match=lit("n_rotations must be an int >= 0; got -1")):
+        tsw.s3w(X, Y, n_rotations=-1)
+    with pytest.raises(TypeError, match=lit("n_rotations must be an int >= 0; got float")):
+        tsw.s3w(X, Y, n_rotations=2.0)
+    with pytest.raises(TypeError, match=lit("n_rotations must be an int >= 0; got bool")):
+        tsw.s3w_unif(X, n_rotations=True)
+    with pytest.raises(TypeError, match=lit("compat must be True or False; got int")):
+        tsw.s3w(X, Y, compat=1)
+    with pytest.raises(ValueError, match=lit("n_projections must be an int >= 1; got 0")):
+        tsw.s3w(X, Y, n_projections=0)
+    with pytest.raises(ValueError, match=lit("p must be a finite real number >= 1; got 0.5")):
+        tsw.s3w(X, Y, p=0.5)
+    with pytest.raises(ValueError, match=lit("n_samples must be an int >= 1; got 0")):
+        tsw.s3w_unif(X, n_samples=0)
+    # projections live in the mapped dimension d = (d+1) - 1
+    with pytest.raises(
+        ValueError,
+        match=lit("projections must have shape (d, L) with d=2; got projections.shape=(3, 4)"),
+    ):
+        tsw.s3w(X, Y, projections=tsw.sample_projections(3, 4, dtype=F64))
+    with pytest.raises(ValueError, match=lit("projections must have the dtype and device of X_s")):
+        tsw.s3w(X, Y, projections=tsw.sample_projections(2, 4))
+    with pytest.raises(
+        TypeError, match=lit("generator must be a torch.Generator or None; got int")
+    ):
+        tsw.s3w_unif(X, generator=0)
+
+
+def test_s3w_map_and_rotation_sampler_arguments():
+    with pytest.raises(TypeError, match=lit("X must be a torch.Tensor; got list")):
+        tsw.s3w_map([[0.0, 1.0]])
+    with pytest.raises(
+        ValueError, match=lit("X must have d+1 >= 2 coordinates to describe points of the sphere")
+    ):
+        tsw.s3w_map(torch.ones(3, 1))
+    with pytest.raises(TypeError, match=lit("compat must be True or False; got str")):
+        tsw.s3w_map(torch.ones(3, 2), compat="yes")
+    with pytest.raises(
+        ValueError, match=lit("rotations of the sphere need dim = d+1 >= 2; got dim=1")
+    ):
+        tsw.sample_rotations(1, 3)
+    with pytest.raises(ValueError, match=lit("n_rotations must be an int >= 1; got 0")):
+        tsw.sample_rotations(3, 0)
+    with pytest.raises(ValueError, match=lit("pass at most one of seed and generator")):
+        tsw.sample_rotations(3, 2, seed=0, generator=torch.Generator())
+
+
+def test_ari_loss_arguments():
+    with pytest.raises(
+        ValueError, match=lit("n_rotations must be <= pool_size = 4; got n_rotations=5")
+    ):
+        tsw.nn.ARIS3WLoss(dim=3, pool_size=4, n_rotations=5)
+    with pytest.raises(ValueError, match=lit("n_rotations must be an int >= 1; got 0")):
+        tsw.nn.ARIS3WLoss(dim=3, n_rotations=0)
+    with pytest.raises(ValueError, match=lit("pool_size must be an int >= 1; got 0")):
+        tsw.nn.ARIS3WLoss(dim=3, pool_size=0)
+    with pytest.raises(TypeError, match=lit("pool_size must be an int >= 1; got float")):
+        tsw.nn.ARIS3WLoss(dim=3, pool_size=10.0)
+    with pytest.raises(
+        ValueError, match=lit("rotations of the sphere need dim = d+1 >= 2; got dim=1")
+    ):
+        tsw.nn.ARIS3WLoss(dim=1)
+    with pytest.raises(TypeError, match="dim"):
+        tsw.nn.ARIS3WLoss()  # the pool's dimension is required
+    loss = tsw.nn.ARIS3WLoss(dim=3, pool_size=4, n_rotations=2)
+    with pytest.raises(
+        ValueError,
+        match=lit(
+            "X_s must have dim=3 coordinates (the dimension of the rotation pool); "
+            "got X_s.shape=(5, 4)"
+        ),
+    ):
+        loss(on_sphere(5, 4), on_sphere(4, 4))
+    with pytest.raises(ValueError, match=lit("p must be a finite real number >= 1; got 0.5")):
+        tsw.nn.ARIS3WLoss(dim=3, p=0.5)(on_sphere(5, 3), on_sphere(4, 3))

@@ -1,0 +1,29 @@
+"""The public functions of :mod:`tsw` that are not distances between two measures.
+
+Read by the contract suite and the API tests: a public function outside this set is a
+distance and must join their registries.
+"""
+
+NOT_DISTANCES = frozenset(
+    {
+        "trees_needed",  # a pilot's per-tree costs: core/test_monte_carlo.py
+        "line_system_cost",
+        "tree_wasserstein",  # one explicit tree: core/test_tree_wasserstein.py
+        "wasserstein_1d",
+        "s3w_map",
+        "sample_chain_lines",
+        "sample_concurrent_lines",
+        "sample_projections",
+        "sample_rotations",
+        "sample_sphere_projections",
+        "sample_spherical_trees",
+        # transport plans (a plan and its cost, not a distance): test_plans.py
+        "barycentric_map",
+        "expected_sliced_plan",
+        "expected_tree_sliced_plan",
+        "min_sliced_transport_plan",
+        "sliced_plans",
+        "swgg",
+        "tree_plan",
+    }
+)

@@ -1,0 +1,170 @@
+"""LCV-SW and UCV-SW (``tsw.sliced._lcv_sw``): the estimate against its formula, and its law.
+
+The pooled estimate against numpy loops on given directions; each direction's cost and
+the plain mean against POT (``ot.sliced_wasserstein_distance`` on the same projections);
+the variates below / above each direction's W_2^2; their closed-form means over the
+sphere against Monte Carlo; unbiasedness and variance against SW at a large L (POT); no
+correction where the variate does not vary.
+
+The distance's shared properties run in ``test_contract.py``; its second derivatives in
+``test_second_order.py``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import ot
+import pytest
+import torch
+
+import tsw
+from tsw.core._validation import check_measures
+from tsw.sliced._lcv_sw import gaussian_variate
+
+F64 = torch.float64
+
+
+def clouds(seed=0, N=60, M=50, d=5):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(N, d, generator=g, dtype=F64)
+    Y = 1.5 * torch.randn(M, d, generator=g, dtype=F64) + 1.0
+    return X, Y
+
+
+def pot_costs(X, Y, theta, p=2):
+    """Per-direction W_p^p from POT on the given (d, L) directions."""
+    _, log = ot.sliced_wasserstein_distance(
+        X.numpy(), Y.numpy(), projections=theta.numpy(), p=p, log=True
+    )
+    return np.asarray(log["projected_emds"])
+
+
+def lcv_by_hand(X, Y, theta, p, variate, coefficient="pooled"):
+    """The estimate from numpy loops: costs by sorting, moments by their definition."""
+    X, Y, theta = X.numpy(), Y.numpy(), theta.numpy()
+    d, L = theta.shape
+    m1, m2 = X.mean(0), Y.mean(0)
+    W, G = np.zeros(L), np.zeros(L)
+    for ell in range(L):
+        t = theta[:, ell]
+        x, y = np.sort(X @ t), np.sort(Y @ t)  # equal sizes: the sorted atoms pair up
+        W[ell] = np.mean(np.abs(x - y) ** p)
+        G[ell] = (t @ (m1 - m2)) ** 2
+        if variate == "upper":
+            G[ell] += np.mean(((X - m1) @ t) ** 2) + np.mean(((Y - m2) @ t) ** 2)
+    EG = np.sum((m1 - m2) ** 2) / d
+    if variate == "upper":
+        EG += (np.sum((X - m1) ** 2) / len(X) + np.sum((Y - m2) ** 2) / len(Y)) / d
+    D = G - EG
+    if coefficient == "pooled":
+        alpha = np.mean((W - W.mean()) * D) / np.mean(D**2)
+        return W.mean() - alpha * D.mean()
+    terms = []
+    for ell in range(L):  # each direction corrected with the others' coefficient
+        rest = np.arange(L) != ell
+        Wr, Dr = W[rest], D[rest]
+        alpha = np.mean((Wr - Wr.mean()) * Dr) / np.mean(Dr**2)
+        terms.append(W[ell] - alpha * D[ell])
+    return float(np.mean(terms))
+
+
+@pytest.mark.parametrize("coefficient", ["pooled", "leave_one_out"])
+@pytest.mark.parametrize("variate", ["lower", "upper"])
+def test_on_given_directions_it_equals_its_formula(variate, coefficient):
+    X, Y = clouds(1, N=40, M=40)
+    theta = tsw.sample_projections(5, 9, seed=3, dtype=F64)
+    for p in (2, 1.5):
+        got = tsw.lcv_sw(
+            X, Y, projections=theta, p=p, variate=variate, coefficient=coefficient, power=True
+        )
+        expected = lcv_by_hand(X, Y, theta, p, variate, coefficient)
+        assert float(got) == pytest.approx(expected, rel=1e-10)
+
+
+def test_the_log_reports_pots_costs_and_the_corrected_terms():
+    X, Y = clouds(3, N=30, M=20)
+    theta = tsw.sample_projections(5, 11, seed=4, dtype=F64)
+    value, log = tsw.lcv_sw(X, Y, projections=theta, log=True, power=True)
+    np.testing.assert_allclose(log["projected_emds"].numpy(), pot_costs(X, Y, theta), rtol=1e-12)
+    assert torch.equal(log["projections"], theta)
+    torch.testing.assert_close(log["per_tree"].mean(), value)
+
+
+def test_the_variates_bound_each_directions_w2():
+    """The lower variate is below, the upper one above, each direction's W_2^2 (POT's)."""
+    X, Y = clouds(2)
+    theta = tsw.sample_projections(5, 200, seed=0, dtype=F64)
+    W = pot_costs(X, Y, theta)
+    measures = check_measures(X, Y, None, None)
+    lower, _ = gaussian_variate(measures, theta, "lower")
+    upper, _ = gaussian_variate(measures, theta, "upper")
+    assert bool((lower[0].numpy() <= W + 1e-12).all())
+    assert bool((upper[0].numpy() + 1e-12 >= W).all())
+
+
+def test_the_variates_means_over_the_sphere():
+    X, Y = clouds(4)
+    measures = check_measures(X, Y, None, None)
+    theta = tsw.sample_projections(5, 200_000, seed=1, dtype=F64)
+    for variate in ("lower", "upper"):
+        G, mean = gaussian_variate(measures, theta, variate)
+        se = float(G.std() / math.sqrt(G.shape[-1]))
+        assert abs(float(G.mean() - mean)) < 4 * se
+
+
+def test_unbiased_with_less_variance_than_sw():
+    """Mean of 400 independent estimates at L = 10 against SW_2^2 at L = 5e4 (POT);
+    variance against SW's on the same directions. The estimates are one batched call:
+    400 copies of the pair, each with its own 10 directions."""
+    X, Y = clouds(0)
+    big = tsw.sample_projections(5, 50_000, seed=99, dtype=F64)
+    W = pot_costs(X, Y, big)
+    truth, truth_se = float(W.mean()), float(W.std(ddof=1) / math.sqrt(W.size))
+    R, L = 400, 10
+    theta = tsw.sample_projections(5, R * L, seed=5, dtype=F64).T.reshape(R, L, 5).mT
+    Xb, Yb = X.expand(R, -1, -1), Y.expand(R, -1, -1)
+    plain = np.array([pot_costs(X, Y, theta[r]).mean() for r in range(R)])
+    for coefficient in ("leave_one_out", "pooled"):
+        lcv = tsw.lcv_sw(Xb, Yb, projections=theta, power=True, coefficient=coefficient)
+        se = float(lcv.std() / math.sqrt(R))
+        # leave-one-out: exactly unbiased; pooled: its O(1/L) bias is within 1.5 %
+        slack = 0 if coefficient == "leave_one_out" else 0.015 * truth
+        assert abs(float(lcv.mean()) - truth) < 4 * math.hypot(se, truth_se) + slack
+        assert float(lcv.var()) < 0.5 * float(plain.var(ddof=1))
+    assert abs(plain.mean() - truth) < 4 * math.hypot(plain.std() / math.sqrt(R), truth_se)
+
+
+def test_without_a_varying_variate_it_is_sw():
+    """d = 1 (G is constant) and identical means (the lower G is 0): SW (POT), not noise."""
+    g = torch.Generator().manual_seed(0)
+    X, Y = torch.randn(20, 1, generator=g, dtype=F64), torch.randn(15, 1, generator=g, dtype=F64)
+    value, log = tsw.lcv_sw(X, Y, n_projections=6, seed=0, log=True)
+    assert float(value) == pytest.approx(
+        math.sqrt(pot_costs(X, Y, log["projections"]).mean()), rel=1e-12
+    )
+    # the same mean exactly (integer points summing to 0, 16 atoms: exact weighted
+    # means), another spread
+    X2 = torch.randint(-5, 6, (16, 3), generator=g).to(F64)
+    X2[-1] -= X2.sum(0)
+    Y2 = 3 * X2
+    theta = tsw.sample_projections(3, 8, seed=1, dtype=F64)
+    assert float(tsw.lcv_sw(X2, Y2, projections=theta)) == pytest.approx(
+        math.sqrt(pot_costs(X2, Y2, theta).mean()), rel=1e-12
+    )
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("variate", "middle", "variate must be one of 'lower', 'upper'; got 'middle'"),
+        ("coefficient", "loo", "coefficient must be one of 'pooled', 'leave_one_out'; got 'loo'"),
+    ],
+)
+def test_bad_options_name_the_argument_and_the_value(option, value, message):
+    X = torch.zeros(3, 2)
+    with pytest.raises(ValueError, match=message):
+        tsw.lcv_sw(X, X + 1, seed=0, **{option: value})
+    with pytest.raises(ValueError, match=message):
+        tsw.nn.LCVSWLoss(**{option: value})

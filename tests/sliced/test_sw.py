@@ -1,0 +1,115 @@
+"""SW, max-SW (``tsw.sliced._sw``): values against POT, and max-SW's bounds.
+
+``sw`` against ``ot.sliced_wasserstein_distance`` on explicit projections (weights,
+equal sizes, numpy inputs), its log against POT's; ``max_sw`` between the best of its
+starting directions and W_p (``ot.emd2``), exact for a translation, and under
+``inference_mode`` and ``no_grad``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import ot
+import pytest
+import torch
+from _reference import TOL, assert_close, distinct_sizes, random_problem, t64, unit_rows
+
+import tsw
+
+F64 = torch.float64
+
+
+def data(N=5, M=4, d=3, batch=None, dtype=F64):
+    g = torch.Generator().manual_seed(0)
+    lead = () if batch is None else (batch,)
+    X = torch.randn(*lead, N, d, generator=g, dtype=F64).to(dtype)
+    Y = torch.randn(*lead, M, d, generator=g, dtype=F64).to(dtype) + 1
+    return X, Y
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+@pytest.mark.parametrize("seed", range(3))
+def test_sw_equals_pot(seed, p):
+    rng = np.random.default_rng(7300 + seed)
+    d = seed + 2
+    X, Y, a, b = random_problem(rng, d, *distinct_sizes(rng, 2, 12), zero_prob=0.2)
+    P = unit_rows(rng, 20, d).T  # (d, L)
+    expected = ot.sliced_wasserstein_distance(X, Y, a, b, projections=P, p=p)
+    assert_close(tsw.sw(t64(X), t64(Y), t64(a), t64(b), projections=t64(P), p=p), expected)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_sw_equal_sizes_equals_pot(p):
+    rng = np.random.default_rng(7470 + p)
+    X, Y = rng.normal(size=(15, 4)), rng.normal(size=(15, 4)) + 0.3
+    P = unit_rows(rng, 25, 4).T
+    expected = ot.sliced_wasserstein_distance(X, Y, projections=P, p=p)
+    assert_close(tsw.sw(t64(X), t64(Y), projections=t64(P), p=p), expected)
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_sw_log_has_pots_keys_and_values(p):
+    rng = np.random.default_rng(9200 + p)
+    X, Y = rng.normal(size=(9, 3)), rng.normal(size=(7, 3)) + 1
+    proj = tsw.sample_projections(3, 5, seed=0, dtype=torch.float64)
+    _, log = tsw.sw(t64(X), t64(Y), projections=proj, p=p, log=True)
+    _, pot = ot.sliced_wasserstein_distance(X, Y, projections=proj.numpy(), p=p, log=True)
+    assert_close(log["projected_emds"], pot["projected_emds"])
+    assert_close(log["per_tree"], pot["projected_emds"])
+    assert torch.equal(log["projections"], proj)
+
+
+def test_numpy_sw_equals_pot():
+    import ot
+
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(20, 3)), rng.normal(size=(15, 3)) + 1
+    a = rng.uniform(size=20)
+    a /= a.sum()
+    P = rng.normal(size=(3, 10))
+    P /= np.linalg.norm(P, axis=0, keepdims=True)
+    for p in (1, 2):
+        got = tsw.sw(X, Y, a, None, projections=P, p=p)
+        expected = ot.sliced_wasserstein_distance(X, Y, a, None, projections=P, p=p)
+        assert got == pytest.approx(expected, rel=1e-12)
+
+
+# --------------------------------------------------------------------------- max-SW
+
+
+def wasserstein_p(X, Y, a, b, p):
+    return ot.emd2(a, b, ot.dist(X, Y, metric="euclidean") ** p) ** (1 / p)
+
+
+class TestMaxSw:
+    @pytest.mark.parametrize("p", [1, 2])
+    @pytest.mark.parametrize("seed", range(4))
+    def test_between_best_init_and_wp(self, seed, p):
+        rng = np.random.default_rng(8000 + seed)
+        d, n_init = seed + 2, 8
+        X, Y, a, b = random_problem(rng, d, *distinct_sizes(rng, 2, 10))
+        got = float(
+            tsw.max_sw(t64(X), t64(Y), t64(a), t64(b), p=p, n_iter=30, n_init=n_init, seed=seed)
+        )
+        init = tsw.sample_projections(d, n_init, seed=seed, dtype=torch.float64).numpy()
+        best_init = ot.wasserstein_1d(X @ init, Y @ init, a, b, p=p).max() ** (1 / p)
+        assert best_init - TOL <= got <= wasserstein_p(X, Y, a, b, p) + TOL
+
+    @pytest.mark.parametrize("d", [2, 3, 5, 10])
+    def test_translation(self, d):
+        """W_2(theta#mu, theta#(mu + v)) = |<theta, v>|: the maximum is ||v|| = W_2."""
+        rng = np.random.default_rng(8100 + d)
+        X = rng.normal(size=(12, d))
+        v = rng.normal(size=d)
+        got = float(tsw.max_sw(t64(X), t64(X + v), p=2, seed=d))
+        assert abs(got - np.linalg.norm(v)) < 1e-3
+
+
+def test_max_sw_under_inference_mode_and_no_grad():
+    X, Y = data(12, 9, 3, dtype=torch.float32)
+    want = tsw.max_sw(X, Y, seed=0)
+    with torch.inference_mode():
+        got = tsw.max_sw(X, Y, seed=0)
+    assert torch.equal(got, want)
+    with torch.no_grad():
+        assert torch.equal(tsw.max_sw(X, Y, seed=0), want)

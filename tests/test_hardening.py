@@ -1,0 +1,278 @@
+"""Edges a user meets: options reassigned across kinds, messages that name the argument,
+and properties checked against their formulas (the standard error, batched medians)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import tsw
+from tsw.core._slices import geometric_median
+from tsw.core._validation import Measures
+
+F64 = torch.float64
+
+
+def _data(n=20, m=24, d=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, d, generator=g, dtype=F64), torch.randn(m, d, generator=g, dtype=F64)
+
+
+# ----------------------------------------------------------------- options change kind
+
+
+def test_a_tensor_option_takes_a_float_and_back():
+    X, Y = _data()
+    loss = tsw.nn.PartialTSWLoss(mass_t=torch.tensor(0.8, dtype=F64), n_trees=4, seed=0,
+                                 resample=False)  # fmt: skip
+    by_tensor = loss(X, Y)
+    loss.mass_t = 0.8
+    assert "mass_t" not in loss._buffers
+    assert torch.equal(loss(X, Y), by_tensor)
+    loss.mass_t = torch.nn.Parameter(torch.tensor(0.8, dtype=F64))
+    assert [name for name, _ in loss.named_parameters()] == ["mass_t"]
+    loss.mass_t = torch.tensor(0.6, dtype=F64)
+    assert list(loss.parameters()) == []
+    assert "mass_t" in loss._buffers
+    with pytest.raises(ValueError, match="mass_t must be a finite real number >= 0"):
+        loss.mass_t = -1.0
+
+
+def test_center_and_mapping_change_kind():
+    X, Y = _data()
+    loss = tsw.nn.DbTSWLoss(center=torch.zeros(3, dtype=F64), n_trees=4, seed=0, resample=False)
+    loss.center = "median"
+    assert loss.center == "median"
+    assert "center" not in loss._buffers
+    assert torch.equal(
+        loss(X, Y), tsw.db_tsw(X, Y, center="median", n_trees=4, seed=loss._fixed_seed)
+    )
+    spatial = tsw.nn.SpatialTSWLoss(mapping=torch.nn.Linear(3, 4, dtype=F64), n_trees=4, seed=0)
+    assert len(list(spatial.parameters())) == 2
+    spatial.mapping = "pow"
+    assert list(spatial.parameters()) == []
+    assert torch.isfinite(spatial(X, Y))
+
+
+# ------------------------------------------------------------------------------ messages
+
+
+def test_the_first_bad_argument_is_named():
+    with pytest.raises(TypeError, match=r"X_s must be a torch\.Tensor or a numpy array"):
+        tsw.db_tsw([[1.0, 2.0]], np.zeros((3, 2)))
+    with pytest.raises(TypeError, match="X_s must be a dense"):
+        tsw.db_tsw(torch.randn(5, 2).to_sparse(), torch.randn(4, 2))
+
+
+def test_read_only_arrays_raise_no_warning():
+    X, Y = (x.numpy() for x in _data())
+    X.setflags(write=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isfinite(tsw.sw(X, Y, seed=0))
+
+
+def test_trees_needed_for_an_unreachable_target():
+    X, Y = _data()
+    _, log = tsw.db_tsw(X, Y, n_trees=10, seed=0, log=True)
+    with pytest.raises(ValueError, match="ask for a larger rel_std_error"):
+        tsw.trees_needed(log, rel_std_error=1e-300)
+
+
+def test_traced_loss_without_weights():
+    """Tracing a loss used to fail on the equal-mass check of the default weights (a trace
+    records its random draws through the global generator, so its values are not the
+    module's; torch.jit.trace is deprecated in favour of torch.compile, tested apart)."""
+    loss = tsw.nn.SWLoss(n_projections=10, seed=0, resample=False)
+    X, Y = (x.float() for x in _data())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit.trace is deprecated
+        traced = torch.jit.trace(loss, (X, Y), check_trace=False)
+    value = traced(X, Y)
+    assert value.shape == ()
+    assert torch.isfinite(value)
+
+
+# ------------------------------------------------------- properties against formulas
+
+
+@pytest.mark.parametrize(("p", "power"), [(1, False), (2, False), (2, True), (1.5, False)])
+def test_std_error_is_its_formula(p, power):
+    """The sample standard deviation (ddof = 1) over sqrt(T), through the root by the
+    delta method: computed here with NumPy from the per-tree costs."""
+    X, Y = _data()
+    _, log = tsw.db_tsw(X, Y, n_trees=37, seed=1, p=p, power=power, log=True)
+    c = log["per_tree"].detach().numpy()
+    se = np.std(c, ddof=1) / math.sqrt(len(c))
+    if not power:
+        se = se * np.mean(c) ** (1 / p - 1) / p
+    assert abs(float(log["std_error"]) - se) <= 1e-12 * se
+
+
+def test_batched_geometric_median_is_each_items_median():
+    """Items that are not translates of each other converge in different numbers of
+    steps: each batched median equals its item's own."""
+    g = torch.Generator().manual_seed(3)
+    items = [
+        torch.randn(30, 2, generator=g, dtype=F64),
+        torch.randn(30, 2, generator=g, dtype=F64) * torch.tensor([5.0, 0.1], dtype=F64),
+        torch.cat([torch.zeros(20, 2, dtype=F64), torch.randn(10, 2, generator=g, dtype=F64) * 9]),
+    ]
+
+    def measures(X):
+        w = torch.full(X.shape[:-1], 1 / X.shape[-2], dtype=F64)
+        return Measures(X, X[..., :0, :], w, w[..., :0], X.ndim == 3)
+
+    batched = geometric_median(measures(torch.stack(items)))
+    for i, X in enumerate(items):
+        torch.testing.assert_close(batched[i], geometric_median(measures(X[None]))[0])
+
+
+# ----------------------------------------------------------------- large p and extreme options
+
+
+def _tree_value_logdomain(parents, lengths, m_s, m_t, p):
+    """(sum_v w_v |mu(subtree v) - nu(subtree v)|^p)^(1/p) through logs, node by node."""
+    n = len(parents)
+    sub = np.array(m_s, dtype=float) - np.array(m_t, dtype=float)
+    order = sorted(range(n), key=lambda v: -_depth(parents, v))
+    for v in order:  # children before parents: accumulate the subtree masses upwards
+        if parents[v] >= 0:
+            sub[parents[v]] += sub[v]
+    terms = [
+        math.log(lengths[v]) + p * math.log(abs(sub[v]))
+        for v in range(n)
+        if parents[v] >= 0 and sub[v] != 0 and lengths[v] > 0
+    ]
+    top = max(terms)
+    return math.exp((top + math.log(sum(math.exp(t - top) for t in terms))) / p)
+
+
+def _depth(parents, v):
+    depth = 0
+    while parents[v] >= 0:
+        v, depth = parents[v], depth + 1
+    return depth
+
+
+@pytest.mark.parametrize("p", [2.0, 50.0, 500.0, 5000.0])
+def test_tree_wasserstein_stays_exact_at_large_p(p):
+    rng = np.random.default_rng(7)
+    parents = [-1] + [int(rng.integers(0, v)) for v in range(1, 30)]
+    lengths = rng.uniform(0.1, 2.0, 30)
+    m_s, m_t = rng.dirichlet(np.ones(30)), rng.dirichlet(np.ones(30))
+    got = tsw.tree_wasserstein(parents, *(torch.tensor(x) for x in (lengths, m_s, m_t)), p=p)
+    assert math.isclose(float(got), _tree_value_logdomain(parents, lengths, m_s, m_t, p),
+                        rel_tol=1e-12)  # fmt: skip
+    # two nodes: the value is w^(1/p) |m| (0.1 here, where 0.1^500 underflows)
+    pair = [torch.tensor(v, dtype=F64) for v in ([0.0, 1.0], [0.9, 0.1], [1.0, 0.0])]
+    two = tsw.tree_wasserstein([-1, 0], *pair, p=p)
+    assert math.isclose(float(two), 0.1, rel_tol=1e-14)
+
+
+def test_tree_wasserstein_large_p_gradient_matches_finite_differences():
+    parents = [-1, 0, 0, 1]
+    lengths = torch.tensor([0.0, 1.0, 0.5, 2.0], dtype=F64)
+    m_s = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=F64, requires_grad=True)
+    m_t = torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=F64)
+
+    def value(m):
+        return tsw.tree_wasserstein(parents, lengths, m, m_t, p=400.0, validate=False)
+
+    assert torch.autograd.gradcheck(value, (m_s,))
+
+
+def _separated(p_dim=3, shift=0.1, seed=0):
+    X, _ = _data(d=p_dim, seed=seed)
+    return X, X + shift
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda X, Y, p: tsw.db_tsw(X, Y, p=p, seed=0),
+        lambda X, Y, p: tsw.tsw_sl(X, Y, p=p, seed=0),
+        lambda X, Y, p: tsw.sw(X, Y, p=p, seed=0),
+        lambda X, Y, p: tsw.stsw(*(x / x.norm(dim=-1, keepdim=True) for x in (X, Y)), p=p, seed=0),
+    ],
+    ids=["db_tsw", "tsw_sl", "sw", "stsw"],
+)
+def test_underflowing_powers_raise_instead_of_reading_zero(call):
+    X, Y = _separated()
+    with pytest.raises(ValueError, match=r"p=3000 is too large .* underflows to 0"):
+        call(X, Y, 3000.0)
+    # identical measures are a true zero; the power itself is the rounded value
+    assert float(call(X, X.clone(), 3000.0)) == 0.0
+
+
+def test_large_p_where_representable_is_right():
+    # in one dimension SW is W_p between the two measures: sorted differences of N = M atoms
+    x = torch.linspace(0.0, 3.0, 40, dtype=F64)[:, None]
+    y = (x + 0.9) * 1.1
+    diff = (x - y).abs().flatten().numpy()
+    for p in (300.0, 600.0):
+        top = diff.max()
+        want = top * float(np.mean((diff / top) ** p)) ** (1 / p)
+        assert math.isclose(float(tsw.sw(x, y, p=p, n_projections=3, seed=0)), want,
+                            rel_tol=1e-12)  # fmt: skip
+
+
+def test_overflowing_powers_raise():
+    X, Y = _separated(shift=30.0)
+    with pytest.raises(ValueError, match=r"p=400 is too large .* overflow to Inf"):
+        tsw.sw(X, Y, p=400.0, seed=0)
+    # count weights: masses of total 30 raised to p = 500
+    a = torch.full((20,), 1.5, dtype=F64)
+    b = torch.cat([torch.full((10,), 3.0, dtype=F64), torch.zeros(10, dtype=F64)])
+    with pytest.raises(ValueError, match=r"p=500 is too large .* overflow to Inf"):
+        tsw.db_tsw(X, X + 0.5, a, b, p=500.0, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda X, Y, v: tsw.db_tsw(X, Y, delta=v, seed=0), "delta"),
+        (lambda X, Y, v: tsw.db_tsw(X, Y, root_std=v, seed=0), "root_std"),
+        (lambda X, Y, v: tsw.tsw_sl(X, Y, root_std=v, seed=0), "root_std"),
+        (lambda X, Y, v: tsw.circular_tsw(X, Y, radius=v, seed=0), "radius"),
+    ],
+    ids=["db_tsw-delta", "db_tsw-root_std", "tsw_sl-root_std", "circular_tsw-radius"],
+)
+@pytest.mark.parametrize("precision", [torch.float32, F64])
+def test_extreme_options_raise_with_their_usable_range(call, name, precision):
+    X, Y = (t.to(precision) for t in _data())
+    huge = torch.finfo(precision).max / 2
+    with pytest.raises(ValueError, match=rf"{name}=.* beyond its usable range .* use {name} <= "):
+        call(X, Y, huge)
+    # the range the message names computes a finite value
+    try:
+        call(X, Y, huge)
+    except ValueError as err:
+        limit = float(str(err).rsplit("<= ", 1)[1])
+    assert bool(torch.isfinite(call(X, Y, limit)))
+
+
+def test_delta_range_follows_the_data_in_float32():
+    X, Y = _data()
+    Xf, Yf = (1e10 * X).float(), (1e10 * Y).float()
+    with pytest.raises(ValueError, match=r"delta=1e\+37 is beyond its usable range"):
+        tsw.db_tsw(Xf, Yf, delta=1e37, seed=0)
+    small = tsw.db_tsw(Xf, Yf, delta=1e25, seed=0)
+    ref = tsw.db_tsw(Xf.double(), Yf.double(), delta=1e25, seed=0)
+    assert math.isclose(float(small), float(ref), rel_tol=1e-4)
+
+
+def test_unbalanced_sw_rejects_a_penalty_beyond_its_range():
+    X, Y = _data()
+    with pytest.raises(
+        ValueError, match=r"reg_m=.* beyond its usable range .* reg_m=float\('inf'\)"
+    ):
+        tsw.unbalanced_sw(X, Y, reg_m=1e300, seed=0)
+    # up to the range, a large penalty gives the balanced value (equal masses)
+    balanced = tsw.sw(X, Y, seed=0)
+    assert math.isclose(float(tsw.unbalanced_sw(X, Y, reg_m=1e150, seed=0)), float(balanced),
+                        rel_tol=1e-9)  # fmt: skip
