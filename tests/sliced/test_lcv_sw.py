@@ -155,6 +155,26 @@ def test_without_a_varying_variate_it_is_sw():
     )
 
 
+def test_a_negative_estimate_has_a_zero_root_with_a_zero_gradient():
+    """The corrected mean can fall below 0 (three directions, leave-one-out coefficients):
+    the power form returns the estimate itself, the root form 0 with a zero gradient."""
+    g = torch.Generator().manual_seed(46)
+    X = torch.randn(6, 2, generator=g, dtype=F64)
+    Y = 0.3 * torch.randn(6, 2, generator=g, dtype=F64) + torch.tensor([2.0, 0.0], dtype=F64)
+    theta = tsw.sample_projections(2, 3, seed=61, dtype=F64)
+    kwargs = {"projections": theta, "variate": "upper", "coefficient": "leave_one_out"}
+    estimate = tsw.lcv_sw(X, Y, power=True, **kwargs)
+    expected = lcv_by_hand(X, Y, theta, 2, "upper", "leave_one_out")
+    assert expected < 0
+    assert float(estimate) == pytest.approx(expected, rel=1e-10)
+    Xg = X.clone().requires_grad_()
+    root, log = tsw.lcv_sw(Xg, Y, log=True, **kwargs)
+    assert float(root.detach()) == 0.0
+    assert float(log["per_tree"].detach().abs().max()) == 0.0
+    (grad,) = torch.autograd.grad(root, Xg)
+    assert float(grad.abs().max()) == 0.0
+
+
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [

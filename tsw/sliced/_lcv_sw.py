@@ -196,8 +196,8 @@ def lcv_sw(
     authors' pooled coefficient) and its variance drops by the squared correlation of
     :math:`W` and :math:`G`. The value is the ``1/p`` root of the estimate, as
     :func:`tsw.sw`'s; the estimate can fall below 0 (rarely: the correction exceeds the
-    mean cost), where the root form returns 0 with a zero gradient and ``power=True``
-    returns the estimate itself.
+    mean cost), where the root form returns 0 with a zero gradient (its
+    ``log["per_tree"]`` then holds zeros) and ``power=True`` returns the estimate itself.
 
     Parameters
     ----------
@@ -260,6 +260,7 @@ def lcv_sw(
     plain = direction_costs(problem, projections)
     G, mean = gaussian_variate(problem.measures, projections, variate)
     terms = corrected_costs(plain.per_slice, G, mean, coefficient)
-    if not problem.power:  # the root of a negative estimate: 0, with a zero gradient
-        terms = terms + torch.relu(-terms.mean(-1, keepdim=True))
+    if not problem.power:  # the root of a negative estimate: 0 exactly, with a zero gradient
+        negative = terms.detach().mean(-1, keepdim=True) < 0
+        terms = torch.where(negative, torch.zeros_like(terms), terms)
     return Evaluation(terms, projections, projections, {"projected_emds": plain.per_slice})
