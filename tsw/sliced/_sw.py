@@ -362,6 +362,10 @@ def _ascent(problem: Problem, *, n_iter: int, lr: float, n_init: int, sampling: 
             direction = tangent / norm.clamp_min(torch.finfo(norm.dtype).tiny)
             e = eta.unsqueeze(-1)
             cand = torch.cos(e) * theta + torch.sin(e) * direction  # geodesic step
+            # back onto the sphere: near the maximum the tangent is a difference of
+            # nearly equal vectors, and its rounding along theta would lengthen the
+            # direction, a step the ascent then accepts (its cost grows with the length)
+            cand = cand / torch.linalg.vector_norm(cand, dim=-1, keepdim=True)
             cost = _direction_costs(detached, cand.unsqueeze(-1), p)[:, 0]
             better = cost > best_cost
             theta = torch.where(better.unsqueeze(-1), cand, theta)
