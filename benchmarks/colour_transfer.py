@@ -32,8 +32,10 @@ The images are ``china.jpg`` (source) and ``flower.jpg`` (target) of
 Methods of the flow (keys as in :mod:`benchmarks.gradient_flow`): ``sw2`` (SW_2),
 ``maxsw`` (Max-SW_2, ``--max-iter`` ascent steps, 10 by default: the papers' 100 cost
 100x a step), ``tswsl`` (TSW-SL, chains), ``dbtsw`` and ``dbtsw-orth`` (Db-TSW, Db-TSW⊥,
-``--delta``), ``tssobolev`` (TS-Sobolev at ``--sobolev-p``, Db-TSW's trees), and the SW
-variants ``lcvsw``, ``ebsw``, ``rpsw``. The tree losses use ``p = 1`` (the papers'
+``--delta``), ``tssobolev`` (TS-Sobolev at ``--sobolev-p``, Db-TSW's trees), the SW
+variants ``lcvsw``, ``ebsw``, ``rpsw``, and ``swgg`` (the cost of :func:`tsw.swgg`'s plan,
+``--swgg-iter`` descent steps from the best of the L directions, as in
+:mod:`benchmarks.gradient_flow`). The tree losses use ``p = 1`` (the papers'
 definition) and roots around the mean of both palettes with spread ``--root-std``.
 
 Metric of the flow: the exact W2 between the current and the target palette
@@ -73,6 +75,7 @@ from benchmarks._report import (
     progress,
     write_results,
 )
+from benchmarks.gradient_flow import swgg_loss
 
 METHODS = ("sw2", "maxsw", "tswsl", "dbtsw", "dbtsw-orth", "tssobolev")
 
@@ -136,6 +139,11 @@ def method_table(args: argparse.Namespace) -> dict[str, dict]:
         "lcvsw": (f"LCV-SW_2 (L={L})", tsw.lcv_sw, {"n_projections": L, "p": 2}),
         "ebsw": (f"EB-SW_2 (L={L})", tsw.eb_sw, {"n_projections": L, "p": 2}),
         "rpsw": (f"RP-SW_2 (L={L})", tsw.rp_sw, {"n_projections": L, "p": 2}),
+        "swgg": (
+            f"SWGG (L={L}, {args.swgg_iter} descent steps)",
+            swgg_loss,
+            {"n_projections": L, "n_iter": args.swgg_iter},
+        ),
         "tswsl": (
             f"TSW-SL ({T}x{k})",
             tsw.tsw_sl,
@@ -433,6 +441,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--step", type=int, default=10, help="plans: pixel stride of the grid")
     ap.add_argument("--full-step", type=int, default=4, help="plans: pixel stride of the figure")
     ap.add_argument("--swgg-steps", type=int, default=50, help="plans: SWGG's steps")
+    ap.add_argument("--swgg-iter", type=int, default=10, help="flow: SWGG's steps per step")
     ap.add_argument("--delta", type=float, default=2.0, help="Db-TSW / TS-Sobolev split")
     ap.add_argument("--root-std", type=float, default=0.1, help="root spread of the trees")
     ap.add_argument("--sobolev-p", type=float, default=2.0, help="p of TS-Sobolev")

@@ -6,6 +6,7 @@ import csv
 import json
 import sys
 
+import ot
 import pytest
 import torch
 
@@ -113,20 +114,32 @@ def test_gradient_flow_tiny(tmp_path, capsys):
     assert "it 10 " not in table
 
 
-def test_gradient_flow_table_one_rows(tmp_path, capsys):
+def test_gradient_flow_table_one_rows(tmp_path):
     """The keys of the papers' full tables run, and their published rows are printed."""
-    keys = "maxsw,lcvsw,ebsw,rpsw,maxtswsl,tssobolev"
+    keys = "maxsw,swgg,lcvsw,ebsw,rpsw,maxtswsl,tssobolev"
     args = ["--iters", "2", "--seeds", "1", "--n", "12", "--lines", "8", "--max-iter", "2"]
-    args += ["--dataset", "swissroll", "--methods", keys, "--out", str(tmp_path)]
+    args += ["--swgg-iter", "2", "--dataset", "swissroll", "--methods", keys]
+    args += ["--out", str(tmp_path)]
     assert gradient_flow.main(args) == 0
     rows = list(csv.DictReader((tmp_path / "swissroll.csv").open()))
     assert {r["key"] for r in rows} == set(keys.split(","))
     published = {r["key"] for r in csv.DictReader((tmp_path / "swissroll_published.csv").open())}
-    assert published == {"maxsw", "lcvsw", "maxtswsl"}
-    if not hasattr(tsw, "swgg"):  # the transport-plans issue's SWGG: a clear message until then
-        with pytest.raises(SystemExit):
-            gradient_flow.main(["--methods", "sw2,swgg", "--out", str(tmp_path)])
-        assert "swgg needs tsw.swgg" in capsys.readouterr().err
+    assert published == {"maxsw", "swgg", "lcvsw", "maxtswsl"}
+
+
+def test_swgg_loss_is_the_cost_of_its_plan():
+    """The flow's SWGG loss: the plan's squared-Euclidean cost (ot.dist against the
+    dense plan), whose gradient moves each point towards its mass-weighted partners."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(9, 2, generator=g, dtype=torch.float64).requires_grad_()
+    Y = torch.randn(9, 2, generator=g, dtype=torch.float64)
+    loss = gradient_flow.swgg_loss(X, Y, n_projections=5, n_iter=3, seed=1)
+    plan, _ = tsw.swgg(X.detach(), Y, n_projections=5, n_iter=3, seed=1)
+    cost = (plan * ot.dist(X.detach(), Y)).sum()
+    assert float(loss) == pytest.approx(float(cost), rel=1e-12)
+    (grad,) = torch.autograd.grad(loss, X)
+    expected = 2 * (plan.sum(1, keepdim=True) * X.detach() - plan @ Y)
+    torch.testing.assert_close(grad, expected, rtol=1e-12, atol=1e-14)
 
 
 def test_colour_transfer_smoke(tmp_path):
