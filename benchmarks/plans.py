@@ -183,7 +183,7 @@ def run_cell(n: int, d: int, args: argparse.Namespace) -> list[dict]:
 
 
 def target(rounds: int) -> list[dict]:
-    """The issue's speed target: the sparse expected plan, N = M = 2000, d = 64, L = 200.
+    """The speed target: the sparse expected plan, N = M = 2000, d = 64, L = 200.
 
     tsw against POT on the same projections, numpy inputs (POT's numpy backend) and
     torch inputs (its torch backend), interleaved rounds; the median of the per-round
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--target",
         action="store_true",
-        help="only the issue's speed target (sparse expected plan, N = 2000, d = 64, L = 200)",
+        help="only the speed target (sparse expected plan, N = 2000, d = 64, L = 200)",
     )
     ap.add_argument("--tree-only", action="store_true", help="only the tree_plan timings")
     add_run_args(ap, "plans")

@@ -1,11 +1,12 @@
 """tsw: tree-sliced optimal transport distances in PyTorch.
 
 Distances (functions, POT argument order ``X_s, X_t, a, b``):
-:func:`tsw_sl`, :func:`db_tsw`, :func:`circular_tsw`, :func:`spatial_tsw`,
-:func:`partial_tsw` (unequal masses), :func:`sw`, :func:`max_sw`, and the exact
-:func:`tree_wasserstein` on any rooted tree. On the sphere: :func:`stsw`,
-:func:`stsw_unif`, :func:`spatial_stsw`, and the baselines :func:`ssw`, :func:`ssw_unif`,
-:func:`s3w` (S3W, RI-S3W, ARI-S3W), :func:`s3w_unif`.
+:func:`tsw_sl`, :func:`max_tsw_sl`, :func:`db_tsw`, :func:`ts_sobolev`,
+:func:`circular_tsw`, :func:`spatial_tsw`, :func:`partial_tsw` (unequal masses),
+:func:`sw`, :func:`max_sw`, the SW variants :func:`lcv_sw`, :func:`eb_sw`,
+:func:`rp_sw`, and the exact :func:`tree_wasserstein` on any rooted tree. On the
+sphere: :func:`stsw`, :func:`stsw_unif`, :func:`spatial_stsw`, and the baselines
+:func:`ssw`, :func:`ssw_unif`, :func:`s3w` (S3W, RI-S3W, ARI-S3W), :func:`s3w_unif`.
 Loss modules live in
 :mod:`tsw.nn`; tree systems and their samplers in :mod:`tsw.core.trees`; the maps of
 SpatialTSW in :mod:`tsw.mappings` (:mod:`tsw.euclidean.mappings`).

@@ -215,6 +215,12 @@ def max_tsw_sl(
     for :func:`tsw.max_sw`. Cost: ``n_iter + 1`` evaluations of TSW-SL's cost and
     ``n_iter`` of its gradient with respect to the directions.
 
+    References
+    ----------
+    .. [Tran2025a] H. V. Tran, H. T. Pham, T. Tran, T. M. Nguyen, T. Chu, T. Le,
+       T. M. Nguyen. Tree-sliced Wasserstein distance: a geometric perspective.
+       ICML 2025 (arXiv:2406.13725).
+
     Examples
     --------
     >>> import torch, tsw
