@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import sys
 import threading
 
 import pytest
@@ -26,6 +27,7 @@ def background(monkeypatch):
         real(dtype)
 
     monkeypatch.setattr(_kernels, "_prepare", slow)
+    monkeypatch.setattr(_kernels, "_compile_in_child", lambda dtype: False)
     monkeypatch.setattr(_kernels, "_ready", set())
     monkeypatch.setattr(_kernels, "_pending", {})
     return release
@@ -96,3 +98,20 @@ def test_wait_mode_compiles_before_the_first_call(monkeypatch):
     monkeypatch.setenv("TSW_NUMBA", "wait")
     X, _ = _data()
     assert _kernels.usable(X)  # (compiled by the test session already, or now)
+
+
+def test_without_a_child_this_process_compiles(monkeypatch):
+    """No interpreter to start: the child reports failure and the kernels compile here."""
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    assert not _kernels._compile_in_child(torch.float64)
+    monkeypatch.setattr(_kernels, "_ready", set())
+    _kernels._prepare_in_background(torch.float64)
+    assert torch.float64 in _kernels._ready
+
+
+@pytest.mark.slow
+def test_a_child_compiles_into_the_disk_cache(monkeypatch, tmp_path):
+    """On an empty cache the child leaves the compiled kernels there for this process."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    assert _kernels._compile_in_child(torch.float64)
+    assert list(tmp_path.rglob("*.nbi"))

@@ -23,20 +23,22 @@ autograd functions that call them live with the mathematics they compute.
 Used when Numba (an optional dependency: ``pip install torch-tsw[fast]``) can be
 imported, the tensors are float32 or float64 on the CPU, ``p`` is 1 or 2, no graph is
 being traced, and the environment variable ``TSW_NUMBA`` is not ``0``. No call waits for
-the compiler: the first call that could use the kernels of a dtype starts their
-compilation (or their loading from Numba's disk cache) in a background thread, and the
-torch operators serve until they are ready; ``TSW_NUMBA=wait`` compiles them in the
-calling thread instead, so that every call takes the compiled path, and
-:func:`warm_up` compiles them all at once. The kernels follow
-the torch formulas, with differences of rounding only (sums over a line accumulate in
-float64). Rows are shared among ``torch.get_num_threads()`` threads, each row written by
-one thread, so the result does not depend on the number of threads.
+the compiler: the first call that could use the kernels of a dtype starts a background
+thread, which has a child process compile them into Numba's disk cache and then loads
+them from it; the torch operators serve until they are ready; ``TSW_NUMBA=wait``
+compiles them in the calling thread instead, so that every call takes the compiled path,
+and :func:`warm_up` compiles them all at once. The kernels follow the torch formulas,
+with differences of rounding only (sums over a line accumulate in float64). Rows are
+shared among ``torch.get_num_threads()`` threads, each row written by one thread, so the
+result does not depend on the number of threads.
 """
 
 from __future__ import annotations
 
 import enum
 import os
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -155,6 +157,45 @@ def _prepare(dtype: torch.dtype) -> None:
         _ready.add(dtype)
 
 
+def _prepare_in_background(dtype: torch.dtype) -> None:
+    """:func:`_prepare`, after a child process has compiled the kernels when it can.
+
+    Numba holds the interpreter lock while it compiles, which slows the calling thread's
+    Python between torch operators (a first Db-TSW call took 2x, the second 3x the time
+    of the torch operators). A child interpreter compiles into Numba's disk cache
+    instead (:func:`_compile_in_child`), and this process then loads the kernels from
+    it. If the child fails (no writable cache, no interpreter to start), this process
+    compiles them itself.
+    """
+    _compile_in_child(dtype)
+    _prepare(dtype)
+
+
+def _compile_in_child(dtype: torch.dtype) -> bool:
+    """Compile the kernels of ``dtype`` into the disk cache in a child; whether it ran."""
+    code = (
+        f"import torch; from tsw.core import _kernels; _kernels._prepare(torch.{dtype_name(dtype)})"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "TSW_NUMBA": "wait"},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=900,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``"float32"`` for ``torch.float32``."""
+    return str(dtype).removeprefix("torch.")
+
+
 def _load(dtype: torch.dtype = torch.float32) -> bool:
     """Whether the kernels for ``dtype`` are ready; if not, start preparing them.
 
@@ -173,7 +214,10 @@ def _load(dtype: torch.dtype = torch.float32) -> bool:
     with _starting:
         if dtype not in _pending and dtype not in _ready:
             thread = threading.Thread(
-                target=_prepare, args=(dtype,), name=f"tsw-kernels-{dtype}", daemon=True
+                target=_prepare_in_background,
+                args=(dtype,),
+                name=f"tsw-kernels-{dtype}",
+                daemon=True,
             )
             _pending[dtype] = thread
             thread.start()
