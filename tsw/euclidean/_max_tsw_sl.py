@@ -23,10 +23,10 @@ import torch
 from torch import Tensor
 
 from tsw.core._api import distance
+from tsw.core._ascent import detached, sphere_ascent
 from tsw.core._driver import evaluate
 from tsw.core._projection import closed_form
 from tsw.core._ranges import check_range
-from tsw.core._safe import recordable
 from tsw.core._slices import resolve_trees
 from tsw.core._twice import first_order_only
 from tsw.core._validation import Measures
@@ -78,49 +78,24 @@ def ascend(
 ) -> Trees:
     r"""Move every tree's directions uphill for its TSW-SL cost; return the final trees.
 
-    Each tree ascends on its own: every line takes a step of angle :math:`\eta` along the
-    great circle of its tangent gradient (the Riemannian gradient of the tree's cost on
-    the sphere), and the tree keeps the step only if its cost increases; :math:`\eta`
-    starts at ``lr``, grows by 1.5 (up to 1 radian) after a kept step and halves after a
-    refused one (as :func:`tsw.max_sw`'s ascent). So the ascent is monotone and free
-    of the data's scale. The measures are read detached; batched measures give batched
-    trees (one ascent per item). ``split`` (..., k, 1) is the constant split.
+    Each tree ascends on its own, by :func:`~tsw.core._ascent.sphere_ascent` (every line
+    a geodesic step along its tangent gradient, the tree keeping the step only if its
+    cost increases, as :func:`tsw.max_sw`'s ascent). The measures are read detached;
+    batched measures give batched trees (one ascent per item). ``split`` (..., k, 1) is
+    the constant split.
     """
-    detached = Measures(
-        recordable(measures.X_s),
-        recordable(measures.X_t),
-        recordable(measures.a),
-        recordable(measures.b),
-        measures.batched,
-    )
-    B = detached.X_s.shape[0]
-    anchor = _batched(trees, B)
+    measures = detached(measures)
+    anchor = _batched(trees, measures.X_s.shape[0])
 
-    def cost(directions: Tensor) -> Tensor:
+    def cost(directions: Tensor) -> Tensor:  # (B, T, k, d) -> (B, T)
         moved = _with_directions(anchor, directions)
-        return closed_form(constant_split_projection(detached, moved, split), p)  # (B, T)
+        return closed_form(constant_split_projection(measures, moved, split), p)
 
     theta = anchor.directions.detach().clone()
     with torch.no_grad():
         best = cost(theta)
-    eta = torch.full_like(best, lr)
-    for _ in range(n_iter):
-        with torch.enable_grad():
-            th = theta.detach().requires_grad_(True)
-            (grad,) = torch.autograd.grad(cost(th).sum(), th)
-        with torch.no_grad():
-            tangent = grad - (grad * theta).sum(-1, keepdim=True) * theta
-            norm = torch.linalg.vector_norm(tangent, dim=-1, keepdim=True)
-            step = tangent / norm.clamp_min(torch.finfo(norm.dtype).tiny)
-            e = eta[..., None, None]
-            cand = torch.cos(e) * theta + torch.sin(e) * step
-            cand = cand / torch.linalg.vector_norm(cand, dim=-1, keepdim=True)
-            value = cost(cand)
-            better = value > best
-            theta = torch.where(better[..., None, None], cand, theta)
-            best = torch.where(better, value, best)
-            eta = torch.where(better, (1.5 * eta).clamp_max(1.0), 0.5 * eta)
-    final = _with_directions(anchor, theta.detach())
+    theta = sphere_ascent(cost, theta, best, n_iter=n_iter, lr=lr, group_dims=2)
+    final = _with_directions(anchor, theta)
     if measures.batched or trees.batch_size is not None:
         return final
     if isinstance(final, ConcurrentLines):  # unbatched measures: unbatched trees

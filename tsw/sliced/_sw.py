@@ -16,13 +16,13 @@ import torch
 from torch import Tensor
 
 from tsw.core._api import distance
+from tsw.core._ascent import detached, sphere_ascent
 from tsw.core._driver import evaluate
 from tsw.core._output import Evaluation
 from tsw.core._problem import Problem, from_numpy
 from tsw.core._projection import LINE, Projection, closed_form, line_coordinates
 from tsw.core._random import Sampler, Seed, resolve_sampler
 from tsw.core._ranges import check_range
-from tsw.core._safe import recordable
 from tsw.core._twice import first_order_only
 from tsw.core._validation import (
     Measures,
@@ -334,41 +334,17 @@ def max_sw(
 def _ascent(problem: Problem, *, n_iter: int, lr: float, n_init: int, sampling: str) -> Tensor:
     """Max-SW's direction, (B, d, 1): best of ``n_init`` random ones, then the ascent.
 
-    Runs on detached copies (clones of inference tensors under ``torch.inference_mode``,
-    which autograd cannot record), with autograd enabled for the tangent gradients.
+    Runs on detached copies of the measures (:func:`~tsw.core._ascent.detached`), by
+    :func:`~tsw.core._ascent.sphere_ascent`.
     """
-    measures, p = problem.measures, problem.p
-
-    detached = Measures(
-        recordable(measures.X_s),
-        recordable(measures.X_t),
-        recordable(measures.a),
-        recordable(measures.b),
-        True,
-    )
-    init = resolve_projections(detached, None, n_init, False, problem.rng, sampling)
+    measures, p = detached(problem.measures), problem.p
+    init = resolve_projections(measures, None, n_init, False, problem.rng, sampling)
     with torch.no_grad():
-        costs = _direction_costs(detached, init, p)  # (B, n_init)
+        costs = _direction_costs(measures, init, p)  # (B, n_init)
         theta = init.T[costs.argmax(-1)]  # (B, d)
-        best_cost = costs.max(-1).values
-        eta = torch.full_like(best_cost, lr)
-    for _ in range(n_iter):
-        with torch.enable_grad():
-            th = theta.detach().requires_grad_(True)
-            (grad,) = torch.autograd.grad(_direction_costs(detached, th.unsqueeze(-1), p).sum(), th)
-        with torch.no_grad():
-            tangent = grad - (grad * theta).sum(-1, keepdim=True) * theta
-            norm = torch.linalg.vector_norm(tangent, dim=-1, keepdim=True)
-            direction = tangent / norm.clamp_min(torch.finfo(norm.dtype).tiny)
-            e = eta.unsqueeze(-1)
-            cand = torch.cos(e) * theta + torch.sin(e) * direction  # geodesic step
-            # back onto the sphere: near the maximum the tangent is a difference of
-            # nearly equal vectors, and its rounding along theta would lengthen the
-            # direction, a step the ascent then accepts (its cost grows with the length)
-            cand = cand / torch.linalg.vector_norm(cand, dim=-1, keepdim=True)
-            cost = _direction_costs(detached, cand.unsqueeze(-1), p)[:, 0]
-            better = cost > best_cost
-            theta = torch.where(better.unsqueeze(-1), cand, theta)
-            best_cost = torch.where(better, cost, best_cost)
-            eta = torch.where(better, (1.5 * eta).clamp_max(1.0), 0.5 * eta)
-    return theta.detach().unsqueeze(-1)  # (B, d, 1)
+        best = costs.max(-1).values
+
+    def cost(directions: Tensor) -> Tensor:  # (B, d) -> (B,)
+        return _direction_costs(measures, directions.unsqueeze(-1), p)[:, 0]
+
+    return sphere_ascent(cost, theta, best, n_iter=n_iter, lr=lr).unsqueeze(-1)  # (B, d, 1)
