@@ -136,7 +136,7 @@ def test_swgg_loss_is_the_cost_of_its_plan():
     loss = gradient_flow.swgg_loss(X, Y, n_projections=5, n_iter=3, seed=1)
     plan, _ = tsw.swgg(X.detach(), Y, n_projections=5, n_iter=3, seed=1)
     cost = (plan * ot.dist(X.detach(), Y)).sum()
-    assert float(loss) == pytest.approx(float(cost), rel=1e-12)
+    assert float(loss.detach()) == pytest.approx(float(cost), rel=1e-12)
     (grad,) = torch.autograd.grad(loss, X)
     expected = 2 * (plan.sum(1, keepdim=True) * X.detach() - plan @ Y)
     torch.testing.assert_close(grad, expected, rtol=1e-12, atol=1e-14)
