@@ -253,7 +253,9 @@ def test_extreme_options_raise_with_their_usable_range(call, name, precision):
         call(X, Y, huge)
     except ValueError as err:
         limit = float(str(err).rsplit("<= ", 1)[1])
-    assert bool(torch.isfinite(call(X, Y, limit)))
+    with warnings.catch_warnings():  # roots this far from the data warn of lost digits
+        warnings.simplefilter("ignore", UserWarning)
+        assert bool(torch.isfinite(call(X, Y, limit)))
 
 
 def test_delta_range_follows_the_data_in_float32():

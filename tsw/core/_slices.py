@@ -269,7 +269,8 @@ def check_spread(trees: TreeSystem | SphericalTrees, measures: Measures) -> None
             f"over {sigma:.3g}: in {X.dtype} the line coordinates lose about "
             f"{eps * reach / sigma:.1g} of the data's differences (the value's relative "
             "error is of that order). Pass root_std (and source_range for chains) in the "
-            f"data's units, e.g. root_std={0.1 * sigma:.3g}, or use torch.float64",
+            f"data's units, e.g. root_std={0.1 * sigma:.3g}"
+            + (", or use torch.float64" if X.dtype != torch.float64 else ""),
         )
 
 

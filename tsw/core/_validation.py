@@ -27,6 +27,7 @@ __all__ = [
     "SAMPLINGS",
     "Check",
     "Measures",
+    "as_real",
     "check_bool",
     "check_choice",
     "check_chunk_size",
@@ -242,7 +243,7 @@ def _integer(value: object) -> int | None:
     return int(value)
 
 
-def _real(value: object) -> float | None:
+def as_real(value: object) -> float | None:
     """``value`` as a Python float if it is a real number (numpy's too), else None."""
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
         return None
@@ -271,7 +272,7 @@ def check_nonnegative_int(value: object, name: str) -> int:
 
 def check_p(p: object) -> float:
     """Return ``p`` as a float if it is a real number >= 1 (numpy's too), else raise."""
-    number = _real(p)
+    number = as_real(p)
     if number is None:
         raise TypeError(f"p must be a real number >= 1; got {type(p).__name__}")
     if not math.isfinite(number) or number < 1:
@@ -281,7 +282,7 @@ def check_p(p: object) -> float:
 
 def check_nonnegative_float(value: object, name: str) -> float:
     """Return ``value`` as a float if it is a finite real number >= 0, else raise."""
-    number = _real(value)
+    number = as_real(value)
     if number is None:
         raise TypeError(f"{name} must be a real number >= 0; got {type(value).__name__}")
     if not math.isfinite(number) or number < 0:
@@ -337,7 +338,7 @@ def check_mass_number(value: object, name: str) -> float:
                 f"dtype {value.dtype}"
             )
         return value  # type: ignore[return-value]
-    number = _real(value)
+    number = as_real(value)
     if number is None:
         raise TypeError(
             f"{name} must be a real number >= 0 or a tensor; got {type(value).__name__}"

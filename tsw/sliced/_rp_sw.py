@@ -20,6 +20,7 @@ from tsw.core._driver import evaluate
 from tsw.core._output import Evaluation
 from tsw.core._slices import path_directions
 from tsw.core._twice import first_order_only
+from tsw.core._validation import as_real
 from tsw.sliced._sw import line_projection, resolve_projections
 
 if TYPE_CHECKING:
@@ -37,11 +38,12 @@ def check_kappa(value: object, name: str = "kappa") -> float | None:
     """Return ``value`` if it is None or a finite real number > 0, else raise."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    number = as_real(value)
+    if number is None:
         raise TypeError(f"{name} must be None or a real number > 0; got {type(value).__name__}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be None or a finite real number > 0; got {value}")
-    return float(value)
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"{name} must be None or a finite real number > 0; got {number}")
+    return number
 
 
 # --------------------------------------------------------------------------- mathematics
