@@ -205,8 +205,14 @@ def test_underflowing_powers_raise_instead_of_reading_zero(call):
     X, Y = _separated()
     with pytest.raises(ValueError, match=r"p=3000 is too large .* underflows to 0"):
         call(X, Y, 3000.0)
-    # identical measures are a true zero; the power itself is the rounded value
+    # identical measures are a true zero
     assert float(call(X, X.clone(), 3000.0)) == 0.0
+
+
+def test_the_power_form_returns_the_rounded_power_without_error():
+    X, Y = _separated()
+    assert float(tsw.db_tsw(X, Y, p=3000.0, power=True, seed=0)) == 0.0
+    assert float(tsw.sw(X, Y, p=3000.0, power=True, seed=0)) >= 0.0
 
 
 def test_large_p_where_representable_is_right():
@@ -246,13 +252,11 @@ def test_overflowing_powers_raise():
 def test_extreme_options_raise_with_their_usable_range(call, name, precision):
     X, Y = (t.to(precision) for t in _data())
     huge = torch.finfo(precision).max / 2
-    with pytest.raises(ValueError, match=rf"{name}=.* beyond its usable range .* use {name} <= "):
+    usable = rf"{name}=.* beyond its usable range .* use {name} <= "
+    with pytest.raises(ValueError, match=usable) as info:
         call(X, Y, huge)
     # the range the message names computes a finite value
-    try:
-        call(X, Y, huge)
-    except ValueError as err:
-        limit = float(str(err).rsplit("<= ", 1)[1])
+    limit = float(str(info.value).rsplit("<= ", 1)[1])
     with warnings.catch_warnings():  # roots this far from the data warn of lost digits
         warnings.simplefilter("ignore", UserWarning)
         assert bool(torch.isfinite(call(X, Y, limit)))

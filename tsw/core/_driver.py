@@ -108,7 +108,7 @@ def evaluate(
     ``projections`` are reported under POT's log keys (the sliced baselines).
     """
     if problem.validate:
-        check_range(problem.measures, problem.p)
+        check_range(problem.measures)
 
     def run(measures: Measures, block: Any) -> Tensor:
         return cost(project(measures, block), problem.p)

@@ -17,10 +17,18 @@ from torch import Tensor
 
 from tsw.core._validation import Measures
 
-__all__ = ["SCALED_OPTIONS", "check_powers", "check_range", "check_scales"]
+__all__ = ["SCALED_OPTIONS", "check_powers", "check_range", "check_scales", "magnitude"]
 
 
-def check_range(measures: Measures, p: float) -> None:
+def magnitude(measures: Measures) -> float:
+    """``max |x_ij|`` over both supports (0 for empty ones), with one host synchronisation."""
+    tops = [x.detach().abs().amax() for x in (measures.X_s, measures.X_t) if x.numel()]
+    if not tops:
+        return 0.0
+    return float(tops[0] if len(tops) == 1 else torch.maximum(*tops))
+
+
+def check_range(measures: Measures) -> None:
     r"""Raise ``ValueError`` if the supports' magnitude leaves the dtype's range (a value check).
 
     The distances square coordinates (distances to lines). With :math:`s = \max |x_{ij}|`
@@ -33,10 +41,7 @@ def check_range(measures: Measures, p: float) -> None:
     them overflow depends on the distances and masses, not on the coordinates alone.
     """
     X_s, X_t = measures.X_s, measures.X_t
-    top = X_s.detach().abs().amax() if X_s.numel() else X_s.new_zeros(())
-    if X_t.numel():
-        top = torch.maximum(top, X_t.detach().abs().amax())
-    s = float(top)
+    s = magnitude(measures)
     if not math.isfinite(s) or s == 0:
         return
     info = torch.finfo(X_s.dtype)
@@ -86,7 +91,7 @@ def check_scales(measures: Measures, options: dict[str, object]) -> None:
     given = {k: v for k, v in options.items() if k in SCALED_OPTIONS and isinstance(v, float)}
     if not given or X_s.device.type == "meta" or torch.compiler.is_compiling():
         return
-    s = max((float(x.detach().abs().amax()) for x in (X_s, X_t) if x.numel()), default=0.0)
+    s = magnitude(measures)
     if options.get("renormalize") is True:  # the points are moved onto the unit sphere
         s = min(s, 1.0)
     info = torch.finfo(X_s.dtype)
@@ -143,7 +148,7 @@ def check_powers(measures: Measures, p: float, mean: Tensor, power: bool) -> Non
     if power or not bool(low.any()):
         return
     X_s, X_t = measures.X_s.detach(), measures.X_t.detach()
-    scale = max((float(x.abs().amax()) for x in (X_s, X_t) if x.numel()), default=0.0)
+    scale = magnitude(measures)
     smallest = floor ** (1 / p)
     if scale == 0 or smallest <= info.eps * scale:  # every point at 0: a true 0
         return

@@ -234,7 +234,7 @@ def max_tsw_sl(
         else constant_split(check_alpha(alpha, T, k, X, problem.validate))
     )
     if problem.validate:
-        check_range(problem.measures, problem.p)
+        check_range(problem.measures)
     with torch.inference_mode(False):  # the ascent differentiates, in any mode
         final = ascend(problem.measures, start, split, problem.p, n_iter=n_iter, lr=lr)
     project = partial(constant_split_projection, split=split)

@@ -321,7 +321,7 @@ def max_sw(
     2.0
     """
     if problem.validate:
-        check_range(problem.measures, problem.p)
+        check_range(problem.measures)
     with torch.inference_mode(False):  # the ascent differentiates, in any mode
         best = _ascent(problem, n_iter=n_iter, lr=lr, n_init=n_init, sampling=sampling)
     # the value along the final direction goes through the driver (one slice per item);

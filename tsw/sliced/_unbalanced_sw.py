@@ -58,7 +58,7 @@ def _line_coordinates(
             "X_s on the meta device has none"
         )
     if problem.validate:
-        check_range(problem.measures, problem.p)
+        check_range(problem.measures)
     measures = problem.measures
     proj = resolve_projections(
         measures,
