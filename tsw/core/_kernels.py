@@ -173,9 +173,7 @@ def _prepare_in_background(dtype: torch.dtype) -> None:
 
 def _compile_in_child(dtype: torch.dtype) -> bool:
     """Compile the kernels of ``dtype`` into the disk cache in a child; whether it ran."""
-    code = (
-        f"import torch; from tsw.core import _kernels; _kernels._prepare(torch.{dtype_name(dtype)})"
-    )
+    code = f"import torch; from tsw.core import _kernels; _kernels._prepare({dtype})"
     try:
         done = subprocess.run(
             [sys.executable, "-c", code],
@@ -189,11 +187,6 @@ def _compile_in_child(dtype: torch.dtype) -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     return done.returncode == 0
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """``"float32"`` for ``torch.float32``."""
-    return str(dtype).removeprefix("torch.")
 
 
 def _load(dtype: torch.dtype = torch.float32) -> bool:
