@@ -10,6 +10,7 @@ in numpy, once.
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import ot
@@ -462,3 +463,17 @@ def np_poly(X, degree):
     d = X.shape[-1]
     exps = [e for e in itertools.product(range(degree + 1), repeat=d) if sum(e) == degree]
     return np.stack([np.prod(X ** np.array(e), axis=-1) for e in exps], axis=-1), exps
+
+
+def lit(text):
+    """Regex matching ``text`` literally."""
+    return re.escape(text)
+
+
+def data(N=5, M=4, d=3, batch=None, dtype=torch.float64):
+    """A seeded pair of Gaussian supports, the target shifted by 1 (float64 draws)."""
+    g = torch.Generator().manual_seed(0)
+    lead = () if batch is None else (batch,)
+    X = torch.randn(*lead, N, d, generator=g, dtype=torch.float64).to(dtype)
+    Y = torch.randn(*lead, M, d, generator=g, dtype=torch.float64).to(dtype) + 1
+    return X, Y

@@ -13,24 +13,16 @@ of the tree containers, samplers and ``tree_wasserstein`` in ``core/``.
 from __future__ import annotations
 
 import math
-import re
 from functools import partial
 
 import pytest
 import torch
+from _reference import data, lit
 
 import tsw
 from tsw import ChainLines, ConcurrentLines
 
 F64 = torch.float64
-
-
-def data(N=5, M=4, d=3, batch=None, dtype=F64):
-    g = torch.Generator().manual_seed(0)
-    lead = () if batch is None else (batch,)
-    X = torch.randn(*lead, N, d, generator=g, dtype=F64).to(dtype)
-    Y = torch.randn(*lead, M, d, generator=g, dtype=F64).to(dtype) + 1
-    return X, Y
 
 
 def uniform(n, batch=None, dtype=F64):
@@ -136,11 +128,6 @@ def fn(request):
 @pytest.fixture(params=SEEDED)
 def seeded_fn(request):
     return ALL[request.param]
-
-
-def lit(text):
-    """Regex matching ``text`` literally."""
-    return re.escape(text)
 
 
 # --------------------------------------------------------------------------- types and dtypes

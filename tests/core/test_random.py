@@ -10,20 +10,14 @@ argument. The shared part of the contract (determinism, the global RNG untouched
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 import torch
+from _reference import lit
 
 import tsw
 
 F64 = torch.float64
-
-
-def lit(text):
-    """Regex matching ``text`` literally."""
-    return re.escape(text)
 
 
 def _data(d=3, n=12, m=9, seed=0):

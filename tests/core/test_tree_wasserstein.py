@@ -10,24 +10,18 @@ line cost; gradcheck, upstream gradients, and the error of every bad argument.
 from __future__ import annotations
 
 import math
-import re
 
 import _reference as ref
 import numpy as np
 import ot
 import pytest
 import torch
-from _reference import assert_close, distinct_sizes, random_line_system, t64, weights
+from _reference import assert_close, distinct_sizes, lit, random_line_system, t64, weights
 from conftest import tolerances
 
 import tsw
 
 F64 = torch.float64
-
-
-def lit(text):
-    """Regex matching ``text`` literally."""
-    return re.escape(text)
 
 
 def random_tree(rng, V):

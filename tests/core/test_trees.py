@@ -12,21 +12,16 @@ seed, and differs from ``orthogonal=False``.
 from __future__ import annotations
 
 import math
-import re
 
 import pytest
 import torch
+from _reference import lit
 from conftest import assert_close
 
 import tsw
 from tsw import ChainLines, ConcurrentLines, SphericalTrees
 
 F64 = torch.float64
-
-
-def lit(text):
-    """Regex matching ``text`` literally."""
-    return re.escape(text)
 
 
 def data(d, seed=0, batch=None):

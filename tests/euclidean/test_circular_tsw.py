@@ -12,13 +12,12 @@ degenerate points, float32, the scaling of radius and delta, and the checks of
 from __future__ import annotations
 
 import math
-import re
 
 import _reference as ref
 import numpy as np
 import pytest
 import torch
-from _reference import assert_close, t64, unit_rows, weights
+from _reference import assert_close, data, lit, t64, unit_rows, weights
 from torch.overrides import TorchFunctionMode
 
 import tsw
@@ -27,19 +26,6 @@ from tsw import ConcurrentLines
 from tsw.core._sort import argsort_last, sort_last
 
 F64 = torch.float64
-
-
-def lit(text):
-    """Regex matching ``text`` literally."""
-    return re.escape(text)
-
-
-def data(N=5, M=4, d=3, batch=None, dtype=F64):
-    g = torch.Generator().manual_seed(0)
-    lead = () if batch is None else (batch,)
-    X = torch.randn(*lead, N, d, generator=g, dtype=F64).to(dtype)
-    Y = torch.randn(*lead, M, d, generator=g, dtype=F64).to(dtype) + 1
-    return X, Y
 
 
 # --------------------------------------------------------------------------- helpers

@@ -14,7 +14,6 @@ against the torch operators in ``core/test_kernels.py``.
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ import torch
 from _reference import (
     assert_close,
     distinct_sizes,
+    lit,
     mean_root,
     random_problem,
     star_oracle,
@@ -32,11 +32,6 @@ from _reference import (
 import tsw
 
 F64 = torch.float64
-
-
-def lit(text):
-    """Regex matching ``text`` literally."""
-    return re.escape(text)
 
 
 def concurrent(roots, dirs):

@@ -9,29 +9,15 @@ output has the wrong type, dtype, device, shape or values.
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pytest
 import torch
-from _reference import np_poly, np_pow, t64
+from _reference import data, lit, np_poly, np_pow, t64
 
 import tsw
 
 F64 = torch.float64
-
-
-def lit(text):
-    """Regex matching ``text`` literally."""
-    return re.escape(text)
-
-
-def data(N=5, M=4, d=3, batch=None, dtype=F64):
-    g = torch.Generator().manual_seed(0)
-    lead = () if batch is None else (batch,)
-    X = torch.randn(*lead, N, d, generator=g, dtype=F64).to(dtype)
-    Y = torch.randn(*lead, M, d, generator=g, dtype=F64).to(dtype) + 1
-    return X, Y
 
 
 def test_poly_map_is_the_set_of_monomials():

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 
 import _reference as ref
 import numpy as np
@@ -22,9 +21,11 @@ import pytest
 import torch
 from _reference import (
     assert_close,
+    data,
     distance_split,
     distinct_sizes,
     line_coords,
+    lit,
     random_problem,
     star_trees,
     t64,
@@ -33,19 +34,6 @@ from _reference import (
 import tsw
 
 F64 = torch.float64
-
-
-def lit(text):
-    """Regex matching ``text`` literally."""
-    return re.escape(text)
-
-
-def data(N=5, M=4, d=3, batch=None, dtype=F64):
-    g = torch.Generator().manual_seed(0)
-    lead = () if batch is None else (batch,)
-    X = torch.randn(*lead, N, d, generator=g, dtype=F64).to(dtype)
-    Y = torch.randn(*lead, M, d, generator=g, dtype=F64).to(dtype) + 1
-    return X, Y
 
 
 def uniform(n, batch=None, dtype=F64):

@@ -9,14 +9,15 @@ by edge, tree by tree in ``log["per_tree"]``; a constant split is a weighted sli
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pytest
 import torch
 from _reference import (
     assert_close,
+    data,
     distinct_sizes,
+    lit,
     mean_root,
     random_chain,
     random_problem,
@@ -30,19 +31,6 @@ from _reference import (
 import tsw
 
 F64 = torch.float64
-
-
-def lit(text):
-    """Regex matching ``text`` literally."""
-    return re.escape(text)
-
-
-def data(N=5, M=4, d=3, batch=None, dtype=F64):
-    g = torch.Generator().manual_seed(0)
-    lead = () if batch is None else (batch,)
-    X = torch.randn(*lead, N, d, generator=g, dtype=F64).to(dtype)
-    Y = torch.randn(*lead, M, d, generator=g, dtype=F64).to(dtype) + 1
-    return X, Y
 
 
 def concurrent(roots, dirs):

@@ -9,22 +9,17 @@ on the mapped points, and numpy loops over rotations.
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import ot
 import pytest
 import torch
+from _reference import lit
 
 import tsw
 from tsw import s3w_map
 
 F64 = torch.float64
-
-
-def lit(text):
-    """Regex matching ``text`` literally."""
-    return re.escape(text)
 
 
 def on_sphere(*shape, dtype=F64, seed=0):

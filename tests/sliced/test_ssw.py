@@ -8,29 +8,16 @@ validation no hang), and a point at a pole of a circle.
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import ot
 import pytest
 import torch
+from _reference import data, lit
 
 import tsw
 
 F64 = torch.float64
-
-
-def lit(text):
-    """Regex matching ``text`` literally."""
-    return re.escape(text)
-
-
-def data(N=5, M=4, d=3, batch=None, dtype=F64):
-    g = torch.Generator().manual_seed(0)
-    lead = () if batch is None else (batch,)
-    X = torch.randn(*lead, N, d, generator=g, dtype=F64).to(dtype)
-    Y = torch.randn(*lead, M, d, generator=g, dtype=F64).to(dtype) + 1
-    return X, Y
 
 
 def on_sphere(*shape, dtype=F64, seed=0):

@@ -12,19 +12,11 @@ import numpy as np
 import ot
 import pytest
 import torch
-from _reference import TOL, assert_close, distinct_sizes, random_problem, t64, unit_rows
+from _reference import TOL, assert_close, data, distinct_sizes, random_problem, t64, unit_rows
 
 import tsw
 
 F64 = torch.float64
-
-
-def data(N=5, M=4, d=3, batch=None, dtype=F64):
-    g = torch.Generator().manual_seed(0)
-    lead = () if batch is None else (batch,)
-    X = torch.randn(*lead, N, d, generator=g, dtype=F64).to(dtype)
-    Y = torch.randn(*lead, M, d, generator=g, dtype=F64).to(dtype) + 1
-    return X, Y
 
 
 @pytest.mark.parametrize("p", [1, 2, 3])

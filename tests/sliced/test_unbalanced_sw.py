@@ -16,18 +16,11 @@ import numpy as np
 import ot
 import pytest
 import torch
+from _reference import data
 
 import tsw
 
 F64 = torch.float64
-
-
-def data(N=5, M=4, d=3, batch=None, dtype=F64):
-    g = torch.Generator().manual_seed(0)
-    lead = () if batch is None else (batch,)
-    X = torch.randn(*lead, N, d, generator=g, dtype=F64).to(dtype)
-    Y = torch.randn(*lead, M, d, generator=g, dtype=F64).to(dtype) + 1
-    return X, Y
 
 
 def cloud(seed, N=7, M=5, d=3, batch=None):

@@ -12,24 +12,18 @@ checks of the trees and options, and (slow) gradient flows on S^2.
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import ot
 import pytest
 import torch
-from _reference import star_sobolev
+from _reference import lit, star_sobolev
 
 import tsw
 from benchmarks._memory import peak_growth
 from tsw import SphericalTrees
 
 F64 = torch.float64
-
-
-def lit(text):
-    """Regex matching ``text`` literally."""
-    return re.escape(text)
 
 
 def uniform(n, batch=None, dtype=F64):
