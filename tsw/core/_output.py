@@ -88,9 +88,10 @@ def finish(problem: Problem, evaluation: Evaluation) -> Result:
 
     ``(mean over slices) ** (1/p)`` with a zero subgradient at 0, or the mean itself
     with ``power``; with ``validate``, a mean that left the dtype's range raises
-    (:func:`~tsw.core._ranges.check_powers`). With ``log``, ``(value, log)``: ``per_tree`` (differentiable),
-    ``trees`` (the slices), ``std_error`` (detached), POT's ``projections`` and
-    ``projected_emds`` for the sliced baselines, and the evaluation's ``extra`` entries.
+    (:func:`~tsw.core._ranges.check_powers`). With ``log``, ``(value, log)``:
+    ``per_tree`` (differentiable), ``trees`` (the slices), ``std_error`` (detached),
+    POT's ``projections`` and ``projected_emds`` for the sliced baselines, and the
+    evaluation's ``extra`` entries.
     """
     per_slice = evaluation.per_slice
     mean = per_slice.mean(-1)

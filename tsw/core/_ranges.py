@@ -135,7 +135,10 @@ def check_powers(measures: Measures, p: float, mean: Tensor, power: bool) -> Non
         return
     m = mean.detach()
     info = torch.finfo(m.dtype)
-    if not bool(torch.isfinite(m).all()):  # the inputs are finite: Inf, or Inf x 0
+    floor = info.tiny / info.eps
+    low = m < floor
+    overflow, underflow = torch.stack([~torch.isfinite(m).all(), low.any()]).tolist()
+    if overflow:  # the inputs are finite: Inf, or Inf x 0
         cap = info.max ** (1 / p)
         raise ValueError(
             f"p={p:g} is too large for these measures in {m.dtype}: the p-th powers of "
@@ -143,9 +146,7 @@ def check_powers(measures: Measures, p: float, mean: Tensor, power: bool) -> Non
             "smaller p, rescale the data and the weights"
             + (", or use torch.float64" if m.dtype != torch.float64 else "")
         )
-    floor = info.tiny / info.eps
-    low = m < floor
-    if power or not bool(low.any()):
+    if power or not underflow:
         return
     X_s, X_t = measures.X_s.detach(), measures.X_t.detach()
     scale = magnitude(measures)
