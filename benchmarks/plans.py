@@ -123,7 +123,7 @@ def tree_plan_times(sizes: list[int], rounds: int) -> list[dict]:
             seconds = []
             for _ in range(rounds):
                 t0 = time.perf_counter()
-                plan = tsw.tree_plan(parents, lengths, ms, mt)
+                plan, _ = tsw.tree_plan(parents, lengths, ms, mt)
                 seconds.append(time.perf_counter() - t0)
             row = {"shape": shape, "V": V, "seconds": statistics.median(seconds)}
             row["entries"] = plan.nnz

@@ -339,11 +339,12 @@ def test_tree_plan_is_optimal_for_the_tree_metric(seed):
     V = int(rng.integers(1, 40))
     parents, lengths = random_tree(rng, V)
     ms, mt = sparse_masses(rng, V), sparse_masses(rng, V)
-    plan = tsw.tree_plan(parents, torch.tensor(lengths), torch.tensor(ms), torch.tensor(mt))
+    plan, cost = tsw.tree_plan(parents, torch.tensor(lengths), torch.tensor(ms), torch.tensor(mt))
     assert plan.is_sparse
     assert plan._nnz() <= 2 * V - 1
     P = dense(plan)
     D = ref.tree_metric_from_parents(parents, lengths)
+    assert_close(cost, (P * D).sum())
     assert_close(P.sum(1), ms)
     assert_close(P.sum(0), mt)
     assert bool((P >= 0).all())
@@ -359,19 +360,22 @@ def test_tree_plan_batched_numpy_and_identity():
     parents, lengths = random_tree(rng, 15)
     ms = np.stack([[sparse_masses(rng, 15) for _ in range(3)] for _ in range(2)])  # (2, 3, V)
     mt = np.stack([[sparse_masses(rng, 15) for _ in range(3)] for _ in range(2)])
-    plan = tsw.tree_plan(parents, torch.tensor(lengths), torch.tensor(ms), torch.tensor(mt))
+    plan, _ = tsw.tree_plan(parents, torch.tensor(lengths), torch.tensor(ms), torch.tensor(mt))
     assert plan.shape == (2, 3, 15, 15)
-    full = tsw.tree_plan(
+    full, cost = tsw.tree_plan(
         parents, torch.tensor(lengths), torch.tensor(ms), torch.tensor(mt), dense=True
     )
+    assert cost.shape == (2, 3)
     assert_close(plan.to_dense(), full.numpy())
     D = ref.tree_metric_from_parents(parents, lengths)
     for i in range(2):
         for j in range(3):
-            one = tsw.tree_plan(parents, lengths, ms[i, j], mt[i, j])  # numpy: scipy
+            one, c = tsw.tree_plan(parents, lengths, ms[i, j], mt[i, j])  # numpy: scipy
             assert_close(one.toarray(), full[i, j].numpy())
             assert_close((one.toarray() * D).sum(), ot.emd2(ms[i, j], mt[i, j], D))
-    same = tsw.tree_plan(parents, lengths, ms[0, 0], ms[0, 0], dense=True)
+            assert_close(c, ot.emd2(ms[i, j], mt[i, j], D))
+            assert_close(cost[i, j], c)
+    same, _ = tsw.tree_plan(parents, lengths, ms[0, 0], ms[0, 0], dense=True)
     assert_close(same, np.diag(ms[0, 0]), tol=1e-15)
 
 
@@ -383,7 +387,7 @@ def test_tree_plan_on_a_long_path_and_a_star():
     for parents in (path, star):
         lengths = rng.random(V)
         ms, mt = sparse_masses(rng, V), sparse_masses(rng, V)
-        P = dense(tsw.tree_plan(parents, lengths, ms, mt))
+        P = dense(tsw.tree_plan(parents, lengths, ms, mt)[0])
         D = ref.tree_metric_from_parents(parents, lengths)
         assert_close((P * D).sum(), ot.emd2(ms, mt, D))
         assert_close(P.sum(1), ms)
@@ -753,7 +757,7 @@ def test_the_torch_path_of_other_devices_gives_the_same_plans(monkeypatch):
     ]
     (want_grad,) = torch.autograd.grad(want[0][1], Xg)
     trees = tsw.expected_tree_sliced_plan(X, Y, a, b, n_trees=4, n_lines=3, seed=0, dense=False)
-    tree_want = tsw.tree_plan(
+    tree_want, _ = tsw.tree_plan(
         [-1, 0, 0, 1], torch.ones(4, dtype=F64), a[:4] / a[:4].sum(), b[:4] / b[:4].sum()
     )
     monkeypatch.setattr(plans_module, "_numpy_side", lambda *xs: False)
@@ -767,7 +771,7 @@ def test_the_torch_path_of_other_devices_gives_the_same_plans(monkeypatch):
     got = tsw.expected_tree_sliced_plan(X, Y, a, b, n_trees=4, n_lines=3, seed=0, dense=False)
     assert_close(dense(got[0]), dense(trees[0]))
     assert_close(got[1], float(trees[1]))
-    got = tsw.tree_plan(
+    got, _ = tsw.tree_plan(
         [-1, 0, 0, 1], torch.ones(4, dtype=F64), a[:4] / a[:4].sum(), b[:4] / b[:4].sum()
     )
     assert_close(dense(got), dense(tree_want))

@@ -337,8 +337,10 @@ def test_tree_wasserstein_values():
 
 def test_tree_wasserstein_types():
     lengths, ms, mt = tw_args(3)
-    with pytest.raises(TypeError, match=lit("mass_s must be a torch.Tensor; got list")):
-        tsw.tree_wasserstein([-1, 0, 0], lengths, [1 / 3] * 3, mt)
+    with pytest.raises(TypeError, match="all torch tensors or all numpy arrays"):
+        tsw.tree_wasserstein([-1, 0, 0], lengths, ms.numpy(), mt)
+    with pytest.raises(TypeError, match="mass_s must be a list of real numbers"):
+        tsw.tree_wasserstein([-1, 0, 0], lengths, ["a", 1, 2], mt)
     with pytest.raises(TypeError, match=lit("edge_lengths must have the same dtype as mass_s")):
         tsw.tree_wasserstein([-1, 0, 0], lengths.float(), ms, mt)
     with pytest.raises(TypeError, match=lit("mass_t must have the same dtype as mass_s")):

@@ -1,10 +1,11 @@
 """Compiled CPU kernels (Numba): the one seam between the library and compiled code.
 
-Only core's closed form (:mod:`tsw.core.tree_wasserstein`), splits
-(:mod:`tsw.core.splits`), sort (:mod:`tsw.core._sort`) and S^2 angles
-(:mod:`tsw.core._angles`) call this module; each of them chooses the compiled or the
-torch implementation with :func:`usable`, and the method packages never see the
-difference. The functions here take tensors and return tensors (no autograd): the
+Only core's closed form (:mod:`tsw.core.tree_wasserstein`), tree plan
+(:mod:`tsw.core.tree_plan`), splits (:mod:`tsw.core.splits`), sort (:mod:`tsw.core._sort`)
+and S^2 angles (:mod:`tsw.core._angles`) call this module; each of them chooses the
+compiled or the torch implementation with :func:`usable` (:func:`trees_usable` for the
+tree kernels), and the method packages never see the difference. The functions here
+take tensors and return tensors (no autograd; the tree kernels take NumPy arrays): the
 autograd functions that call them live with the mathematics they compute.
 
 * :func:`line_cost_forward` / :func:`line_cost_backward`: the closed form on rooted lines
@@ -19,6 +20,9 @@ autograd functions that call them live with the mathematics they compute.
   angles of points on S^2.
 * :func:`packed_argsort`: float32 rows sorted as packed 64-bit keys (the value's
   order-preserving 32 bits above its index), the permutation of NumPy's stable argsort.
+* :func:`tree_euler_tour` / :func:`tree_match`: the pre-order of a rooted tree and the
+  bottom-up matching of its exact transport plan (:mod:`tsw.core.tree_plan`), gated by
+  :func:`trees_usable`.
 
 Used when Numba (an optional dependency: ``pip install torch-tsw[fast]``) can be
 imported, the tensors are float32 or float64 on the CPU, ``p`` is 1 or 2, no graph is
@@ -62,6 +66,9 @@ __all__ = [
     "split_forward",
     "split_line_backward",
     "split_line_forward",
+    "tree_euler_tour",
+    "tree_match",
+    "trees_usable",
     "usable",
     "warm_up",
 ]
@@ -122,7 +129,7 @@ def _import() -> bool:
     if _failed:
         return False
     try:
-        from tsw.core import _numba_kernels
+        from tsw.core import _numba_kernels, _numba_trees
     except ImportError:  # Numba is not installed
         _failed = True
         return False
@@ -135,6 +142,7 @@ def _import() -> bool:
         )
         return False
     _compiled.update({name: getattr(_numba_kernels, name) for name in _NAMES})
+    _compiled.update({name: getattr(_numba_trees, name) for name in _TREE_NAMES})
     return True
 
 
@@ -297,6 +305,10 @@ def _exercise(dtype: torch.dtype) -> None:
         rows = np.linspace(0.0, 1.0, 600, dtype=np.float32).reshape(2, 300)[:, ::-1]
         for out in (np.int64, np.int32):
             packed_argsort(np.ascontiguousarray(rows), np.empty(rows.shape, dtype=out))
+    if dtype == torch.float64:  # the tree kernels (int64 labels, float64 masses)
+        star = np.array([-1, 0, 0], dtype=np.int64)
+        tree_euler_tour(star)
+        tree_match(star, np.array([0.0, 1.0, 0.0]), np.array([0.0, 0.0, 1.0]))
 
 
 def _as_rows(x: Tensor, *shape: int) -> Any:
@@ -743,3 +755,29 @@ def packed_argsort(rows: Any, out: Any) -> None:
         _compiled["pack_keys"](rows[r0:r1], k)
         k.sort(axis=-1)
         _compiled["unpack_order"](k, out[r0:r1])
+
+
+#: the compiled tree functions (tsw.core._numba_trees), loaded with the float64 kernels
+_TREE_NAMES = ("euler_tour", "match")
+
+
+def trees_usable() -> bool:
+    """Whether the tree kernels may run: ready with the float64 kernels, not traced."""
+    return not torch.compiler.is_compiling() and _load(torch.float64) and "match" in _compiled
+
+
+def tree_euler_tour(parents: Any) -> tuple[Any, Any, int]:
+    """Pre-order, subtree ends and status (``_numba_trees.euler_tour``) of int64 parents."""
+    parents = np.ascontiguousarray(parents, dtype=np.int64)
+    pre, end = np.empty_like(parents), np.empty_like(parents)
+    return pre, end, int(_compiled["euler_tour"](parents, pre, end))
+
+
+def tree_match(parents: Any, ms: Any, mt: Any) -> tuple[Any, Any, Any, Any]:
+    """Match on a tree labelled in pre-order (``_numba_trees.match``): the (E,) entries."""
+    parents = np.ascontiguousarray(parents, dtype=np.int64)
+    ms, mt = (np.ascontiguousarray(m, dtype=np.float64) for m in (ms, mt))
+    rows, cols, at = (np.empty(2 * parents.shape[0], dtype=np.int64) for _ in range(3))
+    vals = np.empty(2 * parents.shape[0], dtype=np.float64)
+    e = _compiled["match"](parents, ms, mt, rows, cols, vals, at)
+    return rows[:e], cols[:e], vals[:e], at[:e]

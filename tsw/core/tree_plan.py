@@ -18,53 +18,32 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from tsw.core import _kernels
 from tsw.core._plans import Accumulator
-from tsw.core._problem import from_numpy
-from tsw.core._safe import broadcast_shape
-from tsw.core._validation import (
-    check_bool,
-    check_equal_totals,
-    check_nonnegative,
-    check_same_device_dtype,
-    check_tensor,
-)
-from tsw.core.tree_wasserstein import _euler_tour
+from tsw.core._problem import to_numpy
+from tsw.core._validation import check_bool
+from tsw.core.tree_wasserstein import euler_tour, parents_array, tree_inputs
 
 __all__ = ["tree_plan"]
 
 
-def _parents_array(parents: object) -> np.ndarray:
-    """``parents`` as a 1-D int64 numpy array (a tensor or a sequence of ints)."""
-    if isinstance(parents, Tensor):
-        if parents.dtype.is_floating_point or parents.dtype == torch.bool:
-            raise TypeError(f"parents must hold integers; got dtype {parents.dtype}")
-        par = parents.detach().cpu().numpy().astype(np.int64)
-    else:
-        par = np.asarray(parents)
-        if par.dtype.kind not in "iu":
-            raise TypeError(f"parents must hold integers; got {par.dtype}")
-        par = par.astype(np.int64)
-    if par.ndim != 1 or par.shape[0] == 0:
-        raise ValueError(f"parents must have shape (V,) with V >= 1; got shape {par.shape}")
-    return par
+def _match_python(
+    parents: np.ndarray, ms: np.ndarray, mt: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Match bottom-up without Numba (``_numba_trees.match``, step for step).
 
-
-def _match(
-    parents: np.ndarray, pre: np.ndarray, ms: list[float], mt: list[float]
-) -> tuple[list[int], list[int], list[float]]:
-    """Match bottom-up on one tree: the plan's (source node, target node, mass) entries.
-
-    Each node's unmatched remainder is a linked list of pieces (node, mass) of one sign,
-    so that concatenating the children's lists costs O(1); every match removes at least
-    one piece, so the pass is O(V) with at most 2V - 1 entries.
+    On a tree labelled in pre-order (``parents[v] < v`` but for the root 0). Each node's
+    unmatched remainder is a linked list of pieces (node, mass) of one sign, so that
+    concatenating the children's lists costs O(1); every match removes at least one
+    piece, so the pass is O(V) with at most 2V - 1 entries. Returns the source nodes,
+    target nodes, masses and the node where each entry is matched.
     """
     V = len(parents)
-    # the children of every node, in pre-order, as one flat list (no list per node: at
-    # V = 1e5 the lists and the garbage collector's passes over them took 0.35-0.5 s)
-    child = pre[parents[pre] >= 0]
+    child = np.flatnonzero(parents >= 0)  # the children of every node, in increasing order
     by_parent = np.argsort(parents[child], kind="stable")
     kids = child[by_parent].tolist()
     starts = np.searchsorted(parents[child][by_parent], np.arange(V + 1)).tolist()
+    mass_s, mass_t = ms.tolist(), mt.tolist()
     atom: list[int] = []
     amount: list[float] = []
     nxt: list[int] = []
@@ -74,7 +53,8 @@ def _match(
     rows: list[int] = []
     cols: list[int] = []
     vals: list[float] = []
-    for v in reversed(pre.tolist()):
+    at: list[int] = []
+    for v in range(V - 1, -1, -1):
         sh = st = dh = dt = -1
         for i in range(starts[v], starts[v + 1]):
             c = kids[i]
@@ -91,18 +71,18 @@ def _match(
                 else:
                     nxt[dt] = head[c]
                 dt = tail[c]
-        if ms[v] > 0:
+        if mass_s[v] > 0:
             atom.append(v)
-            amount.append(ms[v])
+            amount.append(mass_s[v])
             nxt.append(-1)
             if sh < 0:
                 sh = len(atom) - 1
             else:
                 nxt[st] = len(atom) - 1
             st = len(atom) - 1
-        if mt[v] > 0:
+        if mass_t[v] > 0:
             atom.append(v)
-            amount.append(mt[v])
+            amount.append(mass_t[v])
             nxt.append(-1)
             if dh < 0:
                 dh = len(atom) - 1
@@ -114,6 +94,7 @@ def _match(
             rows.append(atom[sh])
             cols.append(atom[dh])
             vals.append(m)
+            at.append(v)
             amount[sh] -= m
             amount[dh] -= m
             if amount[sh] <= 0:
@@ -125,21 +106,89 @@ def _match(
         elif dh >= 0:
             head[v], tail[v], sign[v] = dh, dt, -1
     # what reaches the root unmatched is the rounding gap of the totals: left out
-    return rows, cols, vals
+    index = np.asarray
+    return (
+        index(rows, dtype=np.int64),
+        index(cols, dtype=np.int64),
+        index(vals, dtype=np.float64),
+        index(at, dtype=np.int64),
+    )
+
+
+def _in_preorder(par: np.ndarray, pre: np.ndarray) -> np.ndarray:
+    """Return the parent array of the tree relabelled in pre-order (node ``pre[k]`` becomes k)."""
+    rank = np.empty(par.shape[0], dtype=np.int64)
+    rank[pre] = np.arange(par.shape[0])
+    up = par[pre]
+    return np.where(up >= 0, rank[np.maximum(up, 0)], -1)
+
+
+def _match_preorder(
+    par_pre: np.ndarray, ms: np.ndarray, mt: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Match on a tree labelled in pre-order: compiled where it can run."""
+    if _kernels.trees_usable():
+        return _kernels.tree_match(par_pre, ms, mt)
+    return _match_python(par_pre, ms, mt)
+
+
+def match_on_tree(
+    parents: np.ndarray, mass_s: np.ndarray, mass_t: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return the entries of an optimal transport plan between two measures on a tree.
+
+    ``parents`` (V,) is a parent array (the root's entry -1), as :func:`tree_plan` takes
+    it; ``mass_s`` and ``mass_t`` (V,) are non-negative node masses with equal totals
+    (read as float64; neither is checked: an excess of one reaches the root and is left
+    out). Returns ``rows``, ``cols`` (int64 node labels) and ``masses`` (float64), each
+    (E,) with ``E <= 2V - 1``: the plan moves ``masses[e]`` from node ``rows[e]`` to node
+    ``cols[e]``, and it is optimal for the tree path metric whatever the edge lengths.
+    Pairs may repeat (sum them to assemble the plan) and no mass is zero. The same
+    entries as :func:`tree_plan`'s plan, compiled when Numba can run
+    (:func:`tsw.core._kernels.trees_usable`), in Python otherwise, with the same result.
+    Raises ``ValueError`` if ``parents`` is not a tree or the masses are not (V,).
+    """
+    par = parents_array(parents)
+    pre, _ = euler_tour(par)
+    ms = np.asarray(mass_s, dtype=np.float64)
+    mt = np.asarray(mass_t, dtype=np.float64)
+    if ms.shape != par.shape or mt.shape != par.shape:
+        raise ValueError(
+            f"mass_s and mass_t must have shape (V,) with V={par.shape[0]}; got "
+            f"mass_s.shape={ms.shape} and mass_t.shape={mt.shape}"
+        )
+    rows, cols, vals, _ = _match_preorder(_in_preorder(par, pre), ms[pre], mt[pre])
+    return pre[rows], pre[cols], vals
+
+
+def _edge_flows(
+    end_pre: np.ndarray, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, at: np.ndarray
+) -> np.ndarray:
+    """Return the mass the entries move across each edge (v, parent), by pre-order label.
+
+    An entry (u, w, mass) matched at their lowest common ancestor ``at`` crosses the edge
+    above ``v`` if and only if one of ``u``, ``w`` lies in ``v``'s subtree and the other
+    does not: the subtree sums of ``+mass`` at ``u`` and ``w`` and ``-2 mass`` at ``at``.
+    """
+    V = end_pre.shape[0]
+    g = np.bincount(rows, vals, V) + np.bincount(cols, vals, V) - 2.0 * np.bincount(at, vals, V)
+    csum = np.concatenate([[0.0], np.cumsum(g)])
+    return csum[end_pre] - csum[:V]
 
 
 def tree_plan(
-    parents: Tensor | Sequence[int],
+    parents: Tensor | np.ndarray | Sequence[int],
     edge_lengths: Any,
     mass_s: Any,
     mass_t: Any,
     *,
     dense: bool = False,
     validate: bool = True,
-) -> Any:
+) -> tuple[Any, Any]:
     r"""Compute an exact optimal transport plan between two measures on a rooted tree.
 
-    References: [Le2019b]_.
+    Returns ``(plan, cost)``, as the library's other plan functions. References:
+    [Le2019b]_.
 
     The plan :math:`P` (``P[u, v]``: mass moved from node ``u`` to node ``v``) has
     marginals ``mass_s`` and ``mass_t`` and solves
@@ -152,46 +201,54 @@ def tree_plan(
     the tree Wasserstein-1 distance of :func:`tsw.tree_wasserstein` (``p = 1``), where
     :math:`d_T` is the path length of the tree. A plan is optimal if and only if no
     edge carries mass both ways, whatever the edge lengths, so the plan does not depend
-    on ``edge_lengths`` (they are checked, as in :func:`tsw.tree_wasserstein`, and give
-    its cost).
+    on ``edge_lengths``; they give its cost.
 
     Parameters
     ----------
-    parents : Tensor or sequence of int, shape (V,)
+    parents : Tensor, ndarray or sequence of int, shape (V,)
         ``parents[v]`` is the parent of node ``v``; the root has parent ``-1``.
-    edge_lengths : Tensor of shape (V,) or broadcastable to (..., V)
+    edge_lengths : Tensor, ndarray or list, shape (V,) or broadcastable to (..., V)
         Non-negative lengths of the edges ``(v, parents[v])`` (the root's is ignored).
-    mass_s, mass_t : Tensor or ndarray of shape (..., V)
+    mass_s, mass_t : Tensor, ndarray or list, shape (..., V)
         Non-negative masses on the nodes with equal totals; leading dimensions are batch
-        dimensions.
+        dimensions. ``edge_lengths``, ``mass_s`` and ``mass_t`` are all tensors or all
+        NumPy arrays (``TypeError`` otherwise); a list is read in the kind and dtype of
+        the others (float64 NumPy if all are lists).
     dense : bool, default False
         Return a dense (..., V, V) array; otherwise a sparse COO plan: a torch sparse
         tensor (coalesced, at most ``2V - 1`` entries per problem), or scipy's
-        ``coo_array`` for numpy masses (a list of them for batched masses).
+        ``coo_array`` for NumPy inputs (a list of them for batched masses).
     validate : bool, default True
         Run the value checks (finite, non-negative, equal totals).
 
     Returns
     -------
-    Tensor or ndarray of shape (V, V) or (..., V, V), or sparse
+    plan : Tensor or ndarray of shape (V, V) or (..., V, V), or sparse
         The plan, in the dtype and on the device of the masses (not differentiable).
+    cost : Tensor or ndarray of shape (...)
+        :math:`\sum_{u, v} P_{uv}\, d_T(u, v)`, summed over the plan's entries (each
+        entry's path length), equal to :func:`tsw.tree_wasserstein` at ``p = 1`` up to
+        rounding; differentiable with respect to ``edge_lengths``. NumPy for NumPy
+        inputs.
 
     Raises
     ------
     TypeError
-        For non-tensor or non-floating inputs.
+        For non-floating inputs, or tensors mixed with NumPy arrays.
     ValueError
-        If ``parents`` is not a tree, shapes disagree, or the value checks fail.
+        If ``parents`` is not a tree (an entry out of range, not exactly one root, a cycle
+        or a part not connected to the root), shapes disagree, or the value checks fail.
 
     Notes
     -----
-    The nodes are visited once, children before parents, on the CPU (a Python loop): at
-    each node the children's unmatched masses (kept as linked lists, one sign each) and
-    the node's own masses are matched in order, and the remainder goes up. Every
-    match uses up at least one piece of mass, so the work is O(V) per problem and the
-    plan has at most ``2V - 1`` entries (measured growth in ``benchmarks/RESULTS.md``,
-    "Transport plans"). Each match happens at the lowest common ancestor of its two
-    nodes, so its path crosses every edge in the direction of the net flow.
+    The nodes are visited once, children before parents (compiled with Numba when it is
+    installed, a Python loop otherwise, with the same entries): at each node the
+    children's unmatched masses (kept as linked lists, one sign each) and the node's own
+    masses are matched in order, and the remainder goes up. Every match uses up at least
+    one piece of mass, so the work is O(V) per problem and the plan has at most
+    ``2V - 1`` entries (timings in ``benchmarks/RESULTS.md``, "Transport plans"). Each
+    match happens at the lowest common ancestor of its two nodes, so its path crosses
+    every edge in the direction of the net flow.
 
     References
     ----------
@@ -204,70 +261,44 @@ def tree_plan(
     >>> parents = [-1, 0, 0]          # a root with two leaves
     >>> lengths = torch.tensor([0.0, 1.0, 2.0])
     >>> mu = torch.tensor([0.0, 0.5, 0.5]); nu = torch.tensor([0.5, 0.0, 0.5])
-    >>> tsw.tree_plan(parents, lengths, mu, nu, dense=True)
+    >>> plan, cost = tsw.tree_plan(parents, lengths, mu, nu, dense=True)
+    >>> plan
     tensor([[0.0000, 0.0000, 0.0000],
             [0.5000, 0.0000, 0.0000],
             [0.0000, 0.0000, 0.5000]])
+    >>> cost
+    tensor(0.5000)
     """
     dense = check_bool(dense, "dense")
-    validate = check_bool(validate, "validate")
-    numpy = isinstance(mass_s, np.ndarray)
-    if numpy != isinstance(mass_t, np.ndarray) or (
-        isinstance(edge_lengths, np.ndarray | Tensor)
-        and isinstance(edge_lengths, np.ndarray) != numpy
-    ):
-        kind = "numpy arrays" if numpy else "torch tensors"
-        raise TypeError(f"mass_s, mass_t and edge_lengths must all be {kind} like mass_s")
-    mass_s = check_tensor(from_numpy(mass_s, "mass_s"), "mass_s")
-    mass_t = check_tensor(from_numpy(mass_t, "mass_t"), "mass_t")
-    edge_lengths = check_tensor(from_numpy(edge_lengths, "edge_lengths"), "edge_lengths")
-    check_same_device_dtype(mass_s, "mass_s", mass_t, "mass_t")
-    check_same_device_dtype(mass_s, "mass_s", edge_lengths, "edge_lengths")
-    par = _parents_array(parents)
+    par, edge_lengths, mass_s, mass_t, numpy = tree_inputs(
+        parents, edge_lengths, mass_s, mass_t, validate
+    )
     V = par.shape[0]
-    if mass_s.shape != mass_t.shape or mass_s.ndim == 0 or mass_s.shape[-1] != V:
-        raise ValueError(
-            f"mass_s and mass_t must have the same shape (..., V) with V={V}; got "
-            f"mass_s.shape={tuple(mass_s.shape)} and mass_t.shape={tuple(mass_t.shape)}"
-        )
-    try:
-        fits = edge_lengths.ndim > 0 and edge_lengths.shape[-1] == V
-        fits = fits and broadcast_shape(edge_lengths.shape, mass_s.shape) == mass_s.shape
-    except ValueError:
-        fits = False
-    if not fits:
-        raise ValueError(
-            f"edge_lengths must have shape (V,) or (..., V) with V={V}, broadcasting to "
-            f"mass_s.shape={tuple(mass_s.shape)}; got "
-            f"edge_lengths.shape={tuple(edge_lengths.shape)}"
-        )
-    if validate:
-        for t, name in ((mass_s, "mass_s"), (mass_t, "mass_t"), (edge_lengths, "edge_lengths")):
-            check_nonnegative(t, name)
-        check_equal_totals(
-            (mass_s.sum(-1), mass_t.sum(-1)), ("mass_s.sum()", "mass_t.sum()"), mass_s.dtype
-        )
-    pre, _, _ = _euler_tour(par)
+    pre, end = euler_tour(par)
     lead = tuple(mass_s.shape[:-1])
-    ms = mass_s.detach().reshape(-1, V).cpu().to(torch.float64).numpy()
-    mt = mass_t.detach().reshape(-1, V).cpu().to(torch.float64).numpy()
+    ms = mass_s.detach().reshape(-1, V).cpu().to(torch.float64).numpy()[:, pre]
+    mt = mass_t.detach().reshape(-1, V).cpu().to(torch.float64).numpy()[:, pre]
     B = ms.shape[0]
     acc = Accumulator(
         B, V, V, mass_s.detach(), dense=dense, batched=bool(lead), numpy=numpy, lead=lead
     )
     # the nodes relabelled in pre-order, so that the pass reads its lists in order (at
     # V = 1e5, a random recursive tree's pass took 1.8x longer in its own labels)
-    rank = np.empty(V, dtype=np.int64)
-    rank[pre] = np.arange(V)
-    par_pre = np.where(par[pre] >= 0, rank[np.maximum(par[pre], 0)], -1)
-    order = np.arange(V)
+    par_pre = _in_preorder(par, pre)
+    end_pre = end[pre]
+    flows = np.empty((B, V))
     dev = mass_s.device
     for i in range(B):
-        rows, cols, vals = _match(par_pre, order, ms[i, pre].tolist(), mt[i, pre].tolist())
+        rows, cols, vals, at = _match_preorder(par_pre, ms[i], mt[i])
+        flows[i, pre] = _edge_flows(end_pre, rows, cols, vals, at)
         acc.add(
-            torch.from_numpy(pre[np.asarray(rows, dtype=np.int64)]).to(dev),
-            torch.from_numpy(pre[np.asarray(cols, dtype=np.int64)]).to(dev),
-            torch.tensor(vals, dtype=torch.float64, device=dev),
+            torch.from_numpy(pre[rows]).to(dev),
+            torch.from_numpy(pre[cols]).to(dev),
+            torch.from_numpy(vals).to(dev),
             item=i,
         )
-    return acc.result()
+    flow = torch.from_numpy(flows).to(device=dev, dtype=mass_s.dtype).reshape(*lead, V)
+    flow[..., int(pre[0])] = 0  # the root has no edge (and no flow, up to rounding)
+    cost = (edge_lengths * flow).sum(-1)
+    plan = acc.result()
+    return (plan, to_numpy(cost)) if numpy else (plan, cost)

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from tsw.core import _kernels
+from tsw.core._problem import from_numpy, to_numpy
 from tsw.core._safe import broadcast_shape, safe_root
 from tsw.core._sort import argsort_last, sort_last, unsort_last
 from tsw.core._twice import building_graph, graph_backward
@@ -459,48 +460,153 @@ def system_cost(coords: Tensor, masses: Tensor, attachments: Tensor | None, p: f
 # --------------------------------------------------------------------------- arbitrary trees
 
 
-def _euler_tour(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """Pre-order of the tree and, per node, the end of its subtree in that order."""
+def parents_array(parents: object) -> np.ndarray:
+    """``parents`` (a tensor, a NumPy array or a sequence of ints) as a 1-D int64 array."""
+    if isinstance(parents, Tensor):
+        if parents.dtype.is_floating_point or parents.dtype == torch.bool:
+            raise TypeError(f"parents must hold integers; got dtype {parents.dtype}")
+        par = parents.detach().cpu().numpy().astype(np.int64)
+    else:
+        par = np.asarray(parents)
+        if par.dtype.kind not in "iu":
+            raise TypeError(f"parents must hold integers; got {par.dtype}")
+        par = par.astype(np.int64)
+    if par.ndim != 1 or par.shape[0] == 0:
+        raise ValueError(f"parents must have shape (V,) with V >= 1; got shape {par.shape}")
+    return par
+
+
+def _euler_tour_numpy(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`euler_tour` without Numba: pre-order, subtree ends and the kernel's status."""
     n = parents.shape[0]
-    roots = np.flatnonzero(parents == -1)
-    if roots.size != 1:
-        raise ValueError(
-            f"parents must contain exactly one root (entry -1); got {roots.size} roots"
-        )
     bad = (parents < -1) | (parents >= n)
     if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(
-            f"parents entries must be -1 or node indices in [0, {n}); got parents[{i}]={parents[i]}"
-        )
-    root = int(roots[0])
+        return parents, parents, -(n + 3) - int(np.flatnonzero(bad)[0])
+    roots = np.flatnonzero(parents == -1)
+    if roots.size != 1:
+        return parents, parents, -2 - int(roots.size)
     child_mask = parents >= 0
     order_children = np.argsort(parents[child_mask], kind="stable")
     children = np.flatnonzero(child_mask)[order_children]
     starts = np.searchsorted(parents[child_mask][order_children], np.arange(n + 1))
     pre = np.empty(n, dtype=np.int64)
-    size = np.ones(n, dtype=np.int64)
-    stack = [root]
+    stack = [int(roots[0])]
     seen = 0
-    while stack:
+    while stack:  # children pushed in increasing order: visited in decreasing order
         v = stack.pop()
-        if seen >= n:
-            break
         pre[seen] = v
         seen += 1
         stack.extend(children[starts[v] : starts[v + 1]].tolist())
     if seen != n:
+        return parents, parents, seen
+    size = np.ones(n, dtype=np.int64)
+    up = parents.tolist()
+    sizes = size.tolist()
+    for v in pre[::-1].tolist():  # subtree sizes, children before parents
+        if up[v] >= 0:
+            sizes[up[v]] += sizes[v]
+    end = np.empty(n, dtype=np.int64)
+    end[pre] = np.arange(n) + np.asarray(sizes, dtype=np.int64)[pre]
+    return pre, end, -1
+
+
+def euler_tour(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pre-order of a rooted tree and the end of every subtree in it; checks the tree.
+
+    ``parents`` is an int64 parent array (V,) (:func:`parents_array`). Returns ``pre``
+    (V,), the nodes in pre-order (the root first; a node's children in decreasing label
+    order), and ``end`` (V,), indexed by node: node ``v``'s subtree is
+    ``pre[tin[v]:end[v]]``, ``tin`` being the inverse permutation of ``pre``. Compiled
+    (:func:`tsw.core._kernels.trees_usable`) or in NumPy, with the same result; no
+    recursion, so paths of any depth are fine. Raises ``ValueError`` naming ``parents``
+    for an entry out of range, a number of roots other than one, or a cycle or a part
+    not connected to the root.
+    """
+    if _kernels.trees_usable():
+        pre, end, status = _kernels.tree_euler_tour(parents)
+    else:
+        pre, end, status = _euler_tour_numpy(parents)
+    n = parents.shape[0]
+    if status == -1:
+        return pre, end
+    if status <= -(n + 3):
+        i = -(n + 3) - status
         raise ValueError(
-            f"parents must describe a tree (connected, acyclic); only {seen} of {n} nodes "
-            "are reachable from the root"
+            f"parents entries must be -1 or node indices in [0, {n}); got parents[{i}]={parents[i]}"
         )
-    # subtree sizes by accumulating in reverse pre-order
-    for v in pre[::-1]:
-        if parents[v] >= 0:
-            size[parents[v]] += size[v]
-    tin = np.empty(n, dtype=np.int64)
-    tin[pre] = np.arange(n)
-    return pre, tin + size, root
+    if status < 0:
+        raise ValueError(
+            f"parents must contain exactly one root (entry -1); got {-2 - status} roots"
+        )
+    raise ValueError(
+        f"parents must describe a tree (connected, acyclic); only {status} of {n} nodes "
+        "are reachable from the root"
+    )
+
+
+def _as_input(x: object, name: str, like: object) -> Tensor:
+    """``x`` as a tensor: a list in the kind and dtype of ``like`` (float64 NumPy if None)."""
+    if isinstance(x, list | tuple):
+        try:
+            if isinstance(like, Tensor):
+                return torch.tensor(x, dtype=like.dtype, device=like.device)
+            dtype = like.dtype if isinstance(like, np.ndarray) else np.float64
+            x = np.asarray(x, dtype=dtype)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"{name} must be a list of real numbers; got {x!r:.60}") from err
+    return check_tensor(from_numpy(x, name), name)
+
+
+def tree_inputs(
+    parents: object, edge_lengths: object, mass_s: object, mass_t: object, validate: object
+) -> tuple[np.ndarray, Tensor, Tensor, Tensor, bool]:
+    """Check and convert the inputs of :func:`tree_wasserstein` and ``tsw.tree_plan``.
+
+    ``edge_lengths``, ``mass_s`` and ``mass_t`` are tensors or NumPy arrays, not both
+    (``TypeError``); a list is read in the kind and dtype of the first array given
+    (float64 NumPy when all are lists). Returns the int64 parent array (not yet checked
+    as a tree: :func:`euler_tour` does), the three as tensors of one dtype and device, and
+    whether the output is NumPy (no tensor given). ``validate`` runs the value checks
+    (finite, non-negative, equal totals).
+    """
+    named = {"edge_lengths": edge_lengths, "mass_s": mass_s, "mass_t": mass_t}
+    arrays = {k: x for k, x in named.items() if isinstance(x, np.ndarray | Tensor)}
+    if len({isinstance(x, Tensor) for x in arrays.values()}) == 2:
+        got = ", ".join(f"{k}: {type(x).__name__}" for k, x in arrays.items())
+        raise TypeError(
+            "edge_lengths, mass_s and mass_t must be all torch tensors or all numpy arrays "
+            f"(a list takes the kind of the others); got {got}"
+        )
+    like = next(iter(arrays.values()), None)
+    numpy = not isinstance(like, Tensor)
+    edge_lengths, mass_s, mass_t = (_as_input(x, k, like) for k, x in named.items())
+    check_same_device_dtype(mass_s, "mass_s", mass_t, "mass_t")
+    check_same_device_dtype(mass_s, "mass_s", edge_lengths, "edge_lengths")
+    par = parents_array(parents)
+    n = par.shape[0]
+    if mass_s.shape != mass_t.shape or mass_s.ndim == 0 or mass_s.shape[-1] != n:
+        raise ValueError(
+            f"mass_s and mass_t must have the same shape (..., V) with V={n}; got "
+            f"mass_s.shape={tuple(mass_s.shape)} and mass_t.shape={tuple(mass_t.shape)}"
+        )
+    try:
+        fits = edge_lengths.ndim > 0 and edge_lengths.shape[-1] == n
+        fits = fits and broadcast_shape(edge_lengths.shape, mass_s.shape) == mass_s.shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"edge_lengths must have shape (V,) or (..., V) with V={n}, broadcasting to "
+            f"mass_s.shape={tuple(mass_s.shape)}; got "
+            f"edge_lengths.shape={tuple(edge_lengths.shape)}"
+        )
+    if check_bool(validate, "validate"):
+        for t, name in ((mass_s, "mass_s"), (mass_t, "mass_t"), (edge_lengths, "edge_lengths")):
+            check_nonnegative(t, name)
+        check_equal_totals(
+            (mass_s.sum(-1), mass_t.sum(-1)), ("mass_s.sum()", "mass_t.sum()"), mass_s.dtype
+        )
+    return par, edge_lengths, mass_s, mass_t, numpy
 
 
 def tree_wasserstein(
@@ -583,46 +689,13 @@ def tree_wasserstein(
     tensor(3.)
     """
     p = check_p(p)
-    mass_s = check_tensor(mass_s, "mass_s")
-    mass_t = check_tensor(mass_t, "mass_t")
-    edge_lengths = check_tensor(edge_lengths, "edge_lengths")
-    check_same_device_dtype(mass_s, "mass_s", mass_t, "mass_t")
-    check_same_device_dtype(mass_s, "mass_s", edge_lengths, "edge_lengths")
-    if isinstance(parents, Tensor):
-        if parents.dtype.is_floating_point or parents.dtype == torch.bool:
-            raise TypeError(f"parents must hold integers; got dtype {parents.dtype}")
-        par = parents.detach().cpu().numpy().astype(np.int64)
-    else:
-        par = np.asarray(parents)
-        if par.dtype.kind not in "iu":
-            raise TypeError(f"parents must hold integers; got {par.dtype}")
-        par = par.astype(np.int64)
-    if par.ndim != 1 or par.shape[0] == 0:
-        raise ValueError(f"parents must have shape (V,) with V >= 1; got shape {par.shape}")
+    power = check_bool(power, "power")
+    par, edge_lengths, mass_s, mass_t, numpy = tree_inputs(
+        parents, edge_lengths, mass_s, mass_t, validate
+    )
     n = par.shape[0]
-    if mass_s.shape != mass_t.shape or mass_s.ndim == 0 or mass_s.shape[-1] != n:
-        raise ValueError(
-            f"mass_s and mass_t must have the same shape (..., V) with V={n}; got "
-            f"mass_s.shape={tuple(mass_s.shape)} and mass_t.shape={tuple(mass_t.shape)}"
-        )
-    try:
-        fits = edge_lengths.ndim > 0 and edge_lengths.shape[-1] == n
-        fits = fits and broadcast_shape(edge_lengths.shape, mass_s.shape) == mass_s.shape
-    except ValueError:
-        fits = False
-    if not fits:
-        raise ValueError(
-            f"edge_lengths must have shape (V,) or (..., V) with V={n}, broadcasting to "
-            f"mass_s.shape={tuple(mass_s.shape)}; got "
-            f"edge_lengths.shape={tuple(edge_lengths.shape)}"
-        )
-    if validate:
-        for t, name in ((mass_s, "mass_s"), (mass_t, "mass_t"), (edge_lengths, "edge_lengths")):
-            check_nonnegative(t, name)
-        check_equal_totals(
-            (mass_s.sum(-1), mass_t.sum(-1)), ("mass_s.sum()", "mass_t.sum()"), mass_s.dtype
-        )
-    pre, tout, root = _euler_tour(par)
+    pre, tout = euler_tour(par)
+    root = int(pre[0])
     dev = mass_s.device
     pre_t = torch.as_tensor(pre, device=dev)
     diff = (mass_s - mass_t).index_select(-1, pre_t)
@@ -633,12 +706,14 @@ def tree_wasserstein(
     sub = csum.index_select(-1, torch.as_tensor(tout, device=dev)) - csum.index_select(-1, tin_t)
     keep = torch.ones(n, dtype=mass_s.dtype, device=dev)
     keep[root] = 0
-    if check_bool(power, "power") or p == 1:
+    if power or p == 1:
         cost = (edge_lengths * keep * sub.abs().pow(p)).sum(-1)
-        return cost if power else safe_root(cost, p)
-    # the root of sum w |m|^p as s (sum w (|m| / s)^p)^(1/p), s = max |m|: no power
-    # underflows or overflows before the root where the value is representable
-    top = sub.detach().abs().amax(-1, keepdim=True)
-    top = torch.where(top > 0, top, torch.ones_like(top))
-    cost = (edge_lengths * keep * (sub.abs() / top).pow(p)).sum(-1)
-    return top.squeeze(-1) * safe_root(cost, p)
+        out = cost if power else safe_root(cost, p)
+    else:
+        # the root of sum w |m|^p as s (sum w (|m| / s)^p)^(1/p), s = max |m|: no power
+        # underflows or overflows before the root where the value is representable
+        top = sub.detach().abs().amax(-1, keepdim=True)
+        top = torch.where(top > 0, top, torch.ones_like(top))
+        cost = (edge_lengths * keep * (sub.abs() / top).pow(p)).sum(-1)
+        out = top.squeeze(-1) * safe_root(cost, p)
+    return to_numpy(out) if numpy else out

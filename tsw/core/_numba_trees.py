@@ -1,0 +1,175 @@
+"""The Numba kernels of rooted trees, behind :mod:`tsw.core._kernels` (imported there only).
+
+Module-level functions, so that Numba's on-disk cache (``cache=True``) serves later
+processes without compiling again. Both follow, step for step, the NumPy/Python code they
+replace (``tsw.core.tree_wasserstein._euler_tour_numpy`` and
+``tsw.core.tree_plan._match_python``), so that both give the same orders and entries.
+
+* ``euler_tour``: the pre-order of a parent array (children pushed on a stack in
+  increasing label order, so visited in decreasing order) and the end of every subtree in
+  it, with a status code for parent arrays that are not trees.
+* ``match``: the bottom-up matching of an optimal transport plan on a tree whose nodes
+  are labelled in pre-order.
+"""
+
+# pyright: reportMissingImports=false
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+jit = numba.njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
+
+
+@jit
+def euler_tour(parents, pre, end):
+    """Fill ``pre`` (the pre-order) and ``end`` (the subtree ends); return a status.
+
+    ``end[v]`` is one past the position in ``pre`` of the last node of ``v``'s subtree.
+    Status: ``-1`` a tree; ``-2 - k`` for ``k`` roots (``k != 1``); ``-(n + 3) - i`` for an
+    entry ``parents[i]`` out of range (tested first); ``s >= 0``: only ``s`` nodes reachable
+    from the root (a cycle or a disconnected part).
+    """
+    n = parents.shape[0]
+    for i in range(n):
+        if parents[i] < -1 or parents[i] >= n:
+            return -(n + 3) - i
+    roots = 0
+    root = 0
+    for i in range(n):
+        if parents[i] == -1:
+            roots += 1
+            root = i
+    if roots != 1:
+        return -2 - roots
+    # the children of every node in increasing order, as one flat array
+    starts = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        if parents[i] >= 0:
+            starts[parents[i] + 1] += 1
+    for v in range(n):
+        starts[v + 1] += starts[v]
+    fill = starts[:-1].copy()
+    kids = np.empty(max(n - 1, 1), dtype=np.int64)
+    for i in range(n):
+        u = parents[i]
+        if u >= 0:
+            kids[fill[u]] = i
+            fill[u] += 1
+    stack = np.empty(n, dtype=np.int64)
+    stack[0] = root
+    top = 1
+    seen = 0
+    while top > 0:
+        top -= 1
+        v = stack[top]
+        if seen >= n:
+            break
+        pre[seen] = v
+        seen += 1
+        for j in range(starts[v], starts[v + 1]):
+            if top >= n:  # a cycle pushes more than n nodes: stop there
+                break
+            stack[top] = kids[j]
+            top += 1
+    if seen != n:
+        return seen
+    size = np.ones(n, dtype=np.int64)
+    for k in range(n - 1, -1, -1):
+        v = pre[k]
+        if parents[v] >= 0:
+            size[parents[v]] += size[v]
+    for k in range(n):
+        v = pre[k]
+        end[v] = k + size[v]
+    return -1
+
+
+@jit
+def match(parents, ms, mt, rows, cols, vals, at):
+    """Match bottom-up on a tree labelled in pre-order; return the number of entries.
+
+    ``parents[v] < v`` for every node but the root 0. The children's unmatched pieces
+    (node, mass) of one sign are linked lists joined in O(1); at every node they and the
+    node's own masses (its supply after the children's, then its demand) are matched in
+    order. ``rows``, ``cols``, ``vals`` receive the entries (source node, target node,
+    mass) and ``at`` the node where each is matched (the lowest common ancestor of its
+    two nodes); each needs room for ``2 V`` entries.
+    """
+    V = parents.shape[0]
+    starts = np.zeros(V + 1, dtype=np.int64)
+    for i in range(V):
+        if parents[i] >= 0:
+            starts[parents[i] + 1] += 1
+    for v in range(V):
+        starts[v + 1] += starts[v]
+    fill = starts[:-1].copy()
+    kids = np.empty(max(V - 1, 1), dtype=np.int64)
+    for i in range(V):
+        u = parents[i]
+        if u >= 0:
+            kids[fill[u]] = i
+            fill[u] += 1
+    atom = np.empty(2 * V, dtype=np.int64)
+    amount = np.empty(2 * V, dtype=np.float64)
+    nxt = np.empty(2 * V, dtype=np.int64)
+    head = np.full(V, -1, dtype=np.int64)
+    tail = np.full(V, -1, dtype=np.int64)
+    sign = np.zeros(V, dtype=np.int8)
+    pieces = 0
+    e = 0
+    for v in range(V - 1, -1, -1):
+        sh = st = dh = dt = -1
+        for i in range(starts[v], starts[v + 1]):
+            c = kids[i]
+            s = sign[c]
+            if s > 0:
+                if sh < 0:
+                    sh = head[c]
+                else:
+                    nxt[st] = head[c]
+                st = tail[c]
+            elif s < 0:
+                if dh < 0:
+                    dh = head[c]
+                else:
+                    nxt[dt] = head[c]
+                dt = tail[c]
+        if ms[v] > 0:
+            atom[pieces] = v
+            amount[pieces] = ms[v]
+            nxt[pieces] = -1
+            if sh < 0:
+                sh = pieces
+            else:
+                nxt[st] = pieces
+            st = pieces
+            pieces += 1
+        if mt[v] > 0:
+            atom[pieces] = v
+            amount[pieces] = mt[v]
+            nxt[pieces] = -1
+            if dh < 0:
+                dh = pieces
+            else:
+                nxt[dt] = pieces
+            dt = pieces
+            pieces += 1
+        while sh >= 0 and dh >= 0:  # the subtrees' supply meets their demand at v
+            m = min(amount[sh], amount[dh])
+            rows[e] = atom[sh]
+            cols[e] = atom[dh]
+            vals[e] = m
+            at[e] = v
+            e += 1
+            amount[sh] -= m
+            amount[dh] -= m
+            if amount[sh] <= 0:
+                sh = nxt[sh]
+            if amount[dh] <= 0:
+                dh = nxt[dh]
+        if sh >= 0:
+            head[v], tail[v], sign[v] = sh, st, 1
+        elif dh >= 0:
+            head[v], tail[v], sign[v] = dh, dt, -1
+    return e
