@@ -17,6 +17,8 @@ NOT_DISTANCES = frozenset(
         "sample_rotations",
         "sample_sphere_projections",
         "sample_spherical_trees",
+        # trees built from the data, and what reads them: tests/support/
+        "sample_quadtrees",
         # transport plans (a plan and its cost, not a distance): test_plans.py
         "barycentric_map",
         "expected_sliced_plan",

@@ -62,6 +62,7 @@ from tsw.sliced._swgg import swgg
 from tsw.sliced._unbalanced_sw import partial_sw, unbalanced_sw
 from tsw.sphere._spatial_stsw import spatial_stsw
 from tsw.sphere._stsw import stsw, stsw_unif
+from tsw.support._trees import SupportTree, SupportTrees, sample_quadtrees
 
 __version__ = "0.2.0.dev0"
 
@@ -69,6 +70,8 @@ __all__ = [
     "ChainLines",
     "ConcurrentLines",
     "SphericalTrees",
+    "SupportTree",
+    "SupportTrees",
     "__version__",
     "barycentric_map",
     "circular_tsw",
@@ -94,6 +97,7 @@ __all__ = [
     "sample_chain_lines",
     "sample_concurrent_lines",
     "sample_projections",
+    "sample_quadtrees",
     "sample_rotations",
     "sample_sphere_projections",
     "sample_spherical_trees",

@@ -1,0 +1,20 @@
+"""Trees built from the data (Le, Yamada, Fukumizu, Cuturi, NeurIPS 2019).
+
+The tree-sliced Wasserstein distance of Le et al. averages, over random trees built on
+a support, the exact W1 for each tree's path metric; it is an L1 distance between
+linear embeddings of the measures, so a distance matrix between many histograms on one
+support costs one embedding per histogram. Re-exported by :mod:`tsw`:
+
+* ``_trees``: the containers (:class:`SupportTree`, :class:`SupportTrees`, whose
+  ``place`` maps points to nodes) and random-shift quadtrees (:func:`sample_quadtrees`,
+  low dimensions);
+* ``_cluster``: farthest-point (or k-means) clustering trees
+  (:func:`sample_cluster_trees`, high dimensions);
+* ``_embedding``: the edge matrix and embedding (:func:`tree_embedding`), distance
+  matrices between histograms (:func:`pairwise_tsw`) and the distance between two
+  measures (:func:`support_tsw`).
+"""
+
+from tsw.support._trees import SupportTree, SupportTrees, sample_quadtrees
+
+__all__ = ["SupportTree", "SupportTrees", "sample_quadtrees"]
