@@ -307,8 +307,8 @@ def _exercise(dtype: torch.dtype) -> None:
             packed_argsort(np.ascontiguousarray(rows), np.empty(rows.shape, dtype=out))
     if dtype == torch.float64:  # the tree kernels (int64 labels, float64 masses)
         star = np.array([-1, 0, 0], dtype=np.int64)
-        tree_euler_tour(star)
-        tree_match(star, np.array([0.0, 1.0, 0.0]), np.array([0.0, 0.0, 1.0]))
+        _, end, _ = tree_euler_tour(star)
+        tree_match(end, np.array([0.0, 1.0, 0.0]), np.array([0.0, 0.0, 1.0]))
 
 
 def _as_rows(x: Tensor, *shape: int) -> Any:
@@ -773,11 +773,11 @@ def tree_euler_tour(parents: Any) -> tuple[Any, Any, int]:
     return pre, end, int(_compiled["euler_tour"](parents, pre, end))
 
 
-def tree_match(parents: Any, ms: Any, mt: Any) -> tuple[Any, Any, Any, Any]:
+def tree_match(end: Any, ms: Any, mt: Any) -> tuple[Any, Any, Any, Any]:
     """Match on a tree labelled in pre-order (``_numba_trees.match``): the (E,) entries."""
-    parents = np.ascontiguousarray(parents, dtype=np.int64)
+    end = np.ascontiguousarray(end, dtype=np.int64)
     ms, mt = (np.ascontiguousarray(m, dtype=np.float64) for m in (ms, mt))
-    rows, cols, at = (np.empty(2 * parents.shape[0], dtype=np.int64) for _ in range(3))
-    vals = np.empty(2 * parents.shape[0], dtype=np.float64)
-    e = _compiled["match"](parents, ms, mt, rows, cols, vals, at)
+    rows, cols, at = (np.empty(2 * end.shape[0], dtype=np.int64) for _ in range(3))
+    vals = np.empty(2 * end.shape[0], dtype=np.float64)
+    e = _compiled["match"](end, ms, mt, rows, cols, vals, at)
     return rows[:e], cols[:e], vals[:e], at[:e]

@@ -25,7 +25,8 @@ jit = numba.njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
 def euler_tour(parents, pre, end):
     """Fill ``pre`` (the pre-order) and ``end`` (the subtree ends); return a status.
 
-    ``end[v]`` is one past the position in ``pre`` of the last node of ``v``'s subtree.
+    ``end[k]`` is one past the position in ``pre`` of the last node of the subtree of
+    ``pre[k]``: that subtree is ``pre[k:end[k]]``.
     Status: ``-1`` a tree; ``-2 - k`` for ``k`` roots (``k != 1``); ``-(n + 3) - i`` for an
     entry ``parents[i]`` out of range (tested first); ``s >= 0``: only ``s`` nodes reachable
     from the root (a cycle or a disconnected part).
@@ -80,48 +81,35 @@ def euler_tour(parents, pre, end):
         if parents[v] >= 0:
             size[parents[v]] += size[v]
     for k in range(n):
-        v = pre[k]
-        end[v] = k + size[v]
+        end[k] = k + size[pre[k]]
     return -1
 
 
 @jit
-def match(parents, ms, mt, rows, cols, vals, at):
+def match(end, ms, mt, rows, cols, vals, at):
     """Match bottom-up on a tree labelled in pre-order; return the number of entries.
 
-    ``parents[v] < v`` for every node but the root 0. The children's unmatched pieces
-    (node, mass) of one sign are linked lists joined in O(1); at every node they and the
-    node's own masses (its supply after the children's, then its demand) are matched in
-    order. ``rows``, ``cols``, ``vals`` receive the entries (source node, target node,
-    mass) and ``at`` the node where each is matched (the lowest common ancestor of its
-    two nodes); each needs room for ``2 V`` entries.
+    ``end[v]`` is the end of node ``v``'s subtree (``v`` to ``end[v] - 1``): the children
+    of ``v`` are ``v + 1``, then each next one at the end of the previous one's subtree.
+    The children's unmatched pieces (node, mass) of one sign are linked lists joined in
+    O(1); at every node they and the node's own masses (its supply after the children's,
+    then its demand) are matched in order. ``rows``, ``cols``, ``vals`` receive the
+    entries (source node, target node, mass) and ``at`` the node where each is matched
+    (the lowest common ancestor of its two nodes); each needs room for ``2 V`` entries.
     """
-    V = parents.shape[0]
-    starts = np.zeros(V + 1, dtype=np.int64)
-    for i in range(V):
-        if parents[i] >= 0:
-            starts[parents[i] + 1] += 1
-    for v in range(V):
-        starts[v + 1] += starts[v]
-    fill = starts[:-1].copy()
-    kids = np.empty(max(V - 1, 1), dtype=np.int64)
-    for i in range(V):
-        u = parents[i]
-        if u >= 0:
-            kids[fill[u]] = i
-            fill[u] += 1
+    V = end.shape[0]
     atom = np.empty(2 * V, dtype=np.int64)
     amount = np.empty(2 * V, dtype=np.float64)
     nxt = np.empty(2 * V, dtype=np.int64)
-    head = np.full(V, -1, dtype=np.int64)
-    tail = np.full(V, -1, dtype=np.int64)
+    head = np.empty(V, dtype=np.int64)
+    tail = np.empty(V, dtype=np.int64)
     sign = np.zeros(V, dtype=np.int8)
     pieces = 0
     e = 0
     for v in range(V - 1, -1, -1):
         sh = st = dh = dt = -1
-        for i in range(starts[v], starts[v + 1]):
-            c = kids[i]
+        c = v + 1
+        while c < end[v]:
             s = sign[c]
             if s > 0:
                 if sh < 0:
@@ -135,6 +123,7 @@ def match(parents, ms, mt, rows, cols, vals, at):
                 else:
                     nxt[dt] = head[c]
                 dt = tail[c]
+            c = end[c]
         if ms[v] > 0:
             atom[pieces] = v
             amount[pieces] = ms[v]

@@ -28,21 +28,18 @@ __all__ = ["tree_plan"]
 
 
 def _match_python(
-    parents: np.ndarray, ms: np.ndarray, mt: np.ndarray
+    end: np.ndarray, ms: np.ndarray, mt: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Match bottom-up without Numba (``_numba_trees.match``, step for step).
 
-    On a tree labelled in pre-order (``parents[v] < v`` but for the root 0). Each node's
+    On a tree labelled in pre-order, node ``v``'s subtree ``v .. end[v] - 1``. Each node's
     unmatched remainder is a linked list of pieces (node, mass) of one sign, so that
     concatenating the children's lists costs O(1); every match removes at least one
     piece, so the pass is O(V) with at most 2V - 1 entries. Returns the source nodes,
     target nodes, masses and the node where each entry is matched.
     """
-    V = len(parents)
-    child = np.flatnonzero(parents >= 0)  # the children of every node, in increasing order
-    by_parent = np.argsort(parents[child], kind="stable")
-    kids = child[by_parent].tolist()
-    starts = np.searchsorted(parents[child][by_parent], np.arange(V + 1)).tolist()
+    V = len(end)
+    ends = end.tolist()
     mass_s, mass_t = ms.tolist(), mt.tolist()
     atom: list[int] = []
     amount: list[float] = []
@@ -56,8 +53,8 @@ def _match_python(
     at: list[int] = []
     for v in range(V - 1, -1, -1):
         sh = st = dh = dt = -1
-        for i in range(starts[v], starts[v + 1]):
-            c = kids[i]
+        c = v + 1
+        while c < ends[v]:  # the children: v + 1, then each at its previous one's end
             s = sign[c]
             if s > 0:
                 if sh < 0:
@@ -71,6 +68,7 @@ def _match_python(
                 else:
                     nxt[dt] = head[c]
                 dt = tail[c]
+            c = ends[c]
         if mass_s[v] > 0:
             atom.append(v)
             amount.append(mass_s[v])
@@ -115,21 +113,13 @@ def _match_python(
     )
 
 
-def _in_preorder(par: np.ndarray, pre: np.ndarray) -> np.ndarray:
-    """Return the parent array of the tree relabelled in pre-order (node ``pre[k]`` becomes k)."""
-    rank = np.empty(par.shape[0], dtype=np.int64)
-    rank[pre] = np.arange(par.shape[0])
-    up = par[pre]
-    return np.where(up >= 0, rank[np.maximum(up, 0)], -1)
-
-
 def _match_preorder(
-    par_pre: np.ndarray, ms: np.ndarray, mt: np.ndarray
+    end: np.ndarray, ms: np.ndarray, mt: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Match on a tree labelled in pre-order: compiled where it can run."""
+    """Match on a tree labelled in pre-order (subtree ends ``end``): compiled if it can."""
     if _kernels.trees_usable():
-        return _kernels.tree_match(par_pre, ms, mt)
-    return _match_python(par_pre, ms, mt)
+        return _kernels.tree_match(end, ms, mt)
+    return _match_python(end, ms, mt)
 
 
 def match_on_tree(
@@ -149,7 +139,7 @@ def match_on_tree(
     Raises ``ValueError`` if ``parents`` is not a tree or the masses are not (V,).
     """
     par = parents_array(parents)
-    pre, _ = euler_tour(par)
+    pre, end = euler_tour(par)
     ms = np.asarray(mass_s, dtype=np.float64)
     mt = np.asarray(mass_t, dtype=np.float64)
     if ms.shape != par.shape or mt.shape != par.shape:
@@ -157,12 +147,12 @@ def match_on_tree(
             f"mass_s and mass_t must have shape (V,) with V={par.shape[0]}; got "
             f"mass_s.shape={ms.shape} and mass_t.shape={mt.shape}"
         )
-    rows, cols, vals, _ = _match_preorder(_in_preorder(par, pre), ms[pre], mt[pre])
+    rows, cols, vals, _ = _match_preorder(end, ms[pre], mt[pre])
     return pre[rows], pre[cols], vals
 
 
 def _edge_flows(
-    end_pre: np.ndarray, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, at: np.ndarray
+    end: np.ndarray, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, at: np.ndarray
 ) -> np.ndarray:
     """Return the mass the entries move across each edge (v, parent), by pre-order label.
 
@@ -170,10 +160,10 @@ def _edge_flows(
     above ``v`` if and only if one of ``u``, ``w`` lies in ``v``'s subtree and the other
     does not: the subtree sums of ``+mass`` at ``u`` and ``w`` and ``-2 mass`` at ``at``.
     """
-    V = end_pre.shape[0]
+    V = end.shape[0]
     g = np.bincount(rows, vals, V) + np.bincount(cols, vals, V) - 2.0 * np.bincount(at, vals, V)
     csum = np.concatenate([[0.0], np.cumsum(g)])
-    return csum[end_pre] - csum[:V]
+    return csum[end] - csum[:V]
 
 
 def tree_plan(
@@ -282,23 +272,22 @@ def tree_plan(
     acc = Accumulator(
         B, V, V, mass_s.detach(), dense=dense, batched=bool(lead), numpy=numpy, lead=lead
     )
-    # the nodes relabelled in pre-order, so that the pass reads its lists in order (at
-    # V = 1e5, a random recursive tree's pass took 1.8x longer in its own labels)
-    par_pre = _in_preorder(par, pre)
-    end_pre = end[pre]
+    # the matching runs on the nodes relabelled in pre-order (node pre[k] is k), so that
+    # it reads its lists in order
     flows = np.empty((B, V))
     dev = mass_s.device
     for i in range(B):
-        rows, cols, vals, at = _match_preorder(par_pre, ms[i], mt[i])
-        flows[i, pre] = _edge_flows(end_pre, rows, cols, vals, at)
+        rows, cols, vals, at = _match_preorder(end, ms[i], mt[i])
+        flows[i] = _edge_flows(end, rows, cols, vals, at)
         acc.add(
             torch.from_numpy(pre[rows]).to(dev),
             torch.from_numpy(pre[cols]).to(dev),
             torch.from_numpy(vals).to(dev),
             item=i,
         )
-    flow = torch.from_numpy(flows).to(device=dev, dtype=mass_s.dtype).reshape(*lead, V)
-    flow[..., int(pre[0])] = 0  # the root has no edge (and no flow, up to rounding)
-    cost = (edge_lengths * flow).sum(-1)
+    # the flow across the edge above every node but the root, in pre-order
+    flow = torch.from_numpy(flows[:, 1:]).to(device=dev, dtype=mass_s.dtype)
+    lengths = edge_lengths.index_select(-1, torch.as_tensor(pre[1:], device=dev))
+    cost = (lengths * flow.reshape(*lead, V - 1)).sum(-1)
     plan = acc.result()
     return (plan, to_numpy(cost)) if numpy else (plan, cost)

@@ -505,9 +505,7 @@ def _euler_tour_numpy(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]
     for v in pre[::-1].tolist():  # subtree sizes, children before parents
         if up[v] >= 0:
             sizes[up[v]] += sizes[v]
-    end = np.empty(n, dtype=np.int64)
-    end[pre] = np.arange(n) + np.asarray(sizes, dtype=np.int64)[pre]
-    return pre, end, -1
+    return pre, np.arange(n) + np.asarray(sizes, dtype=np.int64)[pre], -1
 
 
 def euler_tour(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -515,8 +513,7 @@ def euler_tour(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     ``parents`` is an int64 parent array (V,) (:func:`parents_array`). Returns ``pre``
     (V,), the nodes in pre-order (the root first; a node's children in decreasing label
-    order), and ``end`` (V,), indexed by node: node ``v``'s subtree is
-    ``pre[tin[v]:end[v]]``, ``tin`` being the inverse permutation of ``pre``. Compiled
+    order), and ``end`` (V,): the subtree of node ``pre[k]`` is ``pre[k:end[k]]``. Compiled
     (:func:`tsw.core._kernels.trees_usable`) or in NumPy, with the same result; no
     recursion, so paths of any depth are fine. Raises ``ValueError`` naming ``parents``
     for an entry out of range, a number of roots other than one, or a cycle or a part
@@ -694,26 +691,25 @@ def tree_wasserstein(
         parents, edge_lengths, mass_s, mass_t, validate
     )
     n = par.shape[0]
-    pre, tout = euler_tour(par)
-    root = int(pre[0])
+    pre, end = euler_tour(par)
     dev = mass_s.device
-    pre_t = torch.as_tensor(pre, device=dev)
-    diff = (mass_s - mass_t).index_select(-1, pre_t)
+    pre_t = torch.as_tensor(pre[1:], device=dev)  # the nodes but the root, in pre-order
+    diff = (mass_s - mass_t).index_select(-1, torch.as_tensor(pre, device=dev))
     csum = torch.cat([torch.zeros_like(diff[..., :1]), diff.cumsum(-1)], dim=-1)
-    tin_t = torch.empty(n, dtype=torch.long)
-    tin_t[torch.as_tensor(pre)] = torch.arange(n)
-    tin_t = tin_t.to(dev)
-    sub = csum.index_select(-1, torch.as_tensor(tout, device=dev)) - csum.index_select(-1, tin_t)
-    keep = torch.ones(n, dtype=mass_s.dtype, device=dev)
-    keep[root] = 0
+    # the subtree masses: node pre[k]'s subtree is pre[k:end[k]]
+    sub = csum.index_select(-1, torch.as_tensor(end[1:], device=dev)) - csum[..., 1:n]
+    lengths = edge_lengths.index_select(-1, pre_t)
     if power or p == 1:
-        cost = (edge_lengths * keep * sub.abs().pow(p)).sum(-1)
+        cost = (lengths * sub.abs().pow(p)).sum(-1)
         out = cost if power else safe_root(cost, p)
     else:
         # the root of sum w |m|^p as s (sum w (|m| / s)^p)^(1/p), s = max |m|: no power
         # underflows or overflows before the root where the value is representable
-        top = sub.detach().abs().amax(-1, keepdim=True)
+        if n == 1:  # no edge
+            top = sub.new_ones((*sub.shape[:-1], 1))
+        else:
+            top = sub.detach().abs().amax(-1, keepdim=True)
         top = torch.where(top > 0, top, torch.ones_like(top))
-        cost = (edge_lengths * keep * (sub.abs() / top).pow(p)).sum(-1)
+        cost = (lengths * (sub.abs() / top).pow(p)).sum(-1)
         out = top.squeeze(-1) * safe_root(cost, p)
     return to_numpy(out) if numpy else out
