@@ -14,7 +14,9 @@ log=False, chunk_size="auto", process_group=None, gather=False)``: it checks the
 (each by one check function, which the loss modules run too), builds the problem
 (numpy inputs, the measures, the seed), calls the method, and finishes the value
 (:func:`~tsw.core._output.finish`). It also documents the shared options in the
-function's Parameters section and runs the distance outside ``torch.autocast``.
+function's Parameters section and runs the distance outside ``torch.autocast``. Under
+``torch.jit.trace`` it raises a RuntimeError naming the function
+(:func:`~tsw.core._random.refuse_tracing`): ``torch.compile`` traces the distances.
 
 A method may declare a shared option itself, to set its default (``p``) or its position
 (POT's positional ``seed`` and ``log`` in :func:`tsw.sw`); it then receives its checked
@@ -45,7 +47,7 @@ from torch import Tensor
 
 from tsw.core._output import Evaluation, Result, finish
 from tsw.core._problem import Problem, build
-from tsw.core._random import Seed
+from tsw.core._random import Seed, refuse_tracing
 from tsw.core._ranges import check_scales
 from tsw.core._validation import COMMON_CHECKS, Check, check_bool
 
@@ -293,6 +295,7 @@ def distance(
 
         @functools.wraps(fn)
         def public_fn(*args: Any, **kwargs: Any) -> Result:
+            refuse_tracing(f"tsw.{fn.__name__}")
             with _outside_autocast() as up:
                 bound = public.bind(*args, **kwargs)
                 bound.apply_defaults()

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from tsw.core._api import LOW_PRECISION
-from tsw.core._random import check_seed
+from tsw.core._random import check_seed, refuse_tracing
 from tsw.core._validation import check_bool, check_choice
 
 __all__ = ["NOT_OPTIONS", "_Loss", "_UnifLoss", "_loss_from", "function_options"]
@@ -191,6 +191,7 @@ class _Loss(nn.Module):
             A 0-d tensor (unbatched input, or ``reduction`` in {"mean", "sum"}) or a
             (B,) tensor (``reduction="none"``).
         """
+        refuse_tracing(f"tsw.nn.{type(self).__name__}")
         fn = type(self)._fn
         options = self._call_options(X_s)
         return self._reduce(fn(X_s, X_t, a, b, **options, **self._randomness()))
@@ -228,6 +229,7 @@ class _UnifLoss(_Loss):
             A 0-d tensor (unbatched input, or ``reduction`` in {"mean", "sum"}) or a
             (B,) tensor (``reduction="none"``).
         """
+        refuse_tracing(f"tsw.nn.{type(self).__name__}")
         fn = type(self)._fn
         return self._reduce(fn(X_s, a, **self._call_options(X_s), **self._randomness()))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numbers
 import secrets
+import sys
 from collections.abc import Callable
 from functools import partial
 from typing import TypeAlias
@@ -24,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["Sampler", "Seed", "check_seed", "haar_rows", "resolve_sampler"]
+__all__ = ["Sampler", "Seed", "check_seed", "haar_rows", "refuse_tracing", "resolve_sampler"]
 
 #: what ``seed=`` takes: an int (numpy integers too), a numpy ``RandomState`` or
 #: ``Generator`` (one int is drawn from it), or None
@@ -63,6 +64,41 @@ def check_seed(seed: object) -> int | None:
     if not SEED_RANGE[0] <= seed < SEED_RANGE[1]:
         raise ValueError(f"seed must be an int in [-2**63, 2**64); got {seed}")
     return seed
+
+
+def refuse_tracing(name: str | None = None) -> None:
+    """Raise a RuntimeError naming ``name`` while ``torch.jit.trace`` records a graph.
+
+    A trace records what a call did with its example inputs: a sort's permutation and
+    the random draws (the library's sorts run in NumPy on the CPU, its slices come from
+    generators) would become constants of the graph, and the traced function would
+    return wrong values on new inputs. ``torch.compile`` traces these calls correctly.
+    Called by every public distance and loss module, by the sorts
+    (:mod:`tsw.core._sort`) and by every draw (:class:`Sampler`); without ``name``, the
+    outermost public ``tsw`` function on the call stack is named.
+    """
+    if not torch.jit.is_tracing():
+        return
+    raise RuntimeError(
+        f"{name or _public_caller()}: torch.jit.trace cannot record this function: its "
+        "sorts and random draws would be recorded as constants, and the traced function "
+        "would return wrong values on new inputs. Use torch.compile(fn) instead (it "
+        "traces these calls correctly), or call the function eagerly."
+    )
+
+
+def _public_caller() -> str:
+    """Name the outermost public ``tsw`` function on the call stack (``"tsw"`` if none)."""
+    name = "tsw"
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        code = frame.f_code.co_name
+        public = code.isidentifier() and not code.startswith("_")
+        if public and (module == "tsw" or module.startswith("tsw.")):
+            name = f"tsw.{code}"
+        frame = frame.f_back
+    return name
 
 
 class Sampler:
@@ -104,6 +140,7 @@ class Sampler:
     @property
     def generator(self) -> torch.Generator:
         """The generator, made on first use when a callable was given."""
+        refuse_tracing()  # every draw reads it: a traced draw would be a constant
         if self._generator is None:
             self._generator = self._make()
         return self._generator

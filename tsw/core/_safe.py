@@ -17,10 +17,11 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> torch.Size:
     """Return the broadcast of ``shapes`` (``torch.broadcast_shapes`` in plain Python).
 
     ``torch.broadcast_shapes`` imports ``torch._refs`` and sympy at its first call in a
-    process (0.4-1.4 s), which would fall on the first distance call.
+    process (0.4-1.4 s), which would fall on the first distance call. Sizes are read as
+    ints (under ``torch.jit.trace`` they are 0-d tensors, equal ones hashing apart).
     """
     ndim = max(len(s) for s in shapes)
-    padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
+    padded = [(1,) * (ndim - len(s)) + tuple(int(d) for d in s) for s in shapes]
     out = []
     for dims in zip(*padded, strict=True):
         sizes = {d for d in dims if d != 1}

@@ -32,6 +32,10 @@ The choice depends only on the device, the dtype, the sizes and whether a graph 
 traced, never on timing, so that a call is reproducible: both sorts give the same sorted
 values; tied values may come out in another order, which changes neither the cost nor
 any gradient away from ties.
+
+Under ``torch.jit.trace`` every function here raises a RuntimeError naming the public
+function called (:func:`tsw.core._random.refuse_tracing`): a trace would record the
+permutation of its example inputs as a constant. ``torch.compile`` traces the sorts.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import torch
 from torch import Tensor
 
 from tsw.core import _kernels
+from tsw.core._random import refuse_tracing
 from tsw.core._threads import by_rows, threads_for
 
 __all__ = ["argsort_last", "sort_last", "unsort_last"]
@@ -102,6 +107,7 @@ def argsort_last(x: Tensor, compact: bool = False) -> Tensor:
     the time with the int64 permutation, the arrays out of cache). ``torch.gather``
     and ``scatter_`` take int64 only.
     """
+    refuse_tracing()
     if _numpy_ok(x):
         order = _numpy_argsort(x, compact)
         if order is not None:
@@ -115,6 +121,7 @@ def sort_last(x: Tensor) -> tuple[Tensor, Tensor]:
     The values are ``gather(x, -1, permutation)``, so they carry ``x``'s gradient as
     ``torch.sort``'s do. The permutation is int64, like ``torch.sort``'s.
     """
+    refuse_tracing()
     if _numpy_ok(x):
         order = _numpy_argsort(x)
         if order is not None:
@@ -135,6 +142,7 @@ def unsort_last(values: Tensor, order: Tensor, out: Tensor | None = None) -> Ten
     values)``, faster on long CPU rows (see the module notes). Not differentiable: for
     the written-out backward passes.
     """
+    refuse_tracing()
     if out is None:  # contiguous even for strided values, so that NumPy can write it
         out = torch.empty_like(values, memory_format=torch.contiguous_format)
     order = order.expand(values.shape)
