@@ -1,0 +1,245 @@
+"""``tsw.tree_plan``, ``tsw.tree_wasserstein`` on data-sized trees, and ``match_on_tree``.
+
+Plans and costs against ``ot.emd`` / ``ot.emd2`` on the tree path metric computed by
+scipy's shortest paths (an independent metric); the compiled kernels
+(``tsw.core._numba_trees``) against the NumPy/Python fallback, entry for entry; deep
+paths (no recursion), invalid parent arrays, and numpy/list inputs.
+"""
+
+from __future__ import annotations
+
+import _reference as ref
+import numpy as np
+import ot
+import pytest
+import torch
+from _reference import assert_close
+
+import tsw
+from tsw.core import _kernels
+from tsw.core import tree_plan as tree_plan_module
+from tsw.core import tree_wasserstein as tw_module
+from tsw.core.tree_plan import match_on_tree
+
+F64 = torch.float64
+
+needs_kernels = pytest.mark.skipif(
+    not _kernels.warm_up(), reason="the compiled kernels are disabled (TSW_NUMBA=0) or absent"
+)
+
+
+def random_tree(rng, V):
+    """A random recursive tree in random labels (its root any node)."""
+    perm = rng.permutation(V)
+    parents = np.full(V, -1)
+    for i in range(1, V):
+        parents[perm[i]] = perm[rng.integers(i)]
+    return parents
+
+
+def masses(rng, shape, total=1.0, keep=0.6):
+    """Non-negative masses on all nodes (internal ones too), some zero, a given total."""
+    w = rng.random(shape) * (rng.random(shape) < keep)
+    w[..., 0] += 0.1
+    return total * w / w.sum(-1, keepdims=True)
+
+
+@pytest.fixture(params=["compiled", "fallback"])
+def path(request, monkeypatch):
+    """Run a test on the compiled kernels, then on the fallback."""
+    if request.param == "compiled":
+        if not _kernels.warm_up():
+            pytest.skip("the compiled kernels are disabled (TSW_NUMBA=0) or absent")
+    else:
+        monkeypatch.setattr(_kernels, "trees_usable", lambda: False)
+    return request.param
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_plan_and_cost_equal_emd_on_the_path_metric(seed, path):
+    rng = np.random.default_rng(seed)
+    V = int(rng.integers(2, 40))
+    parents = random_tree(rng, V)
+    lengths = rng.random(V) * (rng.random(V) > 0.2)
+    total = float(rng.uniform(0.5, 3.0))  # unnormalised, equal totals
+    ms, mt = masses(rng, V, total), masses(rng, V, total)
+    D = ref.tree_metric_from_parents(parents, lengths)
+    plan, cost = tsw.tree_plan(parents, lengths, ms, mt)  # numpy in: scipy and numpy out
+    P = plan.toarray()
+    assert isinstance(cost, np.floating | np.ndarray)
+    assert np.shape(cost) == ()
+    assert plan.nnz <= 2 * V - 1
+    assert (P >= 0).all()
+    assert_close(P.sum(1), ms)
+    assert_close(P.sum(0), mt)
+    exact = ot.emd2(ms, mt, D)
+    assert_close(cost, exact)
+    assert_close((P * D).sum(), exact)
+    assert_close(cost, (P * D).sum())
+    assert_close(tsw.tree_wasserstein(parents, lengths, ms, mt), exact)
+    # every entry moves mass between the nodes ot.emd could: the plan's cost is optimal,
+    # and an emd plan has the same marginals
+    assert_close(ot.emd(ms, mt, D).sum(0), mt)
+
+
+@pytest.mark.parametrize("lead", [(3,), (2, 3)])
+def test_batched_masses_and_lengths(lead, path):
+    rng = np.random.default_rng(7)
+    V = 17
+    parents = random_tree(rng, V)
+    lengths = rng.random((*lead, V))
+    ms, mt = masses(rng, (*lead, V)), masses(rng, (*lead, V))
+    plan, cost = tsw.tree_plan(
+        torch.as_tensor(parents), torch.tensor(lengths), torch.tensor(ms), torch.tensor(mt)
+    )
+    assert plan.shape == (*lead, V, V)
+    assert cost.shape == lead
+    assert cost.dtype == F64
+    full, cost_dense = tsw.tree_plan(
+        parents, torch.tensor(lengths), torch.tensor(ms), torch.tensor(mt), dense=True
+    )
+    assert_close(plan.to_dense(), full)
+    assert_close(cost_dense, cost)
+    values = tsw.tree_wasserstein(parents, lengths, ms, mt)
+    assert isinstance(values, np.ndarray)
+    assert values.shape == lead
+    for idx in np.ndindex(*lead):
+        D = ref.tree_metric_from_parents(parents, lengths[idx])
+        exact = ot.emd2(ms[idx], mt[idx], D)
+        assert_close(cost[idx], exact)
+        assert_close((full[idx].numpy() * D).sum(), exact)
+        assert_close(values[idx], exact)
+
+
+def test_cost_gradient_is_the_flow_on_each_edge(path):
+    rng = np.random.default_rng(8)
+    V = 25
+    parents = random_tree(rng, V)
+    lengths = torch.tensor(rng.random(V), requires_grad=True)
+    ms, mt = (torch.tensor(masses(rng, V)) for _ in range(2))
+    _, cost = tsw.tree_plan(parents, lengths, ms, mt)
+    (g,) = torch.autograd.grad(cost, lengths)
+    (want,) = torch.autograd.grad(tsw.tree_wasserstein(parents, lengths, ms, mt), lengths)
+    assert_close(g, want)  # |mu(subtree) - nu(subtree)| on every edge, 0 at the root
+
+
+def test_compiled_and_fallback_give_the_same_entries(monkeypatch):
+    if not _kernels.warm_up():
+        pytest.skip("the compiled kernels are disabled (TSW_NUMBA=0) or absent")
+    rng = np.random.default_rng(9)
+    for V in (1, 2, 3, 60, 3000):
+        parents = random_tree(rng, V)
+        if V % 2:  # masses on a grid: exact ties between pieces, empty nodes
+            ms, mt = (rng.multinomial(2 * V, np.full(V, 1 / V)) / (2 * V) for _ in range(2))
+        else:
+            ms, mt = masses(rng, V), masses(rng, V)
+        pre, end, status = _kernels.tree_euler_tour(parents)
+        pre2, end2, status2 = tw_module._euler_tour_numpy(parents)
+        assert status == status2 == -1
+        np.testing.assert_array_equal(pre, pre2)
+        np.testing.assert_array_equal(end, end2)
+        got = _kernels.tree_match(end, ms[pre], mt[pre])
+        want = tree_plan_module._match_python(end, ms[pre], mt[pre])
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+        lengths = rng.random(V)
+        compiled = tsw.tree_plan(parents, lengths, ms, mt), match_on_tree(parents, ms, mt)
+        value = tsw.tree_wasserstein(parents, lengths, ms, mt, p=1.5)
+        with monkeypatch.context() as mp:
+            mp.setattr(_kernels, "trees_usable", lambda: False)
+            fallback = tsw.tree_plan(parents, lengths, ms, mt), match_on_tree(parents, ms, mt)
+            value2 = tsw.tree_wasserstein(parents, lengths, ms, mt, p=1.5)
+        np.testing.assert_array_equal(compiled[0][0].toarray(), fallback[0][0].toarray())
+        assert compiled[0][1] == fallback[0][1]
+        for a, b in zip(compiled[1], fallback[1], strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert value == value2
+
+
+def test_match_on_tree_entries(path):
+    rng = np.random.default_rng(10)
+    V = 30
+    parents = random_tree(rng, V)
+    ms, mt = masses(rng, V), masses(rng, V)
+    rows, cols, vals = match_on_tree(parents, ms, mt)
+    assert rows.dtype == cols.dtype == np.int64
+    assert vals.dtype == np.float64
+    assert len(vals) <= 2 * V - 1
+    assert (vals > 0).all()
+    P = np.zeros((V, V))
+    np.add.at(P, (rows, cols), vals)
+    assert_close(P.sum(1), ms)
+    assert_close(P.sum(0), mt)
+    lengths = rng.random(V)
+    D = ref.tree_metric_from_parents(parents, lengths)
+    assert_close((P * D).sum(), ot.emd2(ms, mt, D))
+    plan, _ = tsw.tree_plan(parents, lengths, ms, mt, dense=True)
+    assert_close(P, plan)
+    with pytest.raises(ValueError, match=r"mass_s and mass_t must have shape \(V,\) with V=30"):
+        match_on_tree(parents, ms[:-1], mt)
+
+
+@pytest.mark.parametrize("V", [100_000])
+def test_a_deep_path(V, path):
+    """A chain of 1e5 nodes in reversed labels: no recursion, the closed form on a line."""
+    rng = np.random.default_rng(11)
+    parents = np.append(np.arange(1, V), -1)  # node V - 1 is the root; i hangs from i + 1
+    lengths = rng.random(V)
+    ms, mt = masses(rng, V), masses(rng, V)
+    # on a path the subtree of node i is {0, ..., i}: W1 = sum_i w_i |sum_{j <= i} (ms - mt)|
+    exact = float((lengths[:-1] * np.abs(np.cumsum(ms - mt)[:-1])).sum())
+    assert_close(tsw.tree_wasserstein(parents, lengths, ms, mt), exact)
+    plan, cost = tsw.tree_plan(parents, lengths, ms, mt)
+    assert_close(cost, exact)
+    assert plan.nnz <= 2 * V - 1
+    assert_close(np.asarray(plan.sum(1)).ravel(), ms)
+
+
+@pytest.mark.parametrize(
+    ("parents", "match"),
+    [
+        ([-1, 2, 1], "must describe a tree"),  # a cycle
+        ([-1, 0, 1, 4, 3], "only 3 of 5 nodes"),  # a cycle apart from the root
+        ([-1, -1, 0], "exactly one root"),
+        ([0, 1, 2], "exactly one root"),  # no root (all cycles)
+        ([-1, 0, 3], r"parents\[2\]=3"),
+        ([-1, 0, -2], r"parents\[2\]=-2"),
+        ([[-1, 0, 0]], r"parents must have shape \(V,\)"),
+    ],
+)
+def test_invalid_parents_raise(parents, match, path):
+    V = np.asarray(parents).size
+    ms = np.full(V, 1.0 / V)
+    for fn in (tsw.tree_plan, tsw.tree_wasserstein):
+        with pytest.raises(ValueError, match="parents") as info:
+            fn(parents, np.ones(V), ms, ms)
+        assert info.match(match)
+    with pytest.raises(ValueError, match=match):
+        match_on_tree(np.asarray(parents), ms, ms)
+
+
+def test_inputs_of_every_kind():
+    rng = np.random.default_rng(12)
+    parents = [-1, 0, 0, 1]
+    lengths, ms, mt = [0.0, 1.0, 2.0, 0.5], [0.25] * 4, [0.1, 0.2, 0.3, 0.4]
+    D = ref.tree_metric_from_parents(parents, lengths)
+    exact = ot.emd2(np.array(ms), np.array(mt), D)
+    for fn in (tsw.tree_wasserstein, lambda *a: tsw.tree_plan(*a)[1]):
+        lists = fn(parents, lengths, ms, mt)  # lists: float64 numpy
+        assert isinstance(lists, np.floating | np.ndarray)
+        assert lists.dtype == np.float64
+        assert_close(lists, exact)
+        as32 = fn(np.array(parents), lengths, np.float32(ms), np.float32(mt))  # numpy out
+        assert isinstance(as32, np.floating | np.ndarray)
+        assert as32.dtype == np.float32
+        tensors = fn(torch.tensor(parents), lengths, torch.tensor(ms), torch.tensor(mt))
+        assert isinstance(tensors, torch.Tensor)
+        assert tensors.dtype == torch.float32
+        assert_close(tensors, exact, tol=1e-6)
+        with pytest.raises(TypeError, match="all torch tensors or all numpy arrays"):
+            fn(parents, np.array(lengths), torch.tensor(ms, dtype=F64), mt)
+    plan, cost = tsw.tree_plan(parents, lengths, ms, mt, dense=True)
+    assert isinstance(plan, np.ndarray)
+    assert plan.dtype == np.float64
+    assert_close((plan * D).sum(), cost)
+    del rng
