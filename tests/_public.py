@@ -19,6 +19,8 @@ NOT_DISTANCES = frozenset(
         "sample_spherical_trees",
         # trees built from the data, and what reads them: tests/support/
         "sample_quadtrees",
+        "tree_embedding",
+        "pairwise_tsw",
         # transport plans (a plan and its cost, not a distance): test_plans.py
         "barycentric_map",
         "expected_sliced_plan",

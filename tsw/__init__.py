@@ -62,6 +62,7 @@ from tsw.sliced._swgg import swgg
 from tsw.sliced._unbalanced_sw import partial_sw, unbalanced_sw
 from tsw.sphere._spatial_stsw import spatial_stsw
 from tsw.sphere._stsw import stsw, stsw_unif
+from tsw.support._embedding import pairwise_tsw, tree_embedding
 from tsw.support._trees import SupportTree, SupportTrees, sample_quadtrees
 
 __version__ = "0.2.0.dev0"
@@ -88,6 +89,7 @@ __all__ = [
     "metrics",
     "min_sliced_transport_plan",
     "nn",
+    "pairwise_tsw",
     "partial_sw",
     "partial_tsw",
     "rp_sw",
@@ -110,6 +112,7 @@ __all__ = [
     "stsw_unif",
     "sw",
     "swgg",
+    "tree_embedding",
     "tree_plan",
     "tree_wasserstein",
     "trees_needed",

@@ -15,6 +15,7 @@ support costs one embedding per histogram. Re-exported by :mod:`tsw`:
   measures (:func:`support_tsw`).
 """
 
+from tsw.support._embedding import pairwise_tsw, tree_embedding
 from tsw.support._trees import SupportTree, SupportTrees, sample_quadtrees
 
-__all__ = ["SupportTree", "SupportTrees", "sample_quadtrees"]
+__all__ = ["SupportTree", "SupportTrees", "pairwise_tsw", "sample_quadtrees", "tree_embedding"]
