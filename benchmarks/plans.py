@@ -102,37 +102,73 @@ def random_tree(V: int, rng: np.random.Generator, shape: str = "random") -> np.n
 
 #: the tree shapes :func:`tree_plan_times` measures
 SHAPES = ("random", "path", "star")
+#: the calls timed side by side on every tree: the two tree solvers and two sorts of V floats
+TREE_CALLS = ("tree_plan", "tree_wasserstein", "torch.sort", "np.sort")
 
 
-def tree_plan_times(sizes: list[int], rounds: int) -> list[dict]:
-    """Median seconds of :func:`tsw.tree_plan` on trees of V = N nodes, three shapes.
+def _tree_calls(
+    parents: np.ndarray, lengths: np.ndarray, ms: np.ndarray, mt: np.ndarray, values: np.ndarray
+) -> dict[str, Callable[[], object]]:
+    """The calls of :data:`TREE_CALLS` on one tree (``values``: the floats sorted)."""
+    values_t = torch.from_numpy(values)
+    return {
+        "tree_plan": lambda: tsw.tree_plan(parents, lengths, ms, mt),
+        "tree_wasserstein": lambda: tsw.tree_wasserstein(parents, lengths, ms, mt),
+        "torch.sort": lambda: torch.sort(values_t),
+        "np.sort": lambda: np.sort(values),
+    }
 
-    Half the nodes (at random) carry source mass, half target mass, independently.
-    ``slope`` is the log-log slope of the time from the previous size (1: linear).
+
+def tree_plan_times(sizes: list[int], rounds: int, fallback_max: int = 10**5) -> list[dict]:
+    """Median seconds of the tree solvers on trees of V nodes, against sorts of V floats.
+
+    :func:`tsw.tree_plan` (sparse plan and cost) and :func:`tsw.tree_wasserstein` (p = 1)
+    with float64 NumPy inputs, ``torch.sort`` and ``np.sort`` of V float64 values, timed
+    in interleaved rounds in one process; ``/ sort`` is the median of the per-round ratios
+    to ``torch.sort``. ``path`` says whether the tree kernels are compiled (Numba) or the
+    NumPy/Python fallback (up to ``fallback_max`` nodes). Half the nodes (at random) carry
+    source mass, half target mass, independently. ``slope`` is the log-log slope of the
+    plan's time from the previous size (1: linear).
     """
+    from unittest import mock
+
+    from tsw.core import _kernels
+
+    compiled = _kernels.warm_up()
     rng = np.random.default_rng(0)
     rows = []
     for shape in SHAPES:
-        previous = None
+        previous: dict[str, dict] = {}
         for V in sizes:
             parents = random_tree(V, rng, shape)
             lengths = rng.random(V)
             ms = rng.random(V) * (rng.random(V) < 0.5)
             mt = rng.random(V) * (rng.random(V) < 0.5)
             ms, mt = ms / ms.sum(), mt / mt.sum()
-            seconds = []
-            for _ in range(rounds):
-                t0 = time.perf_counter()
-                plan, _ = tsw.tree_plan(parents, lengths, ms, mt)
-                seconds.append(time.perf_counter() - t0)
-            row = {"shape": shape, "V": V, "seconds": statistics.median(seconds)}
-            row["entries"] = plan.nnz
-            if previous is not None:
-                row["slope"] = math.log(row["seconds"] / previous["seconds"]) / math.log(
-                    V / previous["V"]
-                )
-            rows.append(row)
-            previous = row
+            values = rng.random(V)
+            fns = _tree_calls(parents, lengths, ms, mt, values)
+            paths = (["compiled"] if compiled else []) + (["fallback"] if fallback_max >= V else [])
+            for path in paths:
+                with mock.patch.object(
+                    _kernels, "trees_usable", _kernels.trees_usable if path == "compiled" else bool
+                ):
+                    times = interleaved(fns, rounds=rounds)
+                    plan, _ = fns["tree_plan"]()
+                row: dict = {"shape": shape, "V": V, "path": path, "entries": plan.nnz}
+                row.update({f"{k} s": statistics.median(v) for k, v in times.items()})
+                for name in ("tree_plan", "tree_wasserstein"):
+                    ratios = [a / b for a, b in zip(times[name], times["torch.sort"], strict=True)]
+                    row[f"{name} / sort"] = statistics.median(ratios)
+                    row[f"{name} / np.sort"] = statistics.median(
+                        [a / b for a, b in zip(times[name], times["np.sort"], strict=True)]
+                    )
+                before = previous.get(path)
+                if before is not None:
+                    row["slope"] = math.log(row["tree_plan s"] / before["tree_plan s"]) / math.log(
+                        V / before["V"]
+                    )
+                rows.append(row)
+                previous[path] = row
     return rows
 
 
@@ -255,16 +291,32 @@ def plot(rows: list[dict], dims: list[int], out, key: str, ylabel: str, name: st
 
 
 def tree_plans_table(args: argparse.Namespace) -> list[dict]:
-    """Time :func:`tsw.tree_plan` and print the table."""
-    trees = tree_plan_times(args.tree_sizes, max(1, args.rounds))
+    """Time the tree solvers against sorts of as many floats and print the table."""
+    trees = tree_plan_times(args.tree_sizes, max(1, args.rounds), args.tree_fallback_max)
     print_table(
-        "tsw.tree_plan on random trees, paths and stars",
-        ["shape", "V", "seconds", "entries", "slope"],
+        "tsw.tree_plan on random trees, paths and stars (and tsw.tree_wasserstein), "
+        "against torch.sort of V floats; median ms, median of per-round ratios",
+        [
+            "shape",
+            "V",
+            "path",
+            "plan",
+            "tw",
+            "torch.sort",
+            "np.sort",
+            "plan / sort",
+            "tw / sort",
+            "entries",
+            "slope",
+        ],
         [
             [
                 r["shape"],
                 str(r["V"]),
-                f"{r['seconds']:.3g}",
+                r["path"],
+                *(f"{1e3 * r[f'{k} s']:.3g}" for k in TREE_CALLS),
+                f"{r['tree_plan / sort']:.2f}",
+                f"{r['tree_wasserstein / sort']:.2f}",
                 str(r["entries"]),
                 _fmt(r.get("slope"), ".2f"),
             ]
@@ -287,13 +339,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory", action="store_true", help="peak memory in fresh processes")
     ap.add_argument("--memory-min", type=int, default=10000, help="smallest N measured")
     ap.add_argument("--resume", action="store_true", help="keep the cells of plans.json")
-    ap.add_argument("--tree-sizes", type=int, nargs="+", default=[1000, 10000, 100000])
+    ap.add_argument("--tree-sizes", type=int, nargs="+", default=[1000, 10000, 100000, 1000000])
+    ap.add_argument(
+        "--tree-fallback-max",
+        type=int,
+        default=100000,
+        help="largest tree timed on the NumPy/Python fallback as well as compiled",
+    )
     ap.add_argument(
         "--target",
         action="store_true",
         help="only the speed target (sparse expected plan, N = 2000, d = 64, L = 200)",
     )
-    ap.add_argument("--tree-only", action="store_true", help="only the tree_plan timings")
+    ap.add_argument(
+        "--tree-only", action="store_true", help="only the tree solvers' timings (and sorts)"
+    )
     add_run_args(ap, "plans")
     args = ap.parse_args(argv)
     if args.tree_only:

@@ -61,11 +61,23 @@ def euler_tour(parents, pre, end):
     stack[0] = root
     top = 1
     seen = 0
+    # the subtree of the node popped at position k with h nodes left on the stack ends at
+    # the next position popped with fewer than h left: positions waiting for their end,
+    # with their h, are kept on a second stack (read in order: no pass over the nodes)
+    waiting = np.empty(n, dtype=np.int64)
+    height = np.empty(n, dtype=np.int64)
+    w = 0
     while top > 0:
         top -= 1
         v = stack[top]
         if seen >= n:
             break
+        while w > 0 and height[w - 1] > top:
+            w -= 1
+            end[waiting[w]] = seen
+        waiting[w] = seen
+        height[w] = top
+        w += 1
         pre[seen] = v
         seen += 1
         for j in range(starts[v], starts[v + 1]):
@@ -75,13 +87,9 @@ def euler_tour(parents, pre, end):
             top += 1
     if seen != n:
         return seen
-    size = np.ones(n, dtype=np.int64)
-    for k in range(n - 1, -1, -1):
-        v = pre[k]
-        if parents[v] >= 0:
-            size[parents[v]] += size[v]
-    for k in range(n):
-        end[k] = k + size[pre[k]]
+    while w > 0:
+        w -= 1
+        end[waiting[w]] = n
     return -1
 
 
