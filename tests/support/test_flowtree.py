@@ -230,7 +230,7 @@ def test_pairwise_between_exact_and_the_tree_value(d):
     support = _cloud(25, d, d)
     trees = tsw.sample_quadtrees(support, n_trees=2, seed=d)
     hs, ht = _hists(3, 25, 0), _hists(4, 25, 1)
-    out = pairwise_flowtree(hs, ht, trees)
+    out = pairwise_flowtree(hs, ht, trees=trees)
     assert out.shape == (3, 4)
     C = _cost(support, support)
     for i in range(3):
@@ -252,11 +252,11 @@ def test_pairwise_exact_from_a_dirac_and_zero_on_itself():
     hists = _hists(5, 30, 2)
     dirac = torch.zeros(30, dtype=F64)
     dirac[7] = 1.0
-    out = pairwise_flowtree(dirac, hists, trees)
+    out = pairwise_flowtree(dirac, hists, trees=trees)
     assert out.shape == (5,)
     expected = hists.numpy() @ _cost(support[7:8], support)[0]
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-13, atol=0)
-    diag = torch.diagonal(pairwise_flowtree(hists, hists, trees))
+    diag = torch.diagonal(pairwise_flowtree(hists, trees=trees))
     assert float(diag.abs().max()) <= 1e-15
 
 
@@ -264,18 +264,18 @@ def test_pairwise_forms():
     support = _cloud(12, 2, 0)
     trees = tsw.sample_quadtrees(support, seed=0)
     hs, ht = _hists(2, 12, 0), _hists(3, 12, 1)
-    full = pairwise_flowtree(hs, ht, trees)
-    np_out = pairwise_flowtree(hs.numpy(), ht.numpy(), trees)
+    full = pairwise_flowtree(hs, ht, trees=trees)
+    np_out = pairwise_flowtree(hs.numpy(), ht.numpy(), trees=trees)
     assert isinstance(np_out, np.ndarray)
     np.testing.assert_allclose(np_out, full.numpy(), rtol=0, atol=0)
-    assert pairwise_flowtree(hs[0], ht, trees).shape == (3,)
-    assert pairwise_flowtree(hs, ht[1], trees).shape == (2,)
-    assert pairwise_flowtree(hs[0], ht[1], trees).shape == ()
-    out32 = pairwise_flowtree(hs.float(), ht.float(), trees.to(dtype=torch.float32))
+    assert pairwise_flowtree(hs[0], ht, trees=trees).shape == (3,)
+    assert pairwise_flowtree(hs, ht[1], trees=trees).shape == (2,)
+    assert pairwise_flowtree(hs[0], ht[1], trees=trees).shape == ()
+    out32 = pairwise_flowtree(hs.float(), ht.float(), trees=trees.to(dtype=torch.float32))
     assert out32.dtype == torch.float32
     # unnormalised equal totals
-    torch.testing.assert_close(pairwise_flowtree(3 * hs, 3 * ht, trees), 3 * full)
-    sq = pairwise_flowtree(hs, ht, trees, metric="sqeuclidean")
+    torch.testing.assert_close(pairwise_flowtree(3 * hs, 3 * ht, trees=trees), 3 * full)
+    sq = pairwise_flowtree(hs, ht, trees=trees, metric="sqeuclidean")
     assert bool((sq > 0).all())
 
 
@@ -284,14 +284,14 @@ def test_pairwise_errors():
     trees = tsw.sample_quadtrees(support, seed=0)
     h = _hists(2, 6, 0)
     with pytest.raises(TypeError, match=r"trees must be a tsw\.SupportTrees"):
-        pairwise_flowtree(h, h, support)
+        pairwise_flowtree(h, h, trees=support)
     with pytest.raises(ValueError, match=r"hists_t must have shape \(n,\) or \(m, n\) with n=6"):
-        pairwise_flowtree(h, h[:, :5], trees)
+        pairwise_flowtree(h, h[:, :5], trees=trees)
     with pytest.raises(ValueError, match="equal positive totals"):
-        pairwise_flowtree(h, 2 * h, trees)
+        pairwise_flowtree(h, 2 * h, trees=trees)
     with pytest.raises(ValueError, match="negative"):
-        pairwise_flowtree(h - 0.5, h - 0.5, trees)
+        pairwise_flowtree(h - 0.5, h - 0.5, trees=trees)
     with pytest.raises(TypeError, match="both be numpy arrays or both torch tensors"):
-        pairwise_flowtree(h, h.numpy(), trees)
+        pairwise_flowtree(h, h.numpy(), trees=trees)
     with pytest.raises(ValueError, match="same dtype"):
-        pairwise_flowtree(h, h.float(), trees)
+        pairwise_flowtree(h, h.float(), trees=trees)

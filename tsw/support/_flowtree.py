@@ -377,9 +377,9 @@ def _check_hists(h: object, name: str, n: int) -> tuple[Tensor, bool]:
 
 def pairwise_flowtree(
     hists_s: Any,
-    hists_t: Any,
-    trees: Any,
+    hists_t: Any = None,
     *,
+    trees: Any,
     metric: str = "euclidean",
     p: float = 2,
     validate: bool = True,
@@ -388,11 +388,12 @@ def pairwise_flowtree(
 
     References: [Backurs2020]_.
 
-    ``tsw.pairwise_flowtree(query, hists, trees)`` gives the (m,) costs between one
+    ``tsw.pairwise_flowtree(query, hists, trees=trees)`` gives the (m,) costs between one
     histogram ``query`` (n,) and the rows of ``hists`` (m, n) on the ``n`` support points
     of ``trees`` (a :class:`SupportTrees`, e.g. from :func:`tsw.sample_quadtrees` on a
     vocabulary's embeddings or a pixel grid); two (k, n) and (m, n) arrays give the
-    (k, m) matrix. Each pair's cost is :func:`tsw.flowtree`'s: the bottom-up optimal
+    (k, m) matrix, and one (k, n) array alone the (k, k) matrix of its rows, as
+    :func:`tsw.pairwise_tsw` takes them. Each pair's cost is :func:`tsw.flowtree`'s: the bottom-up optimal
     flow of the tree between the two histograms (each support point its own leaf under
     its node), each matched pair ``(i, j)`` charged ``c(x_i, x_j)``, averaged over the
     trees. It lies between the exact :math:`W_1` on the support and, when the trees
@@ -402,8 +403,9 @@ def pairwise_flowtree(
     ----------
     hists_s : Tensor or ndarray of shape (n,) or (k, n)
         Non-negative histograms on the trees' support.
-    hists_t : Tensor or ndarray of shape (n,) or (m, n)
-        Non-negative histograms with the same totals as ``hists_s`` (each pair).
+    hists_t : Tensor or ndarray of shape (n,) or (m, n), optional
+        Non-negative histograms with the same totals as ``hists_s`` (each pair);
+        ``hists_s`` itself by default.
     trees : SupportTrees
         The trees and their support ``trees.support`` (n, d).
     metric : {"euclidean", "sqeuclidean", "cityblock", "minkowski"}, default "euclidean"
@@ -442,12 +444,14 @@ def pairwise_flowtree(
     >>> trees = tsw.sample_quadtrees(support, seed=0)
     >>> query = torch.tensor([1.0, 0.0, 0.0])
     >>> hists = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.5, 0.0, 0.5]])
-    >>> tsw.pairwise_flowtree(query, hists, trees)
+    >>> tsw.pairwise_flowtree(query, hists, trees=trees)
     tensor([1.0000, 5.0000, 2.5000])
     """
     trees = _check_trees(trees)
     metric, p = check_metric(metric, p)
     validate = check_bool(validate, "validate")
+    if hists_t is None:
+        hists_t = hists_s
     numpy = isinstance(hists_s, np.ndarray)
     if numpy != isinstance(hists_t, np.ndarray):
         raise TypeError(
