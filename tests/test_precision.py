@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -72,3 +73,97 @@ def test_peak_memory_does_not_scale_with_tknd():
     """At d = 1024, T*k*n*d*4 bytes would be 1.6 GB; the growth stays far below."""
     growth_mib = peak_growth(_db_tsw_step, 1024)
     assert growth_mib < 150, f"peak RSS grew by {growth_mib:.0f} MiB"
+
+
+# ------------------------------------------------------------ masses and data at extreme scales
+
+
+def _oracle_problem(seed=0, n=6, m=5, d=3, T=3, k=3):
+    """A float64 problem with unit-total weights and explicit concurrent and chain trees."""
+    import _reference as ref
+
+    rng = np.random.default_rng(seed)
+    X, Y, a, b = ref.random_problem(rng, d, n, m)
+    roots, dirs = ref.star_trees(rng, T, k, d)
+    return X, Y, a, b, roots, dirs
+
+
+def _tree_value(method, X, Y, a, b, roots, dirs, p):
+    """The value at unit masses from the explicit trees (numpy float64, ``_reference``)."""
+    import _reference as ref
+
+    if method == "tsw_sl chain":
+        sources = []  # source i on line i - 1, at coordinate 0.3 i
+        for r, th in zip(roots, dirs, strict=True):
+            chain = [r]
+            for i in range(1, len(th)):
+                chain.append(chain[-1] + 0.3 * i * th[i - 1])
+            sources.append(np.stack(chain))
+        per_tree = [
+            ref.tree_oracle(X, Y, a, b, s, th, chain=True, p=p)
+            for s, th in zip(sources, dirs, strict=True)
+        ]
+        return ref.mean_root(per_tree, p), sources
+    delta = {"db_tsw": 2.0, "tsw_sl": None}[method]
+    per_tree = [
+        ref.star_oracle(X, Y, a, b, r, th, p=p, delta=delta)
+        for r, th in zip(roots, dirs, strict=True)
+    ]
+    return ref.mean_root(per_tree, p), None
+
+
+@pytest.mark.parametrize(
+    ("precision", "total"),
+    [(torch.float32, 1e-30), (torch.float32, 1e30), (torch.float64, 1e-300)],
+    ids=["f32-1e-30", "f32-1e30", "f64-1e-300"],
+)
+@pytest.mark.parametrize("method", ["db_tsw", "tsw_sl", "tsw_sl chain"])
+@pytest.mark.parametrize("p", [2.0, 3.0])
+def test_tiny_and_huge_masses_keep_the_trees_value(method, precision, total, p):
+    """Masses of total 1e-30 (float32) or 1e-300 (float64) at p > 1: not 0, not an error.
+
+    The trees' cost is of degree p in the masses (their differences' p-th powers), so
+    its root is of degree 1: the value is ``total`` times the value at unit masses,
+    which the explicit trees give in float64 (``_reference``). The p-th powers of
+    masses of 1e-30 underflow in float32, where the value (about 1e-31) does not.
+    """
+    X, Y, a, b, roots, dirs = _oracle_problem()
+    want, sources = _tree_value(method, X, Y, a, b, roots, dirs, p)
+    args = [torch.as_tensor(v, dtype=precision) for v in (X, Y, a * total, b * total)]
+    if method == "tsw_sl chain":
+        trees = tsw.ChainLines(torch.as_tensor(np.stack(sources)), torch.as_tensor(dirs))
+        got = tsw.tsw_sl(*args, trees=trees.to(precision), p=p)
+    else:
+        trees = tsw.ConcurrentLines(torch.as_tensor(roots), torch.as_tensor(dirs)).to(precision)
+        fn = tsw.db_tsw if method == "db_tsw" else tsw.tsw_sl
+        got = fn(*args, trees=trees, p=p, **({"delta": 2.0} if method == "db_tsw" else {}))
+    tol = 1e-5 if precision == torch.float32 else 1e-10
+    assert float(got) == pytest.approx(total * float(want), rel=tol, abs=0)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda *a: tsw.ts_sobolev(*a, p=2.0, n_trees=4, seed=0),
+        lambda *a: tsw.circular_tsw(*a, radius=0.5, p=2.0, n_trees=4, seed=0),
+        lambda *a: tsw.max_tsw_sl(*a, p=2.0, n_iter=5, seed=0),
+        lambda *a: tsw.db_tsw(*a, p=2.0, n_trees=4, seed=0),
+    ],
+    ids=["ts_sobolev", "circular_tsw", "max_tsw_sl", "db_tsw"],
+)
+@pytest.mark.parametrize(
+    ("precision", "total"), [(torch.float32, 1e-30), (torch.float64, 1e-300)], ids=["f32", "f64"]
+)
+def test_tiny_masses_of_the_other_tree_methods(call, precision, total):
+    """The root of a degree-p form in the masses is of degree 1: ``total`` times the value.
+
+    The reference is the same call in float64 at unit masses, multiplied by ``total``
+    (the methods' values at unit masses are checked against the explicit trees in
+    their own files); today's code returned exactly 0 here.
+    """
+    X, Y, a, b, _, _ = _oracle_problem(seed=1)
+    unit = float(call(*(torch.as_tensor(v) for v in (X, Y, a, b))))
+    got = float(call(*(torch.as_tensor(v, dtype=precision) for v in (X, Y, a * total, b * total))))
+    assert unit > 0
+    tol = 1e-4 if precision == torch.float32 else 1e-10
+    assert got == pytest.approx(total * unit, rel=tol, abs=0)

@@ -45,9 +45,10 @@ from tsw.core._distributed import (
 )
 from tsw.core._output import Evaluation
 from tsw.core._problem import Problem
-from tsw.core._projection import Projection, closed_form
-from tsw.core._ranges import check_range
+from tsw.core._projection import LINE, Projection, closed_form
+from tsw.core._ranges import check_range, power_of_two
 from tsw.core._validation import Measures
+from tsw.core.splits import AngularSplit, LineSplit
 from tsw.core.tree_wasserstein import runs_compiled
 
 __all__ = ["Front", "evaluate"]
@@ -106,12 +107,32 @@ def evaluate(
     (:func:`tsw.euclidean._lines.centered`). A method whose projection is not a
     :class:`~tsw.core._projection.Projection` passes the ``cost`` that reads it.
     ``projections`` are reported under POT's log keys (the sliced baselines).
+
+    On trees at ``p > 1`` the cost of a slice is of degree ``p`` in the masses (the
+    masses' differences are raised to the power ``p``): tiny or huge masses (totals of
+    1e-30 in float32) would underflow to 0 or overflow there although the value (of
+    degree 1) is representable. Their projections' masses are therefore divided by
+    ``s``, the power of two nearest to the source's total mass (exact), and the
+    evaluation carries ``s`` as its ``scale`` (:func:`~tsw.core._output.finish`
+    multiplies the root by it).
     """
     if problem.validate:
         check_range(problem.measures)
+    p = problem.p
+    scale = None if p == 1 else power_of_two(problem.measures.a.sum(-1))  # (B,)
+    scaled = False
 
     def run(measures: Measures, block: Any) -> Tensor:
-        return cost(project(measures, block), problem.p)
+        nonlocal scaled
+        projection = project(measures, block)
+        if (
+            isinstance(projection, Projection)
+            and projection.structure != LINE
+            and scale is not None
+        ):
+            projection = _divide_masses(projection, scale)
+            scaled = True
+        return cost(projection, p)
 
     counts = slice_counts(slices if narrow is None else slices[0])
     narrow = narrow_slices if narrow is None else narrow
@@ -122,7 +143,24 @@ def evaluate(
     else:
         blocks = _plan(problem, problem.measures, counts, slices)
         per_slice = run_blocks(run, problem.measures, slices, blocks, narrow, front)
-    return Evaluation(per_slice, slices, projections)
+    return Evaluation(per_slice, slices, projections, scale=scale if scaled else None)
+
+
+def _divide_masses(projection: Projection, scale: Tensor) -> Projection:
+    """Return the projection with its masses divided by ``scale`` (B,), a power of two."""
+
+    def div(m: Tensor) -> Tensor:
+        return m / scale.view(-1, *(1,) * (m.dim() - 1)) if m.dim() else m / scale
+
+    m = projection.masses
+    if isinstance(m, LineSplit):
+        m = m._replace(w=div(m.w))
+    elif isinstance(m, AngularSplit):
+        extra = None if m.extra is None else (m.extra[0], div(m.extra[1]))
+        m = m._replace(w=div(m.w), extra=extra)
+    else:
+        m = div(m)
+    return projection._replace(masses=m)
 
 
 def _plan(

@@ -48,12 +48,18 @@ class Evaluation(NamedTuple):
         ``per_slice`` is; they replace the entries of the same name. A method whose
         value averages transformed costs (control variates, importance weights) reports
         the plain per-direction costs here as ``projected_emds``.
+    scale : Tensor of shape (B,), optional
+        The costs were computed from the masses divided by ``scale`` (costs of degree
+        ``p`` in the masses, :func:`~tsw.core._driver.evaluate`): the value is ``scale``
+        times the root of their mean, and the true per-slice costs ``scale ** p`` times
+        ``per_slice``.
     """
 
     per_slice: Tensor
     slices: Any = None
     projections: Tensor | None = None
     extra: Mapping[str, Tensor] | None = None
+    scale: Tensor | None = None
 
 
 def std_error(per_slice: Tensor, mean: Tensor, p: float, power: bool) -> Tensor:
@@ -93,11 +99,15 @@ def finish(problem: Problem, evaluation: Evaluation) -> Result:
     POT's ``projections`` and ``projected_emds`` for the sliced baselines, and the
     evaluation's ``extra`` entries.
     """
-    per_slice = evaluation.per_slice
+    per_slice, p, scale = evaluation.per_slice, problem.p, evaluation.scale
     mean = per_slice.mean(-1)
     if problem.validate:
-        check_powers(problem.measures, problem.p, mean, problem.power)
-    value = mean if problem.power else safe_root(mean, problem.p)
+        check_powers(problem.measures, p, mean, problem.power, per_slice)
+    value = mean if problem.power else safe_root(mean, p)
+    # the costs of masses divided by scale, of degree p in them: the value's factor
+    factor = None if scale is None else scale**p if problem.power else scale
+    if factor is not None:
+        value = value * factor
     batched = problem.measures.batched
 
     def unbatch(t: Tensor) -> Any:
@@ -106,7 +116,9 @@ def finish(problem: Problem, evaluation: Evaluation) -> Result:
 
     if not problem.log:
         return unbatch(value)
-    se = std_error(per_slice.detach(), mean.detach(), problem.p, problem.power)
+    se = std_error(per_slice.detach(), mean.detach(), p, problem.power)
+    if scale is not None and factor is not None:
+        se, per_slice = se * factor, per_slice * (scale**p).unsqueeze(-1)
     info: dict[str, Any] = {
         "per_tree": unbatch(per_slice),
         "trees": _numpy_log(evaluation.slices) if problem.numpy else evaluation.slices,

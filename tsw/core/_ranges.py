@@ -17,7 +17,15 @@ from torch import Tensor
 
 from tsw.core._validation import Measures
 
-__all__ = ["SCALED_OPTIONS", "check_powers", "check_range", "check_scales", "magnitude"]
+__all__ = [
+    "SCALED_OPTIONS",
+    "check_powers",
+    "check_range",
+    "check_scales",
+    "magnitude",
+    "overflow_error",
+    "power_of_two",
+]
 
 
 def magnitude(measures: Measures) -> float:
@@ -26,6 +34,20 @@ def magnitude(measures: Measures) -> float:
     if not tops:
         return 0.0
     return float(tops[0] if len(tops) == 1 else torch.maximum(*tops))
+
+
+def power_of_two(x: Tensor) -> Tensor:
+    r"""Return the power of two nearest to ``x`` elementwise, detached: an exact scale.
+
+    1 where ``x`` is 0, negative or not finite, and within the dtype's normal range (so
+    that its inverse is finite too). Dividing by it and multiplying back is exact
+    outside subnormals, so a computation run on ``x / power_of_two(x)`` and rescaled
+    keeps every value that fits in the dtype, and changes none for ``x`` near 1.
+    """
+    x = x.detach()
+    top = math.floor(math.log2(torch.finfo(x.dtype).max)) - 1  # 126 in float32
+    ok = torch.isfinite(x) & (x > 0)
+    return torch.where(ok, x, torch.ones_like(x)).log2().round().clamp(-top, top).exp2()
 
 
 def check_range(measures: Measures) -> None:
@@ -117,7 +139,39 @@ def check_scales(measures: Measures, options: dict[str, object]) -> None:
         )
 
 
-def check_powers(measures: Measures, p: float, mean: Tensor, power: bool) -> None:
+def overflow_error(
+    p: float, dtype: torch.dtype, subject: str, costs: str, name: str = ""
+) -> ValueError:
+    """Return the ``ValueError`` for p-th powers of ``costs`` that overflow in ``dtype``."""
+    cap = torch.finfo(dtype).max ** (1 / p)
+    return ValueError(
+        f"{name}p={p:g} is too large for {subject} in {dtype}: the p-th powers of "
+        f"{costs} above {cap:.3g} overflow to Inf. Use a smaller p, rescale the data and "
+        "the weights" + (", or use torch.float64" if dtype != torch.float64 else "")
+    )
+
+
+def _can_overflow(measures: Measures, p: float, dtype: torch.dtype) -> bool:
+    r"""Whether the p-th powers of the measures' costs can approach the dtype's largest value.
+
+    Costs are bounded by the distances in reach of the data (:math:`4 \sqrt d\, s`,
+    a tenth of the range kept for the options in the data's units) and by the masses;
+    a bound within a millionth of the largest value counts as an overflow.
+    """
+    info = torch.finfo(dtype)
+    d = max(measures.X_s.shape[-1], 1)
+    reach = 40 * math.sqrt(d) * max(magnitude(measures), 1.0)
+    a, b = measures.a.detach(), measures.b.detach()
+    mass = max((float(w.abs().sum(-1).amax()) for w in (a, b) if w.numel()), default=1.0)
+    if not math.isfinite(reach) or not math.isfinite(mass):
+        return True
+    bound = p * math.log(reach) + max(p, 1.0) * math.log(max(mass, 1.0))
+    return bound > math.log(info.max) - math.log(1e6)
+
+
+def check_powers(
+    measures: Measures, p: float, mean: Tensor, power: bool, per_slice: Tensor | None = None
+) -> None:
     r"""Raise ``ValueError`` where the mean of the p-th powers left the dtype's range.
 
     A value check on the result, before its root: the value is :math:`m^{1/p}` for the
@@ -125,27 +179,37 @@ def check_powers(measures: Measures, p: float, mean: Tensor, power: bool) -> Non
     above :math:`\mathrm{max}^{1/p}` overflow (Inf), and those below
     :math:`(\mathrm{tiny} / \varepsilon)^{1/p}` underflow (0.25 at ``p = 500`` in
     float64), although the root would be representable. An overflow (Inf, or NaN from
-    Inf times a zero length: the inputs are finite) always raises; an underflow raises
-    when the root is asked for (``power=False``), unless the two measures are identical
-    (a true 0) or every cost it can lose is below the data's rounding level
-    (:math:`\varepsilon \max |x|`). With ``power=True`` the returned power is itself
-    the rounded value.
+    Inf times a zero length: the inputs are finite) always raises; a NaN where the
+    p-th powers cannot overflow raises as what it is (a NaN that arose inside the
+    computation, with the items and the number of slices, from ``per_slice``, that hold
+    it). An underflow raises when the root is asked for (``power=False``), unless the
+    two measures are identical (a true 0) or every cost it can lose is below the data's
+    rounding level (:math:`\varepsilon \max |x|`). With ``power=True`` the returned
+    power is itself the rounded value.
     """
-    if p <= 1 or mean.device.type == "meta" or torch.compiler.is_compiling():
+    if mean.device.type == "meta" or torch.compiler.is_compiling():
         return
     m = mean.detach()
     info = torch.finfo(m.dtype)
     floor = info.tiny / info.eps
     low = m < floor
-    overflow, underflow = torch.stack([~torch.isfinite(m).all(), low.any()]).tolist()
-    if overflow:  # the inputs are finite: Inf, or Inf x 0
-        cap = info.max ** (1 / p)
+    nan, inf, underflow = torch.stack([m.isnan().any(), m.isinf().any(), low.any()]).tolist()
+    if nan and not inf and (p <= 1 or not _can_overflow(measures, p, m.dtype)):
+        items = [int(i) for i in m.isnan().flatten().nonzero().flatten()[:8]]
+        where = f"item {items[0]}" if len(items) == 1 else f"items {items}"
+        if per_slice is not None and per_slice.dim() >= 1:
+            bad = per_slice.detach().isnan()
+            where += f" ({int(bad.sum())} of the {bad.numel()} per-slice costs)"
         raise ValueError(
-            f"p={p:g} is too large for these measures in {m.dtype}: the p-th powers of "
-            f"their costs (distances or masses above {cap:.3g}) overflow to Inf. Use a "
-            "smaller p, rescale the data and the weights"
-            + (", or use torch.float64" if m.dtype != torch.float64 else "")
+            f"the value is NaN at {where}, although the inputs are finite and the p-th "
+            f"powers (p={p:g}) of these measures' costs stay far inside {m.dtype}'s "
+            "range: the NaN arose inside the computation, not from an overflow. Check "
+            "the options (and explicit slices) passed with the measures"
         )
+    if p <= 1:
+        return
+    if nan or inf:  # the inputs are finite: Inf, or Inf x 0
+        raise overflow_error(p, m.dtype, "these measures", "their costs (distances or masses)")
     if power or not underflow:
         return
     X_s, X_t = measures.X_s.detach(), measures.X_t.detach()
