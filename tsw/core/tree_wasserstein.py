@@ -607,15 +607,15 @@ def tree_inputs(
 
 
 def tree_wasserstein(
-    parents: Tensor | Sequence[int],
-    edge_lengths: Tensor,
-    mass_s: Tensor,
-    mass_t: Tensor,
+    parents: Tensor | np.ndarray | Sequence[int],
+    edge_lengths: Tensor | np.ndarray | Sequence[float],
+    mass_s: Tensor | np.ndarray | Sequence[float],
+    mass_t: Tensor | np.ndarray | Sequence[float],
     p: float = 1,
     *,
     validate: bool = True,
     power: bool = False,
-) -> Tensor:
+) -> Tensor | np.ndarray:
     r"""Exact optimal transport between two measures on a rooted tree.
 
     References: [Le2019]_ and [Le2022]_.
@@ -633,14 +633,16 @@ def tree_wasserstein(
 
     Parameters
     ----------
-    parents : Tensor or sequence of int, shape (V,)
+    parents : Tensor, ndarray or sequence of int, shape (V,)
         ``parents[v]`` is the parent of node ``v``; the root has parent ``-1``.
-    edge_lengths : Tensor of shape (V,) or broadcastable to (..., V)
+    edge_lengths : Tensor, ndarray or list, shape (V,) or broadcastable to (..., V)
         Non-negative length of the edge ``(v, parents[v])``; the root's entry is
         ignored. Differentiable.
-    mass_s, mass_t : Tensor of shape (..., V)
+    mass_s, mass_t : Tensor, ndarray or list, shape (..., V)
         Non-negative masses on the nodes with equal totals; leading dimensions are
-        batch dimensions. Differentiable.
+        batch dimensions. Differentiable. ``edge_lengths``, ``mass_s`` and ``mass_t``
+        are all tensors or all NumPy arrays (``TypeError`` otherwise); a list is read in
+        the kind and dtype of the others (float64 NumPy if all are lists).
     p : float, default 1
         Exponent, ``p >= 1``.
     validate : bool, default True
@@ -654,20 +656,24 @@ def tree_wasserstein(
 
     Returns
     -------
-    Tensor of shape (...)
-        With the dtype and device of the masses.
+    Tensor or ndarray of shape (...)
+        With the dtype and device of the masses; NumPy for NumPy or list inputs.
 
     Raises
     ------
     TypeError
-        For non-tensor or non-floating inputs.
+        For non-floating inputs, or tensors mixed with NumPy arrays.
     ValueError
-        If ``parents`` is not a tree, shapes disagree, or the value checks fail.
+        If ``parents`` is not a tree (an entry out of range, not exactly one root, a cycle
+        or a part not connected to the root), shapes disagree, or the value checks fail.
 
     Notes
     -----
-    The tree structure is read on the CPU (one depth-first pass, O(V)); subtree
-    masses are then differences of one prefix sum in pre-order, O(V) per measure.
+    The tree structure is read on the CPU in one depth-first pass, O(V) (compiled with
+    Numba when it is installed, in NumPy and Python otherwise; no recursion, so paths of
+    any depth are fine); subtree masses are then differences of one prefix sum in
+    pre-order, O(V) per measure, in torch operations (differentiable). Timings against a
+    sort of as many floats are in ``benchmarks/RESULTS.md``, "Transport plans".
 
     References
     ----------
