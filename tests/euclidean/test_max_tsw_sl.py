@@ -124,3 +124,81 @@ def test_bad_options_name_the_argument_and_the_value(option, value, error, messa
         tsw.max_tsw_sl(X, X + 1, **{"seed": 0, option: value})
     with pytest.raises(error, match=message):
         tsw.nn.MaxTSWSLLoss(**{option: value})
+
+
+def cdf_cost(u, v, p):
+    """∫ |F_u - F_v|^p dt of two uniform empirical measures on a line (exact, numpy).
+
+    A tree of one line under the uniform split: each edge carries the difference of the
+    masses beyond it, on either side of the root the same (the measures are balanced).
+    """
+    pts = np.sort(np.concatenate([u, v]))
+    mid = 0.5 * (pts[1:] + pts[:-1])
+    Fu = (u[None, :] <= mid[:, None]).mean(1)
+    Fv = (v[None, :] <= mid[:, None]).mean(1)
+    return float(np.sum(np.diff(pts) * np.abs(Fu - Fv) ** p))
+
+
+def test_the_ascent_maximises_the_cost_at_p():
+    """At p = 2 the trees of one line climb to the maximum of ∫|F - G|^2 over the angle
+    (a fine grid, numpy), at 1.173 rad, where the p = 1 cost's maximum lies at 1.140 rad:
+    an ascent on the p = 1 cost stops short of the p = 2 maximum."""
+    X, Y = clouds(3)
+    angles = np.linspace(0, math.pi, 4001)
+    costs = [cdf_cost(X.numpy() @ [math.cos(t), math.sin(t)],
+                      Y.numpy() @ [math.cos(t), math.sin(t)], 2) for t in angles]  # fmt: skip
+    best = max(costs) ** 0.5
+    _, info = tsw.max_tsw_sl(X, Y, n_trees=4, n_lines=1, p=2, n_iter=300, lr=0.01, seed=0,
+                             log=True)  # fmt: skip
+    per_tree = info["per_tree"] ** 0.5
+    assert float(per_tree.max()) <= best * (1 + 1e-6)
+    assert per_tree.numpy() == pytest.approx(np.full(4, best), rel=1e-5)
+
+
+@pytest.mark.parametrize(("total", "p"), [(1e30, 1), (1e30, 2), (1e-30, 2)])
+def test_the_ascent_is_free_of_the_masses_scale(total, p):
+    """float32 weights of total 1e30 or 1e-30: the ascent climbs as with unit weights.
+
+    Its value at the final trees equals the explicit one-line costs (numpy, float64) times
+    ``total`` (degree 1 of the root), and reaches the unit-weight maximum; the norm of the
+    gradient at masses of 1e30 overflowed in float32 and the ascent never left its start.
+    """
+    X, Y = clouds(3, dtype=torch.float32)
+    a, b = torch.full((40,), total / 40), torch.full((30,), total / 30)
+    kw = {"n_trees": 4, "n_lines": 1, "p": p, "n_iter": 300, "lr": 0.01, "seed": 0, "log": True}
+    value, info = tsw.max_tsw_sl(X, Y, a, b, **kw)
+    unit = float(tsw.max_tsw_sl(X.double(), Y.double(), **kw)[0])
+    start = float(tsw.max_tsw_sl(X.double(), Y.double(), **{**kw, "n_iter": 0})[0])
+    assert unit > 1.05 * start  # the ascent moves
+    dirs = info["trees"].directions[:, 0, :].double().numpy()
+    Xn, Yn = X.double().numpy(), Y.double().numpy()
+    want = np.mean([cdf_cost(Xn @ t, Yn @ t, p) for t in dirs]) ** (1 / p)
+    # the root is of degree 1 in the masses, at every p
+    assert float(value) == pytest.approx(total * want, rel=1e-4, abs=0)
+    assert float(value) / total == pytest.approx(unit, rel=1e-3)
+
+
+def test_explicit_trees_give_the_counts():
+    """``n_trees`` and ``n_lines`` are read from ``trees`` when not given (2 trees of 3
+    lines here; the defaults 1 and 4 apply to drawn trees only)."""
+    X, Y = clouds(5, N=20, M=20, d=3)
+    trees = tsw.sample_chain_lines(3, n_trees=2, n_lines=3, seed=0, dtype=F64)
+    value, info = tsw.max_tsw_sl(X, Y, trees=trees, n_iter=5, log=True)
+    assert (info["trees"].n_trees, info["trees"].n_lines) == (2, 3)
+    assert torch.equal(tsw.tsw_sl(X, Y, trees=info["trees"]), value)
+    with pytest.raises(ValueError, match="n_trees=1 disagrees with the explicit trees"):
+        tsw.max_tsw_sl(X, Y, trees=trees, n_trees=1)
+    drawn = tsw.max_tsw_sl(X, Y, seed=0, n_iter=0, log=True)[1]["trees"]
+    assert (drawn.n_trees, drawn.n_lines) == (1, 4)
+
+
+def test_data_out_of_range_raise_before_the_ascent():
+    """float32 data of magnitude 1e18: the squared distances overflow (their sum over the
+    atoms exceeds float32's largest value, computed here in float64), so the range check
+    raises naming X_s before the ascent, not a value or an ascent on Inf costs."""
+    X, Y = clouds(6, N=20, M=20, d=3, dtype=torch.float32)
+    X = X * 1e18
+    s = float(X.abs().max())
+    assert 20 * 2 * (2 * math.sqrt(3) * s) ** 2 > torch.finfo(torch.float32).max
+    with pytest.raises(ValueError, match="X_s has entries of magnitude up to"):
+        tsw.max_tsw_sl(X, Y, seed=0, n_iter=2)

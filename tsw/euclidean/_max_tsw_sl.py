@@ -111,8 +111,8 @@ def max_tsw_sl(
     problem: Problem,
     /,
     *,
-    n_trees: int | None = 1,
-    n_lines: int | None = 4,
+    n_trees: int | None = None,
+    n_lines: int | None = None,
     p: float = 1,
     tree: str = "chain",
     alpha: Tensor | None = None,
@@ -223,6 +223,7 @@ def max_tsw_sl(
             rng=problem.rng,
             center=center,
             root_std=root_std,
+            defaults=(1, 4),
             validate=problem.validate,
         ),
     )
