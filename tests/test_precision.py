@@ -167,3 +167,26 @@ def test_tiny_masses_of_the_other_tree_methods(call, precision, total):
     assert unit > 0
     tol = 1e-4 if precision == torch.float32 else 1e-10
     assert got == pytest.approx(total * unit, rel=tol, abs=0)
+
+
+@pytest.mark.parametrize("scale", [1e15, 1e-15])
+def test_max_sw_ascent_is_free_of_the_data_scale(scale):
+    """float32 data times 1e15 or 1e-15: max-SW's ascent climbs as at scale 1.
+
+    The value is W_2 along the final direction (POT's ``wasserstein_1d`` in float64 on
+    the projections), and it reaches the maximum found at scale 1 (to 1e-3); the norm of
+    the gradient overflowed (1e15: 1.864 against 1.917) or underflowed in float32.
+    """
+    import ot
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(50, 3, generator=g)
+    Y = torch.randn(60, 3, generator=g) * torch.tensor([1.0, 2.5, 0.5]) + 0.5
+    kw = {"seed": 0, "n_init": 4, "n_iter": 200}
+    unit = float(tsw.max_sw(X.double(), Y.double(), **kw))
+    value, info = tsw.max_sw(X * scale, Y * scale, log=True, **kw)
+    theta = info["projections"].double().numpy().reshape(3, 1)
+    Xs, Ys = (X.double() * scale).numpy(), (Y.double() * scale).numpy()
+    want = float(ot.wasserstein_1d((Xs @ theta)[:, 0], (Ys @ theta)[:, 0], p=2)) ** 0.5
+    assert float(value) == pytest.approx(want, rel=1e-4, abs=0)
+    assert float(value) / scale == pytest.approx(unit, rel=1e-3)
