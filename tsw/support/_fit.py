@@ -274,12 +274,17 @@ def fit_edge_lengths(
     Examples
     --------
     >>> import torch, tsw
-    >>> support = torch.tensor([[0.0], [1.0], [3.0], [7.0]])
+    >>> support = torch.tensor([[0.0, 0.0], [3.0, 0.0], [0.0, 4.0]])
     >>> trees = tsw.sample_quadtrees(support, seed=0)
+    >>> tsw.pairwise_tsw(torch.eye(3), trees=trees)  # the quadtree's path lengths
+    tensor([[ 0.0000, 11.3137, 11.3137],
+            [11.3137,  0.0000, 11.3137],
+            [11.3137, 11.3137,  0.0000]])
     >>> fitted = tsw.fit_edge_lengths(trees, lam=0.0)
-    >>> x = torch.tensor([1.0, 0.0, 0.0, 0.0]); y = torch.tensor([0.0, 0.0, 0.0, 1.0])
-    >>> round(float(tsw.pairwise_tsw(x, y, trees=fitted)), 4)  # the distance 7, recovered
-    7.0
+    >>> tsw.pairwise_tsw(torch.eye(3), trees=fitted).round(decimals=4)  # a tree metric
+    tensor([[0., 3., 4.],
+            [3., 0., 5.],
+            [4., 5., 0.]])
     """
     trees = _check_trees(trees)
     n = trees.n_points
