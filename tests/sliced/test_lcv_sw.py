@@ -188,3 +188,75 @@ def test_bad_options_name_the_argument_and_the_value(option, value, message):
         tsw.lcv_sw(X, X + 1, seed=0, **{option: value})
     with pytest.raises(ValueError, match=message):
         tsw.nn.LCVSWLoss(**{option: value})
+
+
+def lcv_weighted_by_hand(X, Y, a, b, theta, p, variate):
+    """The pooled estimate in float64 numpy for weighted measures of equal totals.
+
+    Each direction's cost is POT's ``wasserstein_1d`` on the weights as given (a cost of
+    degree 1 in the masses); the Gaussian moments are those of the normalised weights.
+    """
+    X, Y, a, b, theta = (np.asarray(t, dtype=np.float64) for t in (X, Y, a, b, theta))
+    d, L = theta.shape
+    u, v = a / a.sum(), b / b.sum()
+    m1, m2 = u @ X, v @ Y
+    W, G = np.zeros(L), np.zeros(L)
+    for ell in range(L):
+        t = theta[:, ell]
+        W[ell] = a.sum() * float(ot.wasserstein_1d(X @ t, Y @ t, u, v, p=p))
+        G[ell] = (t @ (m1 - m2)) ** 2
+        if variate == "upper":
+            G[ell] += u @ ((X - m1) @ t) ** 2 + v @ ((Y - m2) @ t) ** 2
+    EG = np.sum((m1 - m2) ** 2) / d
+    if variate == "upper":
+        EG += (u @ np.sum((X - m1) ** 2, 1) + v @ np.sum((Y - m2) ** 2, 1)) / d
+    D = G - EG
+    alpha = np.mean((W - W.mean()) * D) / np.mean(D**2)
+    return W.mean() - alpha * D.mean()
+
+
+@pytest.mark.parametrize("total", [3.0, 0.25])
+@pytest.mark.parametrize("variate", ["lower", "upper"])
+def test_weights_of_equal_totals_other_than_one(variate, total):
+    """The Gaussian moments are those of the normalised weights (numpy reference)."""
+    X, Y = clouds(5, N=12, M=9, d=4)
+    g = torch.Generator().manual_seed(2)
+    a = torch.rand(12, generator=g, dtype=F64) + 0.2
+    b = torch.rand(9, generator=g, dtype=F64) + 0.2
+    a, b = total * a / a.sum(), total * b / b.sum()
+    theta = tsw.sample_projections(4, 15, seed=7, dtype=F64)
+    for p in (2.0, 1.5):
+        got = tsw.lcv_sw(X, Y, a, b, projections=theta, p=p, variate=variate, power=True)
+        want = lcv_weighted_by_hand(X, Y, a, b, theta, p, variate)
+        assert float(got) == pytest.approx(want, rel=1e-10)
+
+
+@pytest.mark.parametrize("scale", [1e15, 1e-15])
+@pytest.mark.parametrize("variate", ["lower", "upper"])
+def test_float32_at_extreme_data_scales_keeps_the_control_variate(variate, scale):
+    """float32 data times 1e15 or 1e-15 (inside the range checks): the estimate is
+    ``scale`` times the float64 numpy estimate at scale 1 (degree 1 of the root in the
+    data), not plain SW (the squares of its variances overflowed or underflowed)."""
+    X, Y = clouds(1, N=40, M=40)
+    theta = tsw.sample_projections(5, 20, seed=3, dtype=F64)
+    want = lcv_by_hand(X, Y, theta, 2, variate) ** 0.5
+    plain = math.sqrt(pot_costs(X, Y, theta).mean())
+    assert abs(want - plain) > 1e-3 * want  # the correction matters here
+    Xf, Yf = (X * scale).float(), (Y * scale).float()
+    got = tsw.lcv_sw(Xf, Yf, projections=theta.float(), variate=variate)
+    assert float(got) / scale == pytest.approx(want, rel=1e-4)
+
+
+def test_means_equal_to_rounding_give_no_correction():
+    """Two centred clouds whose means differ by rounding only (about 1e-17, against
+    points of magnitude 3): the lower variate is noise, so the estimate is SW's (POT),
+    as for exactly equal means."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(40, 3, generator=g, dtype=F64)
+    Y = 1.7 * torch.randn(40, 3, generator=g, dtype=F64)
+    X, Y = X - X.mean(0), Y - Y.mean(0)
+    gap = float((X.mean(0) - Y.mean(0)).abs().max())
+    assert 0 < gap < 1e-15
+    theta = tsw.sample_projections(3, 10, seed=1, dtype=F64)
+    got = tsw.lcv_sw(X, Y, projections=theta)
+    assert float(got) == pytest.approx(math.sqrt(pot_costs(X, Y, theta).mean()), rel=1e-12)

@@ -18,6 +18,7 @@ from torch import Tensor
 from tsw.core._api import distance
 from tsw.core._driver import evaluate
 from tsw.core._output import Evaluation
+from tsw.core._ranges import power_of_two
 from tsw.core._validation import Measures, check_choice
 from tsw.sliced._sw import line_projection, resolve_projections
 
@@ -74,6 +75,12 @@ def gaussian_variate(
     m1, C1, w1 = _mean_and_centred(measures.X_s, measures.a)
     m2, C2, w2 = _mean_and_centred(measures.X_t, measures.b)
     diff = (m1 - m2).unsqueeze(-2)  # (B, 1, d)
+    # means equal up to their rounding (a few eps times the points' magnitude) differ by
+    # noise, which the lower variate would square into a variate of pure rounding: 0
+    top_s, top_t = (x.detach().abs().flatten(1).amax(-1) for x in (measures.X_s, measures.X_t))
+    top = torch.maximum(top_s, top_t)  # (B,)
+    noise = diff.detach().abs().amax(-1).squeeze(-1) <= 64 * torch.finfo(diff.dtype).eps * top
+    diff = torch.where(noise[:, None, None], torch.zeros_like(diff), diff)
     d = diff.shape[-1]
     G = torch.matmul(diff, projections).squeeze(-2).square()  # (B, L)
     mean = diff.square().sum(-1)  # (B, 1)
@@ -102,22 +109,28 @@ def corrected_costs(costs: Tensor, G: Tensor, mean: Tensor, coefficient: str) ->
     differentiates through the coefficient too (as the authors' code does), so the
     gradient is the exact derivative of the estimate.
     """
-    D = G - mean  # (B, L), mean zero over the sphere
+    # in units of powers of two (exact): D of its mean, the costs of their largest, so
+    # that the products and squares below neither overflow nor underflow (float32 data
+    # of magnitude 1e15 or 1e-15 square to 1e60 or 1e-60 there)
+    s = power_of_two(mean)  # (B, 1)
+    c = power_of_two(costs.detach().abs().amax(-1, keepdim=True))
+    D = (G - mean) / s  # (B, L), mean zero over the sphere
+    W = costs / c
     # a variate that does not vary (d = 1, or identical means for the lower one) leaves
     # only rounding in D: no correction then (the ratio of two rounding errors is noise)
-    floor = (100 * torch.finfo(costs.dtype).eps * mean.detach()).square()
+    floor = (100 * torch.finfo(costs.dtype).eps * mean.detach() / s).square()
     L = costs.shape[-1]
     if coefficient == "pooled":
-        cov = ((costs - costs.mean(-1, keepdim=True)) * D).mean(-1, keepdim=True)
-        return costs - _ratio(cov, D.square().mean(-1, keepdim=True), floor) * D
+        cov = ((W - W.mean(-1, keepdim=True)) * D).mean(-1, keepdim=True)
+        return costs - c * (_ratio(cov, D.square().mean(-1, keepdim=True), floor) * D)
     if L < 2:
         return costs
-    sw, sd = costs.sum(-1, keepdim=True), D.sum(-1, keepdim=True)
-    swd, sdd = (costs * D).sum(-1, keepdim=True), D.square().sum(-1, keepdim=True)
-    w_rest = (sw - costs) / (L - 1)  # mean of the others' costs
-    cov = ((swd - costs * D) - w_rest * (sd - D)) / (L - 1)
+    sw, sd = W.sum(-1, keepdim=True), D.sum(-1, keepdim=True)
+    swd, sdd = (W * D).sum(-1, keepdim=True), D.square().sum(-1, keepdim=True)
+    w_rest = (sw - W) / (L - 1)  # mean of the others' costs
+    cov = ((swd - W * D) - w_rest * (sd - D)) / (L - 1)
     var = (sdd - D.square()) / (L - 1)
-    return costs - _ratio(cov, var, floor) * D
+    return costs - c * (_ratio(cov, var, floor) * D)
 
 
 def _ratio(cov: Tensor, var: Tensor, floor: Tensor) -> Tensor:
