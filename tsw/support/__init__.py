@@ -12,10 +12,28 @@ support costs one embedding per histogram. Re-exported by :mod:`tsw`:
   (:func:`sample_cluster_trees`, high dimensions);
 * ``_embedding``: the edge matrix and embedding (:func:`tree_embedding`), distance
   matrices between histograms (:func:`pairwise_tsw`) and the distance between two
-  measures (:func:`support_tsw`).
+  measures (:func:`support_tsw`);
+* ``_flowtree``: Flowtree, the tree's optimal flow charged at the ground distances
+  (:func:`flowtree` between point clouds, :func:`pairwise_flowtree` between histograms);
+* ``_fit``: edge lengths fitted to the ground metric (:func:`fit_edge_lengths`).
 """
 
+from tsw.support._cluster import sample_cluster_trees
 from tsw.support._embedding import pairwise_tsw, tree_embedding
+from tsw.support._fit import fit_edge_lengths
+from tsw.support._flowtree import flowtree, pairwise_flowtree
+from tsw.support._support_tsw import support_tsw
 from tsw.support._trees import SupportTree, SupportTrees, sample_quadtrees
 
-__all__ = ["SupportTree", "SupportTrees", "pairwise_tsw", "sample_quadtrees", "tree_embedding"]
+__all__ = [
+    "SupportTree",
+    "SupportTrees",
+    "fit_edge_lengths",
+    "flowtree",
+    "pairwise_flowtree",
+    "pairwise_tsw",
+    "sample_cluster_trees",
+    "sample_quadtrees",
+    "support_tsw",
+    "tree_embedding",
+]

@@ -32,7 +32,15 @@ from tsw.core._validation import (
     check_tensor,
 )
 
-__all__ = ["SupportTree", "SupportTrees", "check_support", "sample_quadtrees"]
+__all__ = [
+    "SupportTree",
+    "SupportTrees",
+    "check_support",
+    "place_cluster",
+    "quadtrees",
+    "sample_quadtrees",
+    "sqdist",
+]
 
 #: the finest level of a quadtree: float64 resolves 52 halvings of the root cell
 MAX_LEVELS = 52
@@ -225,10 +233,58 @@ class SupportTrees:
         check_same_device_dtype(self.support, "the trees' support", X, "X")
         if self.kind == "quadtree":
             return torch.stack([_place_quad(tree, X) for tree in self.trees])
-        from tsw.support._cluster import place_cluster
-
         match = match_rows(self.support, X)
         return torch.stack([place_cluster(tree, X, match) for tree in self.trees])
+
+
+def sqdist(X: Tensor, C: Tensor) -> Tensor:
+    """Squared distances (N, K) of each point to its own K centres ``C`` (N, K, d).
+
+    One formula for the build and the placement, so that a support point is assigned
+    to the same child in both (the same operations on the same values).
+    """
+    out = X.new_empty(C.shape[:2])
+    for lo in range(0, X.shape[0], ROWS):
+        hi = lo + ROWS
+        out[lo:hi] = (X[lo:hi, None, :] - C[lo:hi]).square().sum(-1)
+    return out
+
+
+def place_cluster(tree: SupportTree, X: Tensor, match: Tensor) -> Tensor:
+    """Place ``X`` (N, d) on a clustering tree (:meth:`SupportTrees.place`).
+
+    ``match`` (N,) is the support point equal to each row of ``X`` (-1 for none).
+    """
+    centers = tree.centers
+    if centers is None:
+        raise ValueError("place_cluster takes a clustering tree (its centers are None)")
+    n = tree.leaves.shape[0]
+    V = tree.n_nodes
+    clusters = V - n  # nodes 0 .. clusters-1 are the clusters, then the leaves
+    par = tree.parents[1:clusters]
+    # children of each cluster in the order they were made (that of their labels)
+    count = torch.bincount(par, minlength=clusters)
+    K = int(count.max()) if par.numel() else 0
+    node = torch.zeros(X.shape[0], dtype=torch.long, device=X.device)
+    if K:
+        order = torch.argsort(par, stable=True)
+        start = torch.cumsum(count, 0) - count
+        slot = torch.arange(par.numel(), device=X.device) - start[par[order]]
+        table = torch.full((clusters, K), -1, dtype=torch.long, device=X.device)
+        table[par[order], slot] = order + 1
+        for _ in range(int(tree.depth[:clusters].max())):
+            ch = table[node]  # (N, K)
+            has = ch[:, 0] >= 0
+            if not bool(has.any()):
+                break
+            d2 = sqdist(X, centers[ch.clamp(min=0)])
+            d2 = torch.where(ch >= 0, d2, torch.inf)
+            best = ch.gather(1, d2.argmin(-1, keepdim=True)).squeeze(1)
+            node = torch.where(has, best, node)
+    # a point equal to a support point of its deepest cluster lands on that point's leaf
+    leaf = tree.leaves[match.clamp(min=0)]
+    own = (match >= 0) & (tree.parents[leaf] == node)
+    return torch.where(own, leaf, node)
 
 
 def check_support(X: object, name: str, *, dim: int | None = None) -> Tensor:
@@ -459,6 +515,11 @@ def sample_quadtrees(
     X = check_support(support, "support")
     n_trees, max_depth = check_tree_options(n_trees, max_depth)
     sampler = resolve_sampler(seed, generator, dtype=torch.float64, device=X.device)
+    return quadtrees(X, n_trees, max_depth, sampler)
+
+
+def quadtrees(X: Tensor, n_trees: int, max_depth: int | None, sampler: Sampler) -> SupportTrees:
+    """``n_trees`` quadtrees on ``X`` from a float64 ``sampler`` (options checked)."""
     uniq, inv = torch.unique(X.to(torch.float64), dim=0, return_inverse=True)
     bounds = _bounds(uniq)
     trees = tuple(_quadtree(uniq, inv, bounds, X.dtype, sampler, max_depth) for _ in range(n_trees))
