@@ -774,10 +774,10 @@ def tree_euler_tour(parents: Any) -> tuple[Any, Any, int]:
 
 
 def tree_match(end: Any, ms: Any, mt: Any) -> tuple[Any, Any, Any, Any]:
-    """Match on a tree labelled in pre-order (``_numba_trees.match``): the (E,) entries."""
+    """Match on a tree labelled in pre-order (``_numba_trees.match``): entries, edge flows."""
     end = np.ascontiguousarray(end, dtype=np.int64)
     ms, mt = (np.ascontiguousarray(m, dtype=np.float64) for m in (ms, mt))
-    rows, cols, at = (np.empty(2 * end.shape[0], dtype=np.int64) for _ in range(3))
-    vals = np.empty(2 * end.shape[0], dtype=np.float64)
-    e = _compiled["match"](end, ms, mt, rows, cols, vals, at)
-    return rows[:e], cols[:e], vals[:e], at[:e]
+    rows, cols = (np.empty(2 * end.shape[0], dtype=np.int64) for _ in range(2))
+    vals, flow = np.empty(2 * end.shape[0]), np.empty(end.shape[0])
+    e = _compiled["match"](end, ms, mt, rows, cols, vals, flow)
+    return rows[:e], cols[:e], vals[:e], flow

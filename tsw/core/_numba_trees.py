@@ -94,7 +94,7 @@ def euler_tour(parents, pre, end):
 
 
 @jit
-def match(end, ms, mt, rows, cols, vals, at):
+def match(end, ms, mt, rows, cols, vals, flow):
     """Match bottom-up on a tree labelled in pre-order; return the number of entries.
 
     ``end[v]`` is the end of node ``v``'s subtree (``v`` to ``end[v] - 1``): the children
@@ -102,10 +102,12 @@ def match(end, ms, mt, rows, cols, vals, at):
     The children's unmatched pieces (node, mass) of one sign are linked lists joined in
     O(1); at every node they and the node's own masses (its supply after the children's,
     then its demand) are matched in order. ``rows``, ``cols``, ``vals`` receive the
-    entries (source node, target node, mass) and ``at`` the node where each is matched
-    (the lowest common ancestor of its two nodes); each needs room for ``2 V`` entries.
+    entries (source node, target node, mass), each with room for ``2 V`` entries, and
+    ``flow`` (V,) the mass they move across the edge above each node (see
+    ``tsw.core.tree_plan._subtree_sums``).
     """
     V = end.shape[0]
+    g = np.zeros(V, dtype=np.float64)
     atom = np.empty(2 * V, dtype=np.int64)
     amount = np.empty(2 * V, dtype=np.float64)
     nxt = np.empty(2 * V, dtype=np.int64)
@@ -157,8 +159,10 @@ def match(end, ms, mt, rows, cols, vals, at):
             rows[e] = atom[sh]
             cols[e] = atom[dh]
             vals[e] = m
-            at[e] = v
             e += 1
+            g[atom[sh]] += m  # the entry's path: up from its two nodes to v
+            g[atom[dh]] += m
+            g[v] -= 2.0 * m
             amount[sh] -= m
             amount[dh] -= m
             if amount[sh] <= 0:
@@ -169,4 +173,11 @@ def match(end, ms, mt, rows, cols, vals, at):
             head[v], tail[v], sign[v] = sh, st, 1
         elif dh >= 0:
             head[v], tail[v], sign[v] = dh, dt, -1
+    total = 0.0  # subtree sums of g: differences of its prefix sums (np.cumsum's order)
+    for k in range(V):
+        flow[k] = total
+        total += g[k]
+    for k in range(V):
+        j = end[k]
+        flow[k] = (total if j == V else flow[j]) - flow[k]
     return e

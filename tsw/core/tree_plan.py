@@ -36,7 +36,7 @@ def _match_python(
     unmatched remainder is a linked list of pieces (node, mass) of one sign, so that
     concatenating the children's lists costs O(1); every match removes at least one
     piece, so the pass is O(V) with at most 2V - 1 entries. Returns the source nodes,
-    target nodes, masses and the node where each entry is matched.
+    target nodes and masses of the entries, and the mass they move across each edge.
     """
     V = len(end)
     ends = end.tolist()
@@ -50,7 +50,7 @@ def _match_python(
     rows: list[int] = []
     cols: list[int] = []
     vals: list[float] = []
-    at: list[int] = []
+    g = [0.0] * V  # +m at an entry's two nodes, -2m where it is matched (_subtree_sums)
     for v in range(V - 1, -1, -1):
         sh = st = dh = dt = -1
         c = v + 1
@@ -92,7 +92,9 @@ def _match_python(
             rows.append(atom[sh])
             cols.append(atom[dh])
             vals.append(m)
-            at.append(v)
+            g[atom[sh]] += m
+            g[atom[dh]] += m
+            g[v] -= 2.0 * m
             amount[sh] -= m
             amount[dh] -= m
             if amount[sh] <= 0:
@@ -109,8 +111,21 @@ def _match_python(
         index(rows, dtype=np.int64),
         index(cols, dtype=np.int64),
         index(vals, dtype=np.float64),
-        index(at, dtype=np.int64),
+        _subtree_sums(index(g, dtype=np.float64), end),
     )
+
+
+def _subtree_sums(g: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Return the sums of ``g`` over every subtree (``k .. end[k] - 1``), in pre-order.
+
+    With ``g`` holding ``+m`` at both nodes of every entry of mass ``m`` and ``-2 m`` at
+    the node where it is matched (their lowest common ancestor), the sum over ``v``'s
+    subtree is the mass the entries move across the edge above ``v``: an entry crosses it
+    if and only if one of its nodes lies in the subtree and the other does not. The
+    kernel (``_numba_trees.match``) sums in the same order.
+    """
+    csum = np.concatenate([[0.0], np.cumsum(g)])
+    return csum[end] - csum[:-1]
 
 
 def _match_preorder(
@@ -149,21 +164,6 @@ def match_on_tree(
         )
     rows, cols, vals, _ = _match_preorder(end, ms[pre], mt[pre])
     return pre[rows], pre[cols], vals
-
-
-def _edge_flows(
-    end: np.ndarray, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, at: np.ndarray
-) -> np.ndarray:
-    """Return the mass the entries move across each edge (v, parent), by pre-order label.
-
-    An entry (u, w, mass) matched at their lowest common ancestor ``at`` crosses the edge
-    above ``v`` if and only if one of ``u``, ``w`` lies in ``v``'s subtree and the other
-    does not: the subtree sums of ``+mass`` at ``u`` and ``w`` and ``-2 mass`` at ``at``.
-    """
-    V = end.shape[0]
-    g = np.bincount(rows, vals, V) + np.bincount(cols, vals, V) - 2.0 * np.bincount(at, vals, V)
-    csum = np.concatenate([[0.0], np.cumsum(g)])
-    return csum[end] - csum[:V]
 
 
 def tree_plan(
@@ -277,8 +277,7 @@ def tree_plan(
     flows = np.empty((B, V))
     dev = mass_s.device
     for i in range(B):
-        rows, cols, vals, at = _match_preorder(end, ms[i], mt[i])
-        flows[i] = _edge_flows(end, rows, cols, vals, at)
+        rows, cols, vals, flows[i] = _match_preorder(end, ms[i], mt[i])
         acc.add(
             torch.from_numpy(pre[rows]).to(dev),
             torch.from_numpy(pre[cols]).to(dev),
