@@ -166,6 +166,7 @@ def test_match_on_tree_entries(path):
     assert vals.dtype == np.float64
     assert len(vals) <= 2 * V - 1
     assert (vals > 0).all()
+    assert len(set(zip(rows.tolist(), cols.tolist(), strict=True))) == len(rows)  # no repeats
     P = np.zeros((V, V))
     np.add.at(P, (rows, cols), vals)
     assert_close(P.sum(1), ms)

@@ -148,8 +148,8 @@ def match_on_tree(
     out). Returns ``rows``, ``cols`` (int64 node labels) and ``masses`` (float64), each
     (E,) with ``E <= 2V - 1``: the plan moves ``masses[e]`` from node ``rows[e]`` to node
     ``cols[e]``, and it is optimal for the tree path metric whatever the edge lengths.
-    Pairs may repeat (sum them to assemble the plan) and no mass is zero. The same
-    entries as :func:`tree_plan`'s plan, compiled when Numba can run
+    No pair (row, col) appears twice and no mass is zero. The same entries as
+    :func:`tree_plan`'s plan, compiled when Numba can run
     (:func:`tsw.core._kernels.trees_usable`), in Python otherwise, with the same result.
     Raises ``ValueError`` if ``parents`` is not a tree or the masses are not (V,).
     """
