@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from tsw.core import _kernels
+from tsw.core._pinning import current, pinned
 from tsw.core._safe import SafeSqrt
 from tsw.core._twice import building_graph, graph_backward
 
@@ -51,6 +52,8 @@ class S2Angles(torch.autograd.Function):
         t = torch.atan2(rho, A[:, :, 0])
         inv = inv_norm(Z)  # (B, 1, n)
         ctx.save_for_backward(Z, frames, A, rho, inv)
+        with pinned(current()) as ctx.kernels:  # the backward's choice of the kernels, made now
+            _kernels.usable(A, rho, inv)
         return t, polar, rho * inv
 
     @staticmethod
@@ -60,7 +63,9 @@ class S2Angles(torch.autograd.Function):
             needs = ctx.needs_input_grad[:2]
             return tuple(graph_backward(angles_graph, (Z, frames), needs, (gt, gpolar, gscale)))
         B, T, _, n = A.shape
-        if _kernels.usable(A, rho, inv, gt, gpolar, gscale):
+        with pinned(ctx.kernels):
+            compiled = _kernels.usable(A, rho, inv, gt, gpolar, gscale)
+        if compiled:
             gA, gq = _kernels.s2_angles_backward(A, rho, inv, gt, gpolar, gscale)
         else:
             gA, gq = _s2_angles_backward(A, rho, inv, gt, gpolar, gscale)

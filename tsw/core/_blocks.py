@@ -18,6 +18,7 @@ from torch.utils.checkpoint import checkpoint
 
 from tsw.core._distributed import all_tensors
 from tsw.core._gradients import route_into
+from tsw.core._pinning import current, pinned
 from tsw.core._twice import building_graph, graph_backward
 from tsw.core._validation import Measures
 
@@ -277,7 +278,9 @@ class _BlockCosts(torch.autograd.Function):
         *inputs: Tensor,
     ):
         needs = ctx.needs_input_grad[3:]
-        done = _BlockCosts._sums(block, blocks, prepare, inputs, needs)
+        # the kernels' choice of the first block serves every block and the backward's
+        with pinned(current()) as ctx.kernels:
+            done = _BlockCosts._sums(block, blocks, prepare, inputs, needs)
         if done is None:
             return None
         parts, ctx.summed = done
@@ -324,12 +327,18 @@ class _BlockCosts(torch.autograd.Function):
             parts = [ctx.block(_items(every, b.i0, b.i1), *b, context) for b in ctx.blocks]
             return _assemble(parts, ctx.blocks)
 
-        return graph_backward(costs, inputs, needs, upstream)
+        with pinned(ctx.kernels):
+            return graph_backward(costs, inputs, needs, upstream)
 
     @staticmethod
     def _again(ctx: Any, inputs, needs, upstream=None) -> list[Tensor | None]:
-        """Form the accumulated gradients of the forward's blocks again (in backward)."""
-        done = _BlockCosts._sums(ctx.block, ctx.blocks, ctx.prepare, inputs, needs, upstream)
+        """Form the accumulated gradients of the forward's blocks again (in backward).
+
+        With the forward's kernels (:mod:`tsw.core._pinning`): the compiled ones may have
+        become ready since, and their rounding differs.
+        """
+        with pinned(ctx.kernels):
+            done = _BlockCosts._sums(ctx.block, ctx.blocks, ctx.prepare, inputs, needs, upstream)
         return done[1] if done is not None else [None] * len(inputs)
 
 
@@ -386,9 +395,15 @@ def run_blocks(
     if not any(needs):
         parts = [block(_items(inputs, b[0], b[1]), *b, context) for b in blocks]
         return _assemble(parts, blocks)
+    kernels = current()  # the forward's choice of the kernels, for the recomputation
+
+    def pinned_block(*args: Any) -> Tensor:
+        with pinned(kernels):
+            return block(*args)
+
     parts = [
         checkpoint(
-            block,
+            pinned_block,
             _items(inputs, b[0], b[1]),
             *b,
             context,

@@ -50,6 +50,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from tsw.core._pinning import recorded
 from tsw.core._threads import by_rows, threads_for
 from tsw.core._validation import warn
 
@@ -201,15 +202,17 @@ def _load(dtype: torch.dtype = torch.float32) -> bool:
     """Whether the kernels for ``dtype`` are ready; if not, start preparing them.
 
     By default they are compiled in a background thread, and the torch operators serve
-    until they are ready (no call waits for the compiler); with ``TSW_NUMBA=wait`` the
-    calling thread compiles them first.
+    until they are ready (no call waits for the compiler); with ``TSW_NUMBA=wait``, and
+    under ``torch.use_deterministic_algorithms(True)`` (whose calls must not switch
+    from one implementation to the other mid-process), the calling thread compiles them
+    first.
     """
     if dtype in _ready:
         return True
     mode = _mode()
     if _failed or mode == "0" or dtype not in DTYPES:
         return False
-    if mode == "wait":
+    if mode == "wait" or torch.are_deterministic_algorithms_enabled():
         _prepare(dtype)
         return dtype in _ready
     with _starting:
@@ -246,7 +249,8 @@ def usable(*tensors: Tensor, p: float = 1.0) -> bool:
     """Whether the compiled kernels may run on these tensors (see the module notes).
 
     Starts their compilation in the background the first time it is asked for a dtype
-    (see :func:`_load`): until it is done, the answer is no.
+    (see :func:`_load`): until it is done, the answer is no. Within
+    :func:`tsw.core._pinning.pinned`, the answer is the one the graph's forward got.
     """
     if p not in (1.0, 2.0) or torch.compiler.is_compiling():
         return False
@@ -256,7 +260,7 @@ def usable(*tensors: Tensor, p: float = 1.0) -> bool:
             return False
     if t.dtype not in DTYPES or t.numel() == 0 or t.ndim == 0:
         return False
-    return _load(t.dtype)
+    return recorded(t.dtype, _load)
 
 
 def warm_up() -> bool:
