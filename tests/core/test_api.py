@@ -140,6 +140,61 @@ def test_an_unknown_option_raises_naming_it():
         tsw.max_sw(X, Y, chunk_size=2)  # evaluated at once: no blocks
 
 
+def test_a_misspelt_option_names_the_function_and_the_closest_option():
+    X, Y = torch.randn(5, 3, dtype=F64), torch.randn(4, 3, dtype=F64)
+    with pytest.raises(
+        TypeError,
+        match=r"^tsw\.db_tsw got an unexpected keyword argument 'ntrees'; "
+        r"did you mean n_trees=10\? Its options are n_trees, ",
+    ):
+        tsw.db_tsw(X, Y, ntrees=10)
+    with pytest.raises(TypeError, match=r"^tsw\.sw got .*'n_proj'; did you mean n_projections=5\?"):
+        tsw.sw(X, Y, n_proj=5)  # an abbreviation
+    with pytest.raises(TypeError, match=r"'dleta', 'ntrees'; did you mean delta=1\.0, n_trees=3\?"):
+        tsw.db_tsw(X, Y, ntrees=3, dleta=1.0)
+    with pytest.raises(TypeError, match=r"argument 'zzz'\. Its options are"):
+        tsw.db_tsw(X, Y, zzz=3)  # nothing close: no guess
+    # the loss modules say it the same way
+    with pytest.raises(
+        TypeError, match=r"^tsw\.nn\.DbTSWLoss got .*'ntrees'; did you mean n_trees=3\?"
+    ):
+        tsw.nn.DbTSWLoss(ntrees=3)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda X, Y: tsw.db_tsw(X, Y, 100),
+            r"^tsw\.db_tsw: the argument in position 3 is a, "
+            r"the weights of X_s .* got int 100\. The options after the measures are "
+            r"keyword-only: did you mean n_trees=100\?",
+        ),
+        (
+            lambda X, Y: tsw.partial_sw(X, Y, None, 50),
+            r"position 4 is b, the weights of X_t .*"
+            r"did you mean n_projections=50\?",
+        ),
+        (lambda X, Y: tsw.tsw_sl(X, Y, 2.0), r"got float 2\.0.* did you mean p=2\.0\?"),
+        (
+            lambda X, Y: tsw.sw(X, Y, 100),
+            r"options after the measures are n_projections, p, "
+            r"projections, seed, log by position, then keywords: did you mean n_projections=100",
+        ),
+        (
+            lambda X, Y: tsw.db_tsw(X, Y, None, None, 100),
+            r"^tsw\.db_tsw takes at most 4 "
+            r"positional arguments \(X_s, X_t, a, b\); got 5\. The options after b are "
+            r"keyword-only: n_trees, ",
+        ),
+    ],
+)
+def test_an_option_given_by_position_names_the_function_and_the_option(call, message):
+    X, Y = torch.randn(5, 3, dtype=F64), torch.randn(4, 3, dtype=F64)
+    with pytest.raises(TypeError, match=message):
+        call(X, Y)
+
+
 def test_autocast_takes_half_precision_points_as_float32():
     X = torch.randn(10, 3)
     Y = torch.randn(8, 3) + 1

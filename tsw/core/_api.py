@@ -26,8 +26,10 @@ value, which the problem holds too.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import inspect
+import numbers
 from collections.abc import Callable, Mapping
 from typing import (
     TYPE_CHECKING,
@@ -62,6 +64,7 @@ __all__ = [
     "SWOptions",
     "SharedOptions",
     "distance",
+    "unknown_options",
 ]
 
 P = ParamSpec("P")
@@ -129,6 +132,8 @@ class DistanceToReference(Protocol[P]):
     ) -> Result: ...
 
 
+#: the parameters of the measures, before every option
+MEASURES = ("X_s", "X_t", "a", "b")
 #: the shared options, their defaults and annotations, in the order of the signatures
 SHARED: tuple[tuple[str, object, str], ...] = (
     ("seed", None, "Seed"),
@@ -297,8 +302,7 @@ def distance(
         def public_fn(*args: Any, **kwargs: Any) -> Result:
             refuse_tracing(f"tsw.{fn.__name__}")
             with _outside_autocast() as up:
-                bound = public.bind(*args, **kwargs)
-                bound.apply_defaults()
+                bound = _bind(public, f"tsw.{fn.__name__}", args, kwargs)
                 values = {k: up(v) for k, v in bound.arguments.items()}
                 validate = check_bool(values["validate"], "validate")
                 for name in ("p", "power", "log", "chunk_size"):
@@ -336,6 +340,81 @@ def distance(
         return public_fn
 
     return decorate
+
+
+def unknown_options(owner: str, unknown: Mapping[str, object], options: list[str]) -> TypeError:
+    """Return the TypeError for the keyword options ``unknown`` (name: value) of ``owner``.
+
+    It names each, the option it abbreviates or the closest to it (``difflib``) where
+    one is close, and then every option. Raised by the public distances
+    (:func:`distance`) and the loss modules (:mod:`tsw.core._loss`).
+    """
+    names = sorted(unknown)
+    plural = "s" if len(names) > 1 else ""
+    message = f"{owner} got {'an ' * (not plural)}unexpected keyword argument{plural} "
+    message += ", ".join(repr(n) for n in names)
+    hints = [f"{close}={_short(unknown[n])}" for n in names if (close := _closest(n, options))]
+    message += f"; did you mean {', '.join(hints)}?" if hints else "."
+    return TypeError(f"{message} Its options are {', '.join(options)}.")
+
+
+def _closest(name: str, options: list[str]) -> str | None:
+    """Return the option ``name`` abbreviates, or the closest by ``difflib`` (ratio >= 0.75)."""
+    starts = [o for o in options if o.startswith(name)]
+    close = starts or difflib.get_close_matches(name, options, n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def _short(value: object) -> str:
+    """``repr(value)`` for a number, a string or None; ``...`` for anything else."""
+    return repr(value) if value is None or isinstance(value, numbers.Number | str) else "..."
+
+
+#: the options a count given by position most likely meant, in this order
+_COUNTS = ("n_trees", "n_projections", "n_samples")
+
+
+def _bind(public: inspect.Signature, name: str, args: tuple, kwargs: dict) -> Any:
+    """Bind a call to the public signature; a misplaced or misspelt option raises naming it.
+
+    Options after the measures are keyword-only (but for POT's positional order): a
+    number given where ``a`` or ``b`` (the weights) is, or too many positional
+    arguments, raises a TypeError naming the function and the option it likely meant.
+    """
+    params = list(public.parameters.values())
+    positional = [q.name for q in params if q.kind is q.POSITIONAL_OR_KEYWORD]
+    keyword = [q.name for q in params if q.kind is q.KEYWORD_ONLY]
+    options = [q.name for q in params if q.name not in MEASURES]
+    try:
+        bound = public.bind(*args, **kwargs)
+    except TypeError as err:
+        unknown = {k: v for k, v in kwargs.items() if k not in public.parameters}
+        if unknown:
+            raise unknown_options(name, unknown, options) from None
+        if len(args) > len(positional):
+            raise TypeError(
+                f"{name} takes at most {len(positional)} positional arguments "
+                f"({', '.join(positional)}); got {len(args)}. The options after "
+                f"{positional[-1]} are keyword-only: {', '.join(keyword)}."
+            ) from None
+        raise TypeError(f"{name}: {err}") from None
+    bound.apply_defaults()
+    for weight in ("a", "b"):
+        value = bound.arguments.get(weight)
+        if weight not in positional[: len(args)] or not isinstance(value, numbers.Number):
+            continue
+        after = [o for o in positional if o not in MEASURES]
+        guess = next((c for c in _COUNTS if c in options), options[0])
+        if isinstance(value, float) and "p" in options:
+            guess = "p"
+        where = f"{', '.join(after)} by position, then keywords" if after else "keyword-only"
+        raise TypeError(
+            f"{name}: the argument in position {positional.index(weight) + 1} is {weight}, "
+            f"the weights of {'X_s' if weight == 'a' else 'X_t'} (a Tensor, a numpy array "
+            f"or None); got {type(value).__name__} {value!r}. The options after the "
+            f"measures are {where}: did you mean {guess}={value!r}?"
+        )
+    return bound
 
 
 def _measure_parameters(one_measure: bool) -> list[inspect.Parameter]:

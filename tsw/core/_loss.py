@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from tsw.core._api import LOW_PRECISION
+from tsw.core._api import LOW_PRECISION, unknown_options
 from tsw.core._random import check_seed, refuse_tracing
 from tsw.core._validation import check_bool, check_choice
 
@@ -253,12 +253,10 @@ def function_options(
 def _bind_options(cls: type[_Loss], given: dict[str, Any]) -> dict[str, Any]:
     """Check option names against the class's signature and fill in the defaults."""
     params = {q.name: q for q in cls._signature_options}
-    unknown = sorted(set(given) - set(params))
+    unknown = {k: v for k, v in given.items() if k not in params}
     if unknown:
-        raise TypeError(
-            f"{cls.__name__} got unexpected keyword argument(s) {', '.join(unknown)}; its "
-            f"options are {', '.join(params)}, reduction, seed and resample"
-        )
+        options = [*params, "reduction", "seed", "resample"]
+        raise unknown_options(f"tsw.nn.{cls.__name__}", unknown, options)
     out = {}
     for name, q in params.items():
         if name in given:
