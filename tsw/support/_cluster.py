@@ -154,7 +154,8 @@ def sample_cluster_trees(
 
     ``tsw.sample_cluster_trees(X, n_trees=10, seed=0)`` returns a :class:`SupportTrees`
     of 10 trees over the points ``X`` (n, d); :func:`tsw.support_tsw` and
-    :func:`tsw.pairwise_tsw` take it as ``trees=``.
+    :func:`tsw.pairwise_tsw` take it as ``trees=``. References: [Le2019c]_ and
+    [Gonzalez1985]_.
 
     Each tree: the root is the mean of the support. The points of a node are split
     into ``n_clusters`` clusters by farthest-point clustering (Gonzalez 1985: a first

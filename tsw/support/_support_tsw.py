@@ -132,7 +132,7 @@ def support_tsw(
     :func:`tsw.sample_cluster_trees`: high dimensions); or pass trees built once on a
     larger support as ``trees=``, and the points are placed on them
     (:meth:`SupportTrees.place`). For many histograms on one support,
-    :func:`tsw.pairwise_tsw` gives the whole matrix at once.
+    :func:`tsw.pairwise_tsw` gives the whole matrix at once. Reference: [Le2019s]_.
 
     .. math::
 

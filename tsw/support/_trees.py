@@ -453,7 +453,8 @@ def sample_quadtrees(
 
     ``tsw.sample_quadtrees(X, n_trees=10, seed=0)`` returns a :class:`SupportTrees` of 10
     trees over the points ``X`` (n, d); :func:`tsw.support_tsw` and
-    :func:`tsw.pairwise_tsw` take it as ``trees=``.
+    :func:`tsw.pairwise_tsw` take it as ``trees=``. References: [Le2019q]_ and
+    [Indyk2003]_.
 
     Each tree: the root is a cube of side :math:`L = 2\Delta` (:math:`\Delta` the largest
     extent of the support along an axis) with lower corner :math:`\min X - s`, the shift

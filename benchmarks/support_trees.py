@@ -1,0 +1,148 @@
+"""Trees built from the data: build times, and distance matrices against POT's exact W1.
+
+Two measurements, in one process, float64 and one torch thread:
+
+* **builds**: ``T`` trees over ``n`` points of N(0, I_d) for each d in ``--dims``, with
+  ``tsw.sample_quadtrees``, ``tsw.sample_cluster_trees`` (farthest-point, and k-means),
+  interleaved round by round with the lower limit of any builder that reads the points:
+  one ``torch.sort`` of the ``n * d`` coordinates per tree;
+* **matrix**: a support of ``--support`` "word vectors" (a mixture of 50 Gaussians in
+  dimension ``--dim``), two sets of ``--docs`` documents of ``--words`` distinct words each
+  (uniformly drawn words, weights drawn uniform and normalised), ``T`` clustering trees
+  (4 clusters, 5 levels) on the support, and the (docs, docs) matrix of
+  ``tsw.pairwise_tsw`` (trees built once, then the matrix), against ``ot.emd2`` per pair
+  on the two documents' own supports (``--words`` points each, Euclidean cost from
+  ``ot.dist``), timed on ``--pairs`` random pairs. The table gives the time per pair of
+  both, their ratio, and how the tree value relates to the exact W1 on those pairs.
+
+``python -m benchmarks.support_trees`` (the defaults are the reported settings);
+``--quick`` for a smoke run. Writes ``support_trees.json`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import ot
+import torch
+
+import tsw
+from benchmarks._timing import interleaved, median, ratio
+
+F64 = torch.float64
+
+
+def builds(n: int, dims: list[int], T: int, rounds: int) -> list[dict]:
+    rows = []
+    for d in dims:
+        X = torch.randn(n, d, generator=torch.Generator().manual_seed(d), dtype=F64)
+        flat = X.reshape(-1)
+        fns = {
+            "quadtree": lambda X=X: tsw.sample_quadtrees(X, T, seed=0),
+            "cluster (farthest)": lambda X=X: tsw.sample_cluster_trees(X, T, seed=0),
+            "cluster (kmeans)": lambda X=X: tsw.sample_cluster_trees(X, T, method="kmeans", seed=0),
+            "lower limit": lambda flat=flat: [torch.sort(flat) for _ in range(T)],
+        }
+        times = interleaved(fns, rounds=rounds, warmup=0)
+        nodes = [t.n_nodes for t in tsw.sample_quadtrees(X, T, seed=0)]
+        row = {"n": n, "d": d, "trees": T, "quadtree nodes (mean)": statistics.mean(nodes)}
+        for name in fns:
+            row[f"{name} [s]"] = median(times[name])
+            if name != "lower limit":
+                row[f"{name} / lower limit"] = ratio(times, name, "lower limit")
+        rows.append(row)
+        print(json.dumps(row))
+    return rows
+
+
+def documents(k: int, n: int, words: int, g: torch.Generator) -> torch.Tensor:
+    """(k, n) histograms: ``words`` distinct support points per row, random weights."""
+    idx = torch.argsort(torch.rand(k, n, generator=g), dim=1)[:, :words]
+    w = torch.rand(k, words, generator=g, dtype=F64) + 0.1
+    H = torch.zeros(k, n, dtype=F64)
+    H.scatter_(1, idx, w / w.sum(1, keepdim=True))
+    return H
+
+
+def matrix(args: argparse.Namespace) -> dict:
+    g = torch.Generator().manual_seed(0)
+    centres = 4 * torch.randn(50, args.dim, generator=g, dtype=F64)
+    S = centres[torch.randint(0, 50, (args.support,), generator=g)]
+    S = S + torch.randn(args.support, args.dim, generator=g, dtype=F64)
+    Hs = documents(args.docs, args.support, args.words, g)
+    Ht = documents(args.docs, args.support, args.words, g)
+    t0 = time.perf_counter()
+    trees = tsw.sample_cluster_trees(S, args.trees, n_clusters=4, depth=5, seed=0)
+    build = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    D = tsw.pairwise_tsw(Hs.to_sparse(), Ht.to_sparse(), trees=trees)
+    total = time.perf_counter() - t0
+    rng = np.random.default_rng(0)
+    pairs = rng.integers(0, args.docs, size=(args.pairs, 2))
+    Sn, Hsn, Htn = S.numpy(), Hs.numpy(), Ht.numpy()
+    emd_times, exact, tree = [], [], []
+    for i, j in pairs:
+        si, sj = np.flatnonzero(Hsn[i]), np.flatnonzero(Htn[j])
+        t0 = time.perf_counter()
+        w = ot.emd2(Hsn[i, si], Htn[j, sj], ot.dist(Sn[si], Sn[sj], metric="euclidean"))
+        emd_times.append(time.perf_counter() - t0)
+        exact.append(float(w))
+        tree.append(float(D[i, j]))
+    exact_a, tree_a = np.array(exact), np.array(tree)
+    per_pair = total / (args.docs * args.docs)
+    emd = statistics.median(emd_times)
+    row = {
+        "support": args.support,
+        "d": args.dim,
+        "docs": args.docs,
+        "words": args.words,
+        "trees": args.trees,
+        "tree build [s]": build,
+        "matrix [s]": total,
+        "matrix per pair [s]": per_pair,
+        "ot.emd2 per pair (median) [s]": emd,
+        "ot.emd2 / matrix per pair": emd / per_pair,
+        "ot.emd2 for the whole matrix (estimated) [s]": emd * args.docs * args.docs,
+        "TSW / W1 (median over pairs)": float(np.median(tree_a / exact_a)),
+        "TSW / W1 (5%-95%)": [float(q) for q in np.quantile(tree_a / exact_a, [0.05, 0.95])],
+        "Pearson(TSW, W1)": float(np.corrcoef(tree_a, exact_a)[0, 1]),
+    }
+    print(json.dumps(row))
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=100_000, help="points of the builds")
+    ap.add_argument("--dims", default="2,64", help="dimensions of the builds")
+    ap.add_argument("--trees", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--support", type=int, default=5000)
+    ap.add_argument("--dim", type=int, default=32, help="dimension of the word vectors")
+    ap.add_argument("--docs", type=int, default=2000)
+    ap.add_argument("--words", type=int, default=100)
+    ap.add_argument("--pairs", type=int, default=200, help="pairs timed with ot.emd2")
+    ap.add_argument("--quick", action="store_true", help="a smoke run (tiny settings)")
+    ap.add_argument("--out", default="benchmarks/out")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.n, args.dims, args.trees, args.rounds = 2000, "2,8", 2, 1
+        args.support, args.dim, args.docs, args.words, args.pairs = 300, 8, 40, 20, 10
+    torch.set_num_threads(1)
+    result = {
+        "builds": builds(args.n, [int(d) for d in args.dims.split(",")], args.trees, args.rounds),
+        "matrix": matrix(args),
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "support_trees.json").write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
