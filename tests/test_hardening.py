@@ -7,6 +7,7 @@ import math
 import warnings
 
 import numpy as np
+import ot
 import pytest
 import torch
 
@@ -283,3 +284,73 @@ def test_unbalanced_sw_rejects_a_penalty_beyond_its_range():
     balanced = tsw.sw(X, Y, seed=0)
     assert math.isclose(float(tsw.unbalanced_sw(X, Y, reg_m=1e150, seed=0)), float(balanced),
                         rel_tol=1e-9)  # fmt: skip
+
+
+# ------------------------------------------------ overflow, NaN, and the range checks' terms
+
+
+def test_wasserstein_1d_raises_where_its_powers_overflow():
+    """float32 at p = 200: W_p^p is above float32's largest value (the sum of the
+    differences' powers in the log domain, float64), so it raises naming the function
+    and p, as the distances do, instead of returning Inf."""
+    u, v = torch.tensor([0.0, 1.0, 2.0]), torch.tensor([3.0, 5.0, 9.0])
+    diffs = np.abs(np.sort(v.numpy()) - np.sort(u.numpy())).astype(np.float64)
+    log10 = np.log10(np.sum(np.exp(200 * np.log(diffs) - 200 * np.log(diffs.max())))) + 200 * (
+        np.log10(diffs.max())
+    ) - np.log10(3)  # fmt: skip
+    assert log10 > math.log10(torch.finfo(torch.float32).max)
+    with pytest.raises(ValueError, match=r"wasserstein_1d: p=200 is too large .* overflow"):
+        tsw.wasserstein_1d(u, v, p=200)
+    got = tsw.wasserstein_1d(u.double(), v.double(), p=200)  # in range in float64
+    assert math.isclose(math.log10(float(got)), log10, rel_tol=1e-12)
+
+
+def test_a_nan_inside_the_computation_is_reported_as_a_nan(monkeypatch):
+    """A NaN from the closed form (planted here) at p = 2 on data of magnitude 3, whose
+    powers cannot overflow: the error says NaN and where, not "p is too large"."""
+    import tsw.core._projection as projection
+
+    X, Y = _data()
+
+    def nan_cost(u, v, a, b, p):
+        out = torch.zeros(u.shape[:-1], dtype=u.dtype)
+        out[..., 1] = math.nan
+        return out
+
+    monkeypatch.setattr(projection, "quantile_cost", nan_cost)
+    with pytest.raises(ValueError, match=r"NaN at item 0 \(1 of the 5 per-slice") as info:
+        tsw.sw(X, Y, p=2, n_projections=5, seed=0)
+    assert "too large" not in str(info.value)
+    with pytest.raises(ValueError, match="NaN at item 0"):  # at p = 1 too
+        tsw.sw(X, Y, p=1, n_projections=5, seed=0)
+
+
+def test_the_squared_distances_bound_counts_the_atoms():
+    """float32 data where one squared distance fits but their sum over the atoms (the
+    bound of check_range, computed in float64) does not: it raises naming X_s."""
+    big = math.sqrt(torch.finfo(torch.float32).max) / 4  # (2 s)^2 = max / 4 in d = 1
+    X = torch.full((6, 1), big)
+    Y = torch.full((6, 1), -big)
+    one = (2 * big) ** 2
+    assert one < torch.finfo(torch.float32).max < 12 * one
+    assert not math.isfinite(float(((X - Y.T) ** 2).sum()))  # the sum overflows
+    with pytest.raises(ValueError, match="X_s has entries of magnitude up to"):
+        tsw.sw(X, Y, n_projections=3, seed=0)
+
+
+def test_identical_points_with_other_weights_are_not_exempt_from_the_underflow_check():
+    """The same points, other weights, p = 500 in float64: the distance is about 0.1 (the
+    monotone plan's cost, optimal for every p, in the log domain), its 500th powers
+    underflow, so it
+    raises rather than reading 0; with the same weights too it is a true 0."""
+    x = torch.tensor([[0.0], [0.05], [0.1], [0.15]], dtype=F64)
+    a = torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=F64)
+    b = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=F64)
+    plan = ot.emd_1d(x.numpy()[:, 0], x.numpy()[:, 0], a.numpy(), b.numpy())  # monotone
+    i, j = np.nonzero(plan)
+    terms = np.log(plan[i, j]) + 500 * np.log(np.abs(x.numpy()[i, 0] - x.numpy()[j, 0]) + 1e-300)
+    want = math.exp((terms.max() + math.log(np.exp(terms - terms.max()).sum())) / 500)
+    assert 0.05 < want < 0.15
+    with pytest.raises(ValueError, match=r"p=500 is too large .* underflows to 0"):
+        tsw.sw(x, x.clone(), a, b, p=500.0, n_projections=3, seed=0)
+    assert float(tsw.sw(x, x.clone(), a, a.clone(), p=500.0, n_projections=3, seed=0)) == 0.0

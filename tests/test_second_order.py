@@ -299,3 +299,49 @@ def test_other_tensor_options_get_their_gradients():
     )
     P = P5.clone().requires_grad_(True)
     assert gradcheck(lambda q: tsw.sw(X5, Y5, projections=q / q.norm(dim=0)), (P,))
+
+
+W6 = torch.linspace(1.0, 2.0, 6, dtype=F64) / 9.0
+W7 = torch.full((7,), 1.0 / 7, dtype=F64) * W6.sum()
+
+
+@pytest.mark.parametrize(
+    ("name", "call", "Y0"),
+    [
+        (
+            "tsw_sl star p=2",
+            lambda Y, b: tsw.tsw_sl(X2, Y, W6, b, trees=C2, p=2, validate=False),
+            Y2,
+        ),
+        (
+            "tsw_sl chain p=1.5",
+            lambda Y, b: tsw.tsw_sl(X5, Y, W6, b, trees=CHAIN, p=1.5, validate=False),
+            Y5,
+        ),
+    ],
+    ids=["tsw_sl star p=2", "tsw_sl chain p=1.5"],
+)
+def test_second_derivatives_in_the_target_alone(name, call, Y0):
+    """Only the later inputs (the target's points and weights) want a gradient, the
+    source's not: the second derivatives still equal finite differences of the gradient
+    (a guard that looked at the first input only would drop them). Without validation:
+    the finite differences move the weights' total off the source's."""
+    for wants in ((True, False), (False, True), (True, True)):
+        Y = Y0.clone().requires_grad_(wants[0])
+        b = W7.clone().requires_grad_(wants[1])
+        inputs = tuple(t for t in (Y, b) if t.requires_grad)
+
+        def f(*ts, Y=Y, b=b, wants=wants):
+            it = iter(ts)
+            return call(next(it) if wants[0] else Y, next(it) if wants[1] else b)
+
+        assert gradgradcheck(f, inputs), (name, wants)
+
+
+def test_a_gradient_of_the_second_weights_alone_raises_where_there_is_none():
+    """ssw refuses gradients of the weights: of ``b`` alone too, not only of ``a``."""
+    a = torch.full((6,), 1 / 6, dtype=F64)
+    b = torch.full((7,), 1 / 7, dtype=F64, requires_grad=True)
+    value = tsw.ssw(S, T, a, b, n_projections=3, seed=0)
+    with pytest.raises(RuntimeError, match="ssw has no gradient with respect to the weights"):
+        torch.autograd.grad(value, b)

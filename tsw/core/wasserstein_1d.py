@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from tsw.core._ranges import overflow_error
 from tsw.core._safe import broadcast_shape
 from tsw.core._sort import sort_last
 from tsw.core._validation import (
@@ -66,7 +67,9 @@ def wasserstein_1d(
         For non-tensors, integer or half-precision dtypes, mixed dtypes.
     ValueError
         For shapes that do not broadcast, ``n = 0`` or ``m = 0``, a bad ``p``, other
-        devices, or (``validate``) the value checks.
+        devices, or (``validate``) the value checks, and where the p-th powers of the
+        differences overflow the dtype (``p = 200`` in float32 with differences above
+        1.56): the message gives that bound.
 
     Examples
     --------
@@ -106,7 +109,8 @@ def wasserstein_1d(
             "the leading (batch) dimensions of u_values and v_values must broadcast; got "
             f"u_values.shape={tuple(u_values.shape)} and v_values.shape={tuple(v_values.shape)}"
         ) from None
-    if check_bool(validate, "validate"):
+    validate = check_bool(validate, "validate")
+    if validate:
         for t, name in ((u_values, "u_values"), (v_values, "v_values")):
             check_finite(t, name)
         totals: list[Tensor | float] = []
@@ -122,7 +126,14 @@ def wasserstein_1d(
             u_values.dtype,
             why=" (1 for the default uniform weights)",
         )
-    return quantile_cost(u_values, v_values, u_weights, v_weights, p)
+    cost = quantile_cost(u_values, v_values, u_weights, v_weights, p)
+    # finite inputs: an Inf (or Inf x 0) is an overflow of the p-th powers
+    checked = validate and cost.device.type != "meta" and not torch.compiler.is_compiling()
+    if checked and not bool(torch.isfinite(cost.detach()).all()):
+        raise overflow_error(
+            p, cost.dtype, "these values", "their differences", name="wasserstein_1d: "
+        )
+    return cost
 
 
 def _one_weight(
