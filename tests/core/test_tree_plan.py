@@ -23,10 +23,6 @@ from tsw.core.tree_plan import match_on_tree
 
 F64 = torch.float64
 
-needs_kernels = pytest.mark.skipif(
-    not _kernels.warm_up(), reason="the compiled kernels are disabled (TSW_NUMBA=0) or absent"
-)
-
 
 def random_tree(rng, V):
     """A random recursive tree in random labels (its root any node)."""
