@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="benchmarks/out")
     args = ap.parse_args(argv)
     if args.quick:
-        args.n, args.dims, args.trees, args.rounds = 2000, "2,8", 2, 1
-        args.support, args.dim, args.docs, args.words, args.pairs = 300, 8, 40, 20, 10
+        args.n, args.dims, args.trees, args.rounds = 500, "2,8", 2, 1
+        args.support, args.dim, args.docs, args.words, args.pairs = 100, 8, 10, 10, 3
     torch.set_num_threads(1)
     result = {
         "builds": builds(args.n, [int(d) for d in args.dims.split(",")], args.trees, args.rounds),

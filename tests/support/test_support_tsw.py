@@ -184,7 +184,7 @@ def test_gradients_in_the_weights():
     assert torch.autograd.gradgradcheck(f, (u, v))
 
     def g(a, b):  # built trees, validation off: the value off the simplex too
-        return tsw.support_tsw(X, Y, a, b, seed=1, validate=False)
+        return tsw.support_tsw(X, Y, a, b, n_trees=2, seed=1, validate=False)
 
     a, b = a0.clone().requires_grad_(), b0.clone().requires_grad_()
     assert torch.autograd.gradcheck(g, (a, b))

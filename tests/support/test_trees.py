@@ -58,11 +58,14 @@ def test_quadtree_structure():
     side = float(tree.side) * 0.5 ** depth[1:].double()
     torch.testing.assert_close(tree.edge_lengths[1:], side * 3**0.5, rtol=1e-15, atol=0)
     assert tree.edge_lengths[0] == 0
-    # every point lies in its leaf's cell, and the cell holds no other point
+    # every leaf holds one point, and each point's leaf cell at its depth holds no other
+    assert len(tree.leaves.unique()) == 200
     q = torch.floor((X - tree.origin) / tree.side * 2.0 ** depth[tree.leaves][:, None])
-    for leaf in tree.leaves.unique():
-        rows = q[tree.leaves == leaf]
-        assert len(rows) == 1
+    parent_q = torch.floor(q / 2)
+    for i in range(0, 200, 20):  # the parent cell of a leaf holds another point
+        lev = int(depth[tree.leaves[i]])
+        others = torch.floor((X - tree.origin) / tree.side * 2.0 ** (lev - 1))
+        assert int((others == parent_q[i]).all(-1).sum()) >= 2
     # the root cell contains the support
     u = (X - tree.origin) / tree.side
     assert bool(((u >= 0) & (u < 1)).all())
