@@ -332,14 +332,16 @@ def _pack(bits: Tensor) -> Tensor:
     weights = torch.ones(32, dtype=torch.long, device=bits.device) << torch.arange(
         32, device=bits.device
     )
-    words = [bits[:, w : w + 32] @ weights[: min(32, d - w)] for w in range(0, d, 32)]
+    # a product of integer tensors is not implemented on every device: multiply and sum
+    words = [(bits[:, w : w + 32] * weights[: min(32, d - w)]).sum(-1) for w in range(0, d, 32)]
     return torch.stack(words, dim=1)
 
 
 def _grid(X: Tensor, origin: Tensor, side: Tensor, levels: int) -> tuple[Tensor, Tensor]:
-    """Integer cell coordinates at the finest level (N, d), and whether X lies in the root."""
+    """Return the cells at the finest level (N, d) of ``X``, and whether X is in the root."""
     u = (X.to(torch.float64) - origin) / side
-    inside = ((u >= 0) & (u < 1)).all(-1)
+    # u = 1 is the rounding of the farthest support points: the last cell, as in the build
+    inside = ((u >= 0) & (u <= 1)).all(-1)
     q = torch.floor(u.clamp(0.0, 1.0) * 2.0**levels).to(torch.long)
     return q.clamp_(0, 2**levels - 1), inside
 
