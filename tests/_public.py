@@ -19,8 +19,13 @@ NOT_DISTANCES = frozenset(
         "sample_spherical_trees",
         # trees built from the data, and what reads them: tests/support/
         "sample_quadtrees",
+        "sample_cluster_trees",
         "tree_embedding",
         "pairwise_tsw",
+        # a distance, differentiable in the weights only (points are placed on tree
+        # nodes), which the shared suite differentiates in: its contract properties are
+        # tested in support/test_support_tsw.py
+        "support_tsw",
         # transport plans (a plan and its cost, not a distance): test_plans.py
         "barycentric_map",
         "expected_sliced_plan",

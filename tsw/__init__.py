@@ -62,7 +62,9 @@ from tsw.sliced._swgg import swgg
 from tsw.sliced._unbalanced_sw import partial_sw, unbalanced_sw
 from tsw.sphere._spatial_stsw import spatial_stsw
 from tsw.sphere._stsw import stsw, stsw_unif
+from tsw.support._cluster import sample_cluster_trees
 from tsw.support._embedding import pairwise_tsw, tree_embedding
+from tsw.support._support_tsw import support_tsw
 from tsw.support._trees import SupportTree, SupportTrees, sample_quadtrees
 
 __version__ = "0.2.0.dev0"
@@ -97,6 +99,7 @@ __all__ = [
     "s3w_map",
     "s3w_unif",
     "sample_chain_lines",
+    "sample_cluster_trees",
     "sample_concurrent_lines",
     "sample_projections",
     "sample_quadtrees",
@@ -108,6 +111,7 @@ __all__ = [
     "spatial_tsw",
     "ssw",
     "ssw_unif",
+    "support_tsw",
     "stsw",
     "stsw_unif",
     "sw",
