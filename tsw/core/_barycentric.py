@@ -86,7 +86,14 @@ def barycentric_map(
                 f"X_t must have shape (B, M, d) with B={len(plan)} for a list of plans; got "
                 f"X_t.shape={tuple(Y.shape)}"
             )
-        Xs = None if X_s is None else np.asarray(X_s)
+        Xs = X_s
+        if Xs is not None:
+            _numpy_source(Xs, None, 0)  # a numpy array; each item's shape is checked below
+            if Xs.ndim != 3 or Xs.shape[0] != len(plan):
+                raise ValueError(
+                    f"barycentric_map: X_s must have shape (B, N, d) with B={len(plan)} for a "
+                    f"list of plans; got X_s.shape={tuple(Xs.shape)}"
+                )
         return np.stack(
             [
                 barycentric_map(p, Y[i], X_s=None if Xs is None else Xs[i], validate=validate)
@@ -123,12 +130,30 @@ def _numpy_barycentric_map(plan: Any, X_t: Any, X_s: Any, validate: bool) -> np.
             f"B); got plan.shape={tuple(P.shape)} and X_t.shape={tuple(X_t.shape)}"
         )
     empty = mass == 0
+    if X_s is not None:
+        X_s = _numpy_source(X_s, moved.shape[:-1], moved.shape[-1])
+        return np.where(empty, X_s, moved / np.where(empty, 1, mass))
     if empty.any():
-        if X_s is None:
-            _no_mass(validate, empty)
-        else:
-            return np.where(empty, np.asarray(X_s), moved / np.where(empty, 1, mass))
+        _no_mass(validate, empty)
     return moved / mass
+
+
+def _numpy_source(X_s: Any, lead: tuple[int, ...] | None, d: int) -> np.ndarray:
+    """``X_s`` of a numpy or scipy plan, checked: a numpy array of shape (*lead, d).
+
+    ``lead`` None checks the type alone.
+    """
+    if not isinstance(X_s, np.ndarray):
+        raise TypeError(
+            "barycentric_map: X_s must be a numpy array for a numpy or scipy plan; got "
+            f"{type(X_s).__name__}"
+        )
+    if lead is not None and X_s.shape != (*lead, d):
+        raise ValueError(
+            f"barycentric_map: X_s must have shape {(*lead, d)} (one row per row of the plan); "
+            f"got X_s.shape={tuple(X_s.shape)}"
+        )
+    return X_s
 
 
 def _torch_barycentric_map(plan: Tensor, X_t: Any, X_s: Any, validate: bool) -> Tensor:
