@@ -25,6 +25,7 @@ from torch import Tensor
 from tsw.core._problem import from_numpy
 from tsw.core._random import Sampler, Seed, resolve_sampler
 from tsw.core._validation import (
+    check_dtype_device,
     check_finite,
     check_nonnegative,
     check_positive_int,
@@ -100,9 +101,7 @@ class SupportTree:
         return dataclasses.replace(self, **changes)
 
 
-def _move(t: Tensor | None, device: Any, dtype: torch.dtype | None) -> Tensor | None:
-    if t is None:
-        return None
+def _move(t: Tensor, device: torch.device, dtype: torch.dtype | None) -> Tensor:
     if t.dtype.is_floating_point and dtype is not None:
         return t.to(device=device, dtype=dtype)
     return t.to(device=device)
@@ -168,7 +167,9 @@ class SupportTrees:
 
         A quadtree's shift, origin and side stay float64 (the placement's arithmetic).
         """
-        device = self.device if device is None else torch.device(device)
+        dtype, device = check_dtype_device(
+            dtype, self.device if device is None else device, default_dtype=self.dtype
+        )
         trees = []
         for tree in self.trees:
             fields = {}
