@@ -14,10 +14,13 @@ from tsw.support._embedding import edge_matrix
 F64 = torch.float64
 
 
-def _setup(n=40, d=3, T=4, seed=0, dtype=F64):
+def _setup(n=40, d=3, T=4, seed=0, dtype=F64, kind="quadtree"):
     g = torch.Generator().manual_seed(seed)
     X = torch.randn(n, d, generator=g, dtype=F64).to(dtype)
-    trees = tsw.sample_quadtrees(X, n_trees=T, seed=seed)
+    if kind == "quadtree":
+        trees = tsw.sample_quadtrees(X, n_trees=T, seed=seed)
+    else:
+        trees = tsw.sample_cluster_trees(X, n_trees=T, n_clusters=3, depth=3, seed=seed)
     return X, trees, g
 
 
@@ -41,9 +44,12 @@ def _looped(Hs, Ht, trees):
     return out
 
 
-@pytest.mark.parametrize("block_size", [None, 1, 3])
-def test_matrix_equals_looped_tree_wasserstein(block_size):
-    _X, trees, g = _setup()
+@pytest.mark.parametrize(
+    ("kind", "block_size"),
+    [("quadtree", None), ("quadtree", 1), ("quadtree", 3), ("cluster", None), ("cluster", 2)],
+)
+def test_matrix_equals_looped_tree_wasserstein(kind, block_size):
+    _X, trees, g = _setup(kind=kind)
     Hs, Ht = _hists(7, 40, g, total=2.5), _hists(5, 40, g, total=2.5)  # unnormalised
     D = tsw.pairwise_tsw(Hs, Ht, trees=trees, block_size=block_size)
     torch.testing.assert_close(D, _looped(Hs, Ht, trees), rtol=1e-12, atol=1e-13)
@@ -53,8 +59,9 @@ def test_matrix_equals_looped_tree_wasserstein(block_size):
     assert bool((S.diagonal() == 0).all())
 
 
-def test_one_pair_equals_emd_on_the_path_metric():
-    _X, trees, g = _setup(n=25, d=2, T=3, seed=4)
+@pytest.mark.parametrize("kind", ["quadtree", "cluster"])
+def test_one_pair_equals_emd_on_the_path_metric(kind):
+    _X, trees, g = _setup(n=25, d=2, T=3, seed=4, kind=kind)
     h, k = _hists(2, 25, g)
     D = tsw.pairwise_tsw(h[None], k[None], trees=trees)
     expected = []
