@@ -26,6 +26,7 @@ from torch import Tensor
 
 from tsw.core._plans import Accumulator, check_metric, grouped_plan_costs, plan_problem
 from tsw.core._problem import from_numpy, to_numpy
+from tsw.core._random import refuse_tracing
 from tsw.core._validation import (
     check_bool,
     check_finite,
@@ -271,6 +272,7 @@ def flowtree(
     >>> round(float(cost), 4)  # a coupling's cost: at least the exact W_1, 11/3
     4.0
     """
+    refuse_tracing("tsw.flowtree")  # the plan is matched in NumPy: a trace would freeze it
     dense = check_bool(dense, "dense")
     log = check_bool(log, "log")
     metric, p = check_metric(metric, p)
@@ -393,11 +395,11 @@ def pairwise_flowtree(
     of ``trees`` (a :class:`SupportTrees`, e.g. from :func:`tsw.sample_quadtrees` on a
     vocabulary's embeddings or a pixel grid); two (k, n) and (m, n) arrays give the
     (k, m) matrix, and one (k, n) array alone the (k, k) matrix of its rows, as
-    :func:`tsw.pairwise_tsw` takes them. Each pair's cost is :func:`tsw.flowtree`'s: the bottom-up optimal
-    flow of the tree between the two histograms (each support point its own leaf under
-    its node), each matched pair ``(i, j)`` charged ``c(x_i, x_j)``, averaged over the
-    trees. It lies between the exact :math:`W_1` on the support and, when the trees
-    dominate ``c``, the tree-sliced value :func:`tsw.pairwise_tsw`.
+    :func:`tsw.pairwise_tsw` takes them. Each pair's cost is :func:`tsw.flowtree`'s: the
+    bottom-up optimal flow of the tree between the two histograms (each support point its
+    own leaf under its node), each matched pair ``(i, j)`` charged ``c(x_i, x_j)``,
+    averaged over the trees. It lies between the exact :math:`W_1` on the support and,
+    when the trees dominate ``c``, the tree-sliced value :func:`tsw.pairwise_tsw`.
 
     Parameters
     ----------
@@ -447,6 +449,7 @@ def pairwise_flowtree(
     >>> tsw.pairwise_flowtree(query, hists, trees=trees)
     tensor([1.0000, 5.0000, 2.5000])
     """
+    refuse_tracing("tsw.pairwise_flowtree")  # matched in NumPy: a trace would freeze it
     trees = _check_trees(trees)
     metric, p = check_metric(metric, p)
     validate = check_bool(validate, "validate")
