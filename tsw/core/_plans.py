@@ -72,6 +72,9 @@ GATHER_ELEMENTS = 1 << 22
 #: centred points (in float64) when it has at most this many elements: at N = M = 2000,
 #: d = 64, 4e5 entries, it took 0.37-0.84x the time of the gathered differences
 GRAM_ELEMENTS = 1 << 22
+#: and when the points have at least this many coordinates: at d = 2 the gathered
+#: differences took 0.73-0.78x the Gram matrix's time (N = M = 2000, 4e5 entries)
+GRAM_MIN_DIM = 3
 #: ``|x|^2 + |y|^2 - 2 <x, y>`` in float64 errs by at most about ``(d + 3) 2^-53`` times
 #: ``|x|^2 + |y|^2``; an entry whose Gram value is under ``(d + 3) 2^-53 2^GRAM_BITS``
 #: times that is recomputed from its exact difference, so every kept value is within
@@ -421,8 +424,11 @@ def _gram_costs(X_s: Tensor, X_t: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
     r, c = rows.numpy(), cols.numpy()
     item = r // N
     scale = sx[r] + sy[c]
-    values = scale - 2 * gram[item * (N * M) + (r - item * N) * M + (c - item * M)]
-    loose = np.flatnonzero(values <= (d + 3) * 2.0 ** (GRAM_BITS - 53) * scale)
+    values = gram[item * (N * M) + (r - item * N) * M + (c - item * M)]
+    values *= -2
+    values += scale
+    scale *= (d + 3) * 2.0 ** (GRAM_BITS - 53)
+    loose = np.flatnonzero(values <= scale)
     if loose.size:
         xs, xt = X0.reshape(B * N, d).numpy(), Y0.reshape(B * M, d).numpy()
         for i, j in _spans(loose.size, d, None, True):
@@ -452,7 +458,8 @@ def _cost_values(
     B, N, d = X_s.shape
     M = X_t.shape[1]
     cpu = _numpy_side(X_s)
-    if cpu and metric == "sqeuclidean" and chunk is None and B * N * M <= GRAM_ELEMENTS:
+    gram = metric == "sqeuclidean" and chunk is None and d >= GRAM_MIN_DIM
+    if cpu and gram and B * N * M <= GRAM_ELEMENTS:
         return _gram_costs(X_s, X_t, rows, cols)
     Xs = X_s.detach().reshape(B * N, d)
     Xt = X_t.detach().reshape(B * M, d)
@@ -569,9 +576,9 @@ def plan_costs(
     """Cost in R^d of each slice's plan: ``sum_e mass_e c(x_rows_e, y_cols_e)``, shape (B, S).
 
     ``X_s`` (B, N, d), ``X_t`` (B, M, d); ``rows``, ``cols``, ``mass`` (B, S, E) for ``S``
-    slices of ``E`` entries each. Differentiable with respect to the points, the plan
-    (indices and masses, detached) held fixed; the gradient is finite where a cost is 0
-    (a zero subgradient for the non-smooth metrics). ``chunk`` entries are gathered at
+    slices of ``E`` entries each. Twice differentiable with respect to the points, the
+    plan (indices and masses, detached) held fixed; the gradient is finite where a cost
+    is 0 (a zero subgradient for the non-smooth metrics). ``chunk`` entries are gathered at
     once (by default about :data:`CPU_GATHER_ELEMENTS` / d on the CPU, where small
     squared Euclidean problems read a Gram matrix instead, and :data:`GATHER_ELEMENTS`
     / d elsewhere).
