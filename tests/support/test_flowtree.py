@@ -287,8 +287,10 @@ def test_pairwise_errors():
         pairwise_flowtree(h, h, trees=support)
     with pytest.raises(ValueError, match=r"hists_t must have shape \(n,\) or \(m, n\) with n=6"):
         pairwise_flowtree(h, h[:, :5], trees=trees)
-    with pytest.raises(ValueError, match="equal positive totals"):
+    with pytest.raises(ValueError, match="hists_s and hists_t must have equal total mass"):
         pairwise_flowtree(h, 2 * h, trees=trees)
+    with pytest.raises(ValueError, match="positive total mass"):
+        pairwise_flowtree(0 * h, 0 * h, trees=trees)
     with pytest.raises(ValueError, match="negative"):
         pairwise_flowtree(h - 0.5, h - 0.5, trees=trees)
     with pytest.raises(TypeError, match="both be numpy arrays or both torch tensors"):

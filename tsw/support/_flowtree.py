@@ -29,6 +29,7 @@ from tsw.core._problem import from_numpy, to_numpy
 from tsw.core._random import refuse_tracing
 from tsw.core._validation import (
     check_bool,
+    check_equal_totals,
     check_finite,
     check_nonnegative,
     check_positive_int,
@@ -477,17 +478,16 @@ def pairwise_flowtree(
     S = hs2.detach().cpu().to(torch.float64).numpy()
     Tg = ht2.detach().cpu().to(torch.float64).numpy()
     if validate:
-        ts, tt = S.sum(1), Tg.sum(1)
-        tol = 1e-5 if hs.dtype == torch.float32 else 1e-10
-        gap = np.abs(ts[:, None] - tt[None, :]) > tol * np.maximum(
-            1.0, np.maximum(ts[:, None], tt[None, :])
+        ts, tt = torch.from_numpy(S.sum(1)), torch.from_numpy(Tg.sum(1))
+        if bool((ts <= 0).any() or (tt <= 0).any()):
+            raise ValueError("pairwise_flowtree needs histograms of positive total mass")
+        check_equal_totals(
+            (ts[:, None], tt[None, :]),
+            ("hists_s.sum()", "hists_t.sum()"),
+            hs.dtype,
+            why=" (every pair)",
+            batched=True,
         )
-        if gap.any() or (ts <= 0).any():
-            i, j = np.argwhere(gap)[0] if gap.any() else (int(np.argmin(ts)), 0)
-            raise ValueError(
-                "pairwise_flowtree needs histograms of equal positive totals; got "
-                f"hists_s[{i}].sum()={ts[i]:.6g} and hists_t[{j}].sum()={tt[j]:.6g}"
-            )
     X = trees.support.detach().cpu().to(torch.float64).numpy()
     out = np.zeros((S.shape[0], Tg.shape[0]))
     nz_s = [np.flatnonzero(row) for row in S]
