@@ -54,6 +54,14 @@ def _tree(seed: int) -> tuple[torch.Tensor, ...]:
     return lengths, ms / ms.sum(), mt / mt.sum()
 
 
+def _hists(seed: int) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    h = torch.rand(3, N + M, generator=g, dtype=F64)
+    return (h / h.sum(-1, keepdim=True),)
+
+
+#: trees built once on a support of N + M points, for the functions of histograms on it
+SUPPORT_TREES = tsw.sample_quadtrees(torch.cat(_pair()(0)), 2, seed=0)
 PARENTS = [-1, 0, 0, 1, 1]
 PROJECTIONS = tsw.sample_projections(D, 5, seed=0, dtype=F64)
 SPHERE = {"ssw", "s3w", "stsw", "spatial_stsw"}
@@ -126,13 +134,29 @@ CASES: dict[str, tuple[Callable[[int], tuple[torch.Tensor, ...]], Callable[..., 
         lambda X: X @ tsw.sample_spherical_trees(D - 1, n_trees=2, n_lines=2, dtype=F64).roots.T,
     ),
     "sample_quadtrees": (_one(), lambda X: tsw.sample_quadtrees(X, 2, seed=0).support),
+    "sample_cluster_trees": (_one(), lambda X: tsw.sample_cluster_trees(X, 2, seed=0).support),
+    "support_tsw": (_pair(), lambda X, Y: tsw.support_tsw(X, Y, seed=0)),
+    "pairwise_tsw": (_hists, lambda H: tsw.pairwise_tsw(H, trees=SUPPORT_TREES)),
+    "tree_embedding": (_hists, lambda H: tsw.tree_embedding(H, SUPPORT_TREES)),
+    "tree_barycenter": (_hists, lambda H: tsw.tree_barycenter(H, SUPPORT_TREES, numItermax=5)),
+    "pairwise_flowtree": (_hists, lambda H: tsw.pairwise_flowtree(H, trees=SUPPORT_TREES)),
+    "flowtree": (_pair(), lambda X, Y: tsw.flowtree(X, Y, seed=0, dense=True)[0]),
+    "fit_edge_lengths": (
+        lambda s: (torch.cat(_pair()(s)),),
+        lambda S: tsw.fit_edge_lengths(SUPPORT_TREES, support=S, n_pairs=50, seed=0).support,
+    ),
+    "free_support_barycenter": (
+        _pair(),
+        lambda X, Y: tsw.free_support_barycenter([X, Y], n_points=5, numItermax=3, seed=0),
+    ),
     "trees_needed": (lambda s: (_points(s, N)[:, 0].abs() + 1,), lambda t: tsw.trees_needed(t)),
 }
 #: a planning helper returning a Python int: a trace cannot output it (any error will do)
 NOT_TENSOR_OUTPUT = {"trees_needed"}
-#: matched in NumPy from the masses' values, through no sort nor draw: a trace records
-#: the plan of its example masses (wrong on new ones) until tree_plan refuses tracing
-KNOWN_WRONG = {"tree_plan"}
+#: computed in NumPy from the masses' values, through no sort nor draw of the library: a
+#: trace records the result of its example inputs (wrong on new ones) until these call
+#: tsw.core._random.refuse_tracing too
+KNOWN_WRONG = {"tree_plan", "tree_barycenter"}
 
 #: every loss module, with its required options and whether it takes data on the sphere
 LOSS_OPTIONS = {"ARIS3WLoss": {"dim": D}, "CircularTSWLoss": {"radius": 1.0}}
@@ -174,7 +198,7 @@ def _assert_traced_equals_eager(traced, call, new):
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="traced plan is constant"))
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="traced result is a constant"))
         if n in KNOWN_WRONG
         else n
         for n in sorted(CASES)

@@ -131,6 +131,20 @@ def test_shared_options_are_documented(name):
         assert re.search(rf"^{option} :", section, re.MULTILINE), option
 
 
+@pytest.mark.parametrize("name", DISTANCES)
+def test_the_first_screen_says_what_it_is_and_how_to_call_it(name):
+    """The summary line, then a call of the function, then Parameters; the math in Notes."""
+    doc = inspect.getdoc(getattr(tsw, name))
+    head, _, rest = doc.partition("\nParameters\n----------\n")
+    summary, usage = head.strip().split("\n\n")  # two paragraphs, nothing else
+    assert "\n" not in summary
+    assert usage.startswith(f"``tsw.{name}(X_s, ")
+    assert len(head.splitlines()) <= 12
+    assert ".. math::" not in head
+    assert ":math:" not in usage
+    assert "\nNotes\n-----\n" in rest  # where the definition went
+
+
 def test_an_unknown_option_raises_naming_it():
     g = torch.Generator().manual_seed(1)
     X, Y = torch.randn(5, 3, generator=g, dtype=F64), torch.randn(4, 3, generator=g, dtype=F64)

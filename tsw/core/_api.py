@@ -30,6 +30,7 @@ import difflib
 import functools
 import inspect
 import numbers
+import textwrap
 from collections.abc import Callable, Mapping
 from typing import (
     TYPE_CHECKING,
@@ -334,7 +335,8 @@ def distance(
                 return finish(problem, evaluation)
 
         public_fn.__signature__ = public  # type: ignore[attr-defined]
-        public_fn.__doc__ = _document(fn.__doc__ or "", fn.__name__, chunked, sliced)
+        doc = _call_first(fn.__doc__ or "", fn.__name__, public, one_measure)
+        public_fn.__doc__ = _document(doc, fn.__name__, chunked, sliced)
         public_fn.option_checks = option_checks  # type: ignore[attr-defined]
         del public_fn.__wrapped__  # the signature is the public one, not the method's
         return public_fn
@@ -438,6 +440,67 @@ def _document(doc: str, name: str, chunked: bool, sliced: bool) -> str:
     if marker not in doc:
         raise ValueError(f"{name}'s docstring has no Returns section")
     return doc.replace(marker, "\n" + block + marker[1:], 1)
+
+
+def _usage(name: str, public: inspect.Signature, one_measure: bool) -> str:
+    """Return the paragraph that says how to call ``tsw.name``, read from its signature."""
+    params = list(public.parameters.values())
+    by_position = [q for q in params if q.kind is q.POSITIONAL_OR_KEYWORD]
+    pot = [q.name for q in by_position if q.name not in MEASURES]
+    shared = {n for n, _, _ in SHARED + CHUNKED}
+    own = [q for q in params if q.kind is q.KEYWORD_ONLY and q.name not in shared][:2]
+    shown = [
+        q.name if q.default is q.empty else f"{q.name}={q.default!r}"
+        for q in by_position[: 4 - 2 * one_measure]
+    ]
+    if pot:
+        shown.append(f"{pot[0]}={public.parameters[pot[0]].default!r}")
+    shown += ["...", "*"] if pot else ["*"]
+    shown += [f"{q.name}={q.default!r}" for q in own] + ["seed=None", "..."]
+    target = "the uniform measure on the sphere" if one_measure else "``(X_t, b)``"
+    options = (
+        f"by position in POT's order ({', '.join(pot)}) or by keyword, the others by keyword"
+        if pot
+        else "keyword-only"
+    )
+    return (
+        f"``tsw.{name}({', '.join(shown)})`` returns the distance between ``(X_s, a)`` and "
+        f"{target} (weights ``None``: uniform). The options after the measures are "
+        f"{options}; the Parameters say each, the Notes the definition."
+    )
+
+
+def _call_first(doc: str, name: str, public: inspect.Signature, one_measure: bool) -> str:
+    """Open ``doc`` with its summary line and how to call the function; the rest to Notes.
+
+    So ``help()`` and the reference show what the function is and how to call it before
+    its parameters. The text between the summary and Parameters (the definition, its
+    mathematics, the references cited) opens the Notes section, made before References
+    or Examples where there is none. A first paragraph that already shows a call
+    (``tsw.name(...)``) stays as the usage paragraph.
+    """
+    summary, sep, rest = doc.partition("\n\n")
+    marker = "\n\n    Parameters\n    ----------\n"
+    if not sep or marker not in "\n\n" + rest:
+        raise ValueError(f"{name}'s docstring has no summary line and Parameters section")
+    body, _, sections = ("\n\n" + rest).partition(marker)
+    body = body.strip("\n")
+    usage = _usage(name, public, one_measure)
+    if body.lstrip().startswith(f"``tsw.{name}("):
+        usage, _, body = body.strip().partition("\n\n")
+    usage = textwrap.indent(textwrap.fill(" ".join(usage.split()), 84), "    ")
+    sections = marker + sections
+    if body:
+        notes = "\n    Notes\n    -----\n"
+        if notes in sections:
+            sections = sections.replace(notes, f"{notes}{body}\n\n", 1)
+        else:
+            at = min(
+                (i for k in ("References", "Examples") if (i := sections.find(f"\n    {k}\n")) > 0),
+                default=len(sections),
+            )
+            sections = f"{sections[:at].rstrip()}\n{notes}{body}\n{sections[at:]}"
+    return f"{summary}\n\n{usage}{sections}"
 
 
 def _autocast_kinds() -> list[str]:

@@ -126,9 +126,9 @@ def circular_tsw(
     delta : float, default 2.0
         Inverse temperature of the split; ``0`` is the uniform split ``1/k``.
     p : float, default 1
-        Exponent (see above).
+        Exponent (see the Notes).
     split : {"image", "line"}, default "image"
-        Distance used by the split (see above).
+        Distance used by the split (see the Notes).
     compat : bool, default False
         Reproduce the **published code's** value instead (its closed form with the
         two defects described in the Notes; with ``split="image"``, the published

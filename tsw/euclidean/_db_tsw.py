@@ -92,7 +92,7 @@ def db_tsw(
         baseline of the later papers). Not scale-free: scaling the data by ``c``
         acts like ``delta * c``.
     p : float, default 1
-        Exponent (see above).
+        Exponent (see the Notes).
     orthogonal : bool, default False
         Db-TSW⊥: orthonormal directions inside each tree (needs ``k <= d``).
     sampling : {"iid", "orthogonal", "qmc"}, default "iid"

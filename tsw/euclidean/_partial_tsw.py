@@ -132,7 +132,7 @@ def partial_tsw(
     delta : float, default 2.0
         Inverse temperature of the distance-based split (``0``: uniform split).
     p : float, default 1
-        Exponent (see above).
+        Exponent (see the Notes).
     price : float, default 0.0
         Extra cost :math:`\lambda` per unit of mass created or destroyed (at the root).
     orthogonal : bool, default False

@@ -97,7 +97,7 @@ def tsw_sl(
     n_trees, n_lines : int, optional
         ``T`` and ``k``; 250 and 4 by default, inferred from ``trees`` if given.
     p : float, default 1
-        Exponent (see above).
+        Exponent (see the Notes).
     tree : {"chain", "concurrent"}, default "chain"
         Structure of sampled trees; ignored when ``trees`` is given (its type decides).
     alpha : Tensor of shape (k,) or (T, k), optional

@@ -154,7 +154,7 @@ def stsw(
     delta : float, default 2.0
         Inverse temperature of the split; ``0`` is the uniform split.
     p : float, default 1
-        Exponent (see above).
+        Exponent (see the Notes).
     trees : SphericalTrees, optional
         Explicit trees (shared, or one set per batch item); overrides the sampling.
     sampling : {"iid", "orthogonal", "qmc"}, default "iid"
