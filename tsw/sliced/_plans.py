@@ -11,12 +11,15 @@ plan is not a distance: no closed form, no :func:`tsw.core._api.distance`).
 
 Differences from POT 0.9.7, all deliberate:
 
-* POT's per-projection costs are wrong when the plan is not a permutation (``N != M``
-  or non-uniform weights): ``ot.utils.sparse_ot_dist`` indexes the entries' masses by
-  their row index (fixed upstream by POT pull request #846). So POT's
-  ``min_sliced_transport_plan`` may pick another projection there, and its
-  ``expected_sliced_plan`` with ``beta != 0`` weighs the projections by wrong costs.
-  Here every cost is ``sum_ij P_ij c(x_i, y_j)`` of its plan.
+* POT's per-projection costs are wrong whenever POT does not take the plan for a
+  permutation: ``N != M``, non-uniform weights, and also ``N = M`` with uniform
+  weights when its exact test ``a == a.sum() / n`` fails (the ``n`` weights ``1 / n``
+  do not sum to 1 exactly: 43 of the sizes 2 to 100, ``N = 7`` among them):
+  ``ot.utils.sparse_ot_dist`` then indexes the entries' masses by their row index
+  (fixed upstream by POT pull request #846). So POT's ``min_sliced_transport_plan``
+  may pick another projection there, and its ``expected_sliced_plan`` with
+  ``beta != 0`` weighs the projections by wrong costs. Here every cost is
+  ``sum_ij P_ij c(x_i, y_j)`` of its plan.
 * ``seed`` follows :mod:`tsw`'s contract (a fresh generator, never the global one):
   the same seed gives other directions than POT's.
 * POT's cost of ``expected_sliced_plan`` with ``beta = 0`` forms the (N, M) cost matrix;
@@ -214,9 +217,12 @@ def sliced_plans(
     Notes
     -----
     O(L (N + M) (d + log(N + M))) time, vectorised over the projections; O(L (N + M))
-    memory for the plans. POT 0.9.7 computes the costs of plans that are not
-    permutations with the masses indexed by row (POT pull request #846 fixes it); the
-    costs here are those of the plans.
+    memory for the plans. POT 0.9.7 computes the costs with the masses indexed by row
+    (POT pull request #846 fixes it) whenever it does not take the plan for a
+    permutation: ``N != M``, non-uniform weights, and ``N = M`` with uniform weights
+    whose ``N`` values ``1 / N`` do not sum to 1 exactly (``N = 7``, for one: the costs
+    are then wrong for a permutation too). The costs here are those of the plans,
+    ``sum_ij P_ij c(x_i, y_j)``, exact to rounding wherever the points lie.
 
     References
     ----------
@@ -327,6 +333,12 @@ def min_sliced_transport_plan(
     ------
     TypeError, ValueError
         As :func:`sliced_plans`.
+
+    Notes
+    -----
+    The costs compared are those of the plans (see :func:`sliced_plans`); POT 0.9.7's
+    are wrong where it does not take a plan for a permutation (``N = 7`` uniform points
+    included), so it may pick another projection there.
 
     References
     ----------
@@ -460,6 +472,12 @@ def expected_sliced_plan(
     ------
     TypeError, ValueError
         As :func:`sliced_plans`, and for ``beta < 0``.
+
+    Notes
+    -----
+    The weights use the plans' own costs (see :func:`sliced_plans`); POT 0.9.7's are
+    wrong where it does not take a plan for a permutation (``N = 7`` uniform points
+    included), so its weights differ there for ``beta != 0``.
 
     References
     ----------
