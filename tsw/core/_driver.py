@@ -114,7 +114,9 @@ def evaluate(
     degree 1) is representable. Their projections' masses are therefore divided by
     ``s``, the power of two nearest to the source's total mass (exact), and the
     evaluation carries ``s`` as its ``scale`` (:func:`~tsw.core._output.finish`
-    multiplies the root by it).
+    multiplies the root by it). A method's own ``cost`` on trees must then be of degree
+    ``p`` in the masses too (TS-Sobolev's and the published circular form are; the
+    partial method's price term reads shapes of total 1, whose scale is 1).
     """
     if problem.validate:
         check_range(problem.measures)
