@@ -1,0 +1,224 @@
+"""tsw.free_support_barycenter against exact W2 (ot.emd2) and closed forms."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import ot
+import pytest
+import torch
+
+import tsw
+
+F64 = torch.float64
+
+
+def _gauss(n, d, mean, std, seed, dtype=F64):
+    g = torch.Generator().manual_seed(seed)
+    return std * torch.randn(n, d, generator=g, dtype=dtype) + torch.as_tensor(mean, dtype=dtype)
+
+
+def _w2sq(X, Y):
+    """Exact squared W2 between uniform clouds (POT's network simplex)."""
+    X, Y = np.asarray(X, dtype=np.float64), np.asarray(Y, dtype=np.float64)
+    return float(ot.emd2([], [], ot.dist(X, Y)))
+
+
+def _spread(X):
+    """The isotropic standard deviation sqrt(E|x - m|^2 / d)."""
+    return float(((X - X.mean(0)) ** 2).sum(1).mean().div(X.shape[1]).sqrt())
+
+
+def test_one_measure_is_itself_sw():
+    """SW_2: from a far start the support becomes the measure (exact W2 below 1e-8)."""
+    Y = _gauss(80, 2, [0.0, 0.0], 1.0, 0)
+    X0 = _gauss(80, 2, [2.0, -1.0], 2.0, 1)
+    X = tsw.free_support_barycenter([Y], X_init=X0, numItermax=200, seed=0)
+    assert _w2sq(X, Y) < 1e-8 * _w2sq(X0, Y)
+
+
+@pytest.mark.parametrize("name", ["db_tsw", "tsw_sl"])
+def test_one_measure_is_itself_tree_sliced(name):
+    """Tree-sliced W1 objectives: to 3% of the start's squared W2 (the steps' jitter)."""
+    Y = _gauss(60, 2, [0.0, 0.0], 1.0, 0)
+    X0 = _gauss(60, 2, [2.0, -1.0], 2.0, 1)
+    X = tsw.free_support_barycenter(
+        [Y], X_init=X0, distance=name, n_trees=20, numItermax=60, seed=0
+    )
+    assert _w2sq(X, Y) < 0.03 * _w2sq(X0, Y)
+
+
+@pytest.mark.slow
+def test_two_gaussians_follow_the_w2_barycenter():
+    """Isotropic Gaussians: the SW_2 barycenter is the W2 one, N(w m1 + ..., (w s1 + ...)^2 I).
+
+    The mean is exact for SW_2 (its mean term splits off), up to the Monte-Carlo jitter;
+    the spread is compared with the closed form evaluated on the samples' spreads, with a
+    tolerance of 4 standard errors of the mean over seeds plus 2% for the finite samples
+    (the barycenter of 300-point clouds is not exactly Gaussian).
+    """
+    w = torch.tensor([0.3, 0.7], dtype=F64)
+    Y1 = _gauss(300, 2, [-3.0, 0.0], 1.0, 0)
+    Y2 = _gauss(300, 2, [3.0, 1.0], 2.0, 1)
+    mean = w[0] * Y1.mean(0) + w[1] * Y2.mean(0)
+    spread = float(w[0]) * _spread(Y1) + float(w[1]) * _spread(Y2)
+    means, spreads = [], []
+    for seed in range(4):
+        X = tsw.free_support_barycenter([Y1, Y2], weights=w, numItermax=60, seed=seed)
+        means.append(X.mean(0))
+        spreads.append(_spread(X))
+    means_t, spreads_t = torch.stack(means), torch.tensor(spreads)
+    se_mean = means_t.std(0).max() / 2
+    assert float((means_t.mean(0) - mean).abs().max()) < 4 * float(se_mean) + 1e-3
+    se = float(spreads_t.std()) / 2
+    assert abs(float(spreads_t.mean()) - spread) < 4 * se + 0.02 * spread
+
+
+def test_translates_give_the_shape_at_the_mean_shift():
+    """Translates of one shape: the shape translated by the weighted mean of the shifts."""
+    S = _gauss(50, 2, [0.0, 0.0], 1.0, 3)
+    shifts = torch.tensor([[0.0, 0.0], [4.0, 0.0], [0.0, 3.0]], dtype=F64)
+    w = torch.tensor([0.5, 0.25, 0.25], dtype=F64)
+    Ys = [S + s for s in shifts]
+    X = tsw.free_support_barycenter(Ys, weights=w, numItermax=80, seed=0)
+    target = S + w @ shifts
+    assert _w2sq(X, target) < 1e-3 * _spread(S) ** 2
+
+
+def test_unequal_sizes_and_weights():
+    Y1 = _gauss(40, 3, [0.0, 0.0, 0.0], 1.0, 0)
+    Y2 = _gauss(70, 3, [2.0, 0.0, 0.0], 1.0, 1)
+    a2 = torch.rand(70, generator=torch.Generator().manual_seed(2), dtype=F64)
+    a2 = a2 / a2.sum()
+    a1 = torch.full((40,), 1 / 40, dtype=F64)
+    X = tsw.free_support_barycenter([Y1, Y2], [a1, a2], n_points=30, seed=0)
+    assert X.shape == (30, 3)
+    expected = 0.5 * Y1.mean(0) + 0.5 * (a2 @ Y2)
+    assert float((X.mean(0) - expected).abs().max()) < 0.1
+
+
+@pytest.mark.parametrize("name", ["stsw", pytest.param("ssw", marks=pytest.mark.slow)])
+def test_sphere_points_stay_on_the_sphere(name):
+    g = torch.Generator().manual_seed(0)
+    Y1 = torch.randn(40, 3, generator=g, dtype=F64) * 0.3 + torch.tensor([0.0, 0.0, 1.0], dtype=F64)
+    Y2 = torch.randn(40, 3, generator=g, dtype=F64) * 0.3 + torch.tensor([1.0, 0.0, 0.0], dtype=F64)
+    Ys = [Y / Y.norm(dim=1, keepdim=True) for Y in (Y1, Y2)]
+    X0 = torch.randn(40, 3, generator=g, dtype=F64) * 0.3 + torch.tensor([0.0, 1.0, 1.0], dtype=F64)
+    X0 = X0 / X0.norm(dim=1, keepdim=True)  # a start off the bisector
+    X, log = tsw.free_support_barycenter(
+        Ys, X_init=X0, distance=name, numItermax=30, seed=0, log=True
+    )
+    assert torch.allclose(X.norm(dim=1), torch.ones(40, dtype=F64), atol=1e-12)
+    # the barycenter sits between the two caps: its mean direction near their bisector
+    m = X.mean(0) / X.mean(0).norm()
+    bisector = torch.tensor([1.0, 0.0, 1.0], dtype=F64) / math.sqrt(2)
+    assert float(m @ bisector) > 0.95
+    assert log["objective"][-1] < log["objective"][0]
+    with pytest.raises(ValueError, match="unit sphere"):
+        tsw.free_support_barycenter([2 * Ys[0]], distance=name)
+
+
+def test_numpy_in_numpy_out_and_dtype():
+    Y = _gauss(30, 2, [0.0, 0.0], 1.0, 0, dtype=torch.float32).numpy()
+    X = tsw.free_support_barycenter([Y, Y + 1], numItermax=5, seed=0)
+    assert isinstance(X, np.ndarray)
+    assert X.dtype == np.float32
+    assert X.shape == (30, 2)
+    X, log = tsw.free_support_barycenter(np.stack([Y, Y + 1]), numItermax=5, seed=0, log=True)
+    assert isinstance(X, np.ndarray)
+    assert isinstance(log["costs"], np.ndarray)
+    Xt = tsw.free_support_barycenter([torch.from_numpy(Y)], numItermax=3, seed=0)
+    assert isinstance(Xt, torch.Tensor)
+    assert Xt.dtype == torch.float32
+
+
+def test_seeds_reproduce():
+    Ys = [_gauss(30, 2, [0.0, 0.0], 1.0, 0), _gauss(30, 2, [2.0, 0.0], 1.0, 1)]
+    X1 = tsw.free_support_barycenter(Ys, numItermax=10, seed=5, distance="db_tsw", n_trees=5)
+    X2 = tsw.free_support_barycenter(Ys, numItermax=10, seed=5, distance="db_tsw", n_trees=5)
+    X3 = tsw.free_support_barycenter(Ys, numItermax=10, seed=6, distance="db_tsw", n_trees=5)
+    assert torch.equal(X1, X2)
+    assert not torch.equal(X1, X3)
+    gen = torch.Generator().manual_seed(5)
+    X4 = tsw.free_support_barycenter(Ys, numItermax=10, generator=gen, distance="db_tsw", n_trees=5)
+    assert X4.shape == X1.shape
+
+
+def test_log_and_pot_keys():
+    Ys = [_gauss(30, 2, [0.0, 0.0], 1.0, 0), _gauss(30, 2, [3.0, 0.0], 1.0, 1)]
+    _X, log = tsw.free_support_barycenter(Ys, numItermax=30, seed=0, log=True)
+    assert log["n_iter"] == len(log["objective"]) == len(log["displacement_square_norms"])
+    assert log["costs"].shape == (log["n_iter"], 2)
+    assert log["objective"][-1] < log["objective"][0]
+    assert 1.5 < log["gain"] < 2.5  # Bonneel's step in d = 2: gain d
+
+
+def test_fairness_evens_the_distances():
+    """MFSWB: the penalty shrinks the spread of the exact W2 distances to the marginals."""
+    Ys = [
+        _gauss(60, 2, [0.0, 0.0], 0.5, 0),
+        _gauss(60, 2, [4.0, 0.0], 0.5, 1),
+        _gauss(60, 2, [0.0, 8.0], 0.5, 2),
+    ]
+    w = torch.tensor([0.8, 0.1, 0.1], dtype=F64)
+
+    def spread(X):
+        d = [math.sqrt(_w2sq(X, Y)) for Y in Ys]
+        return np.mean([abs(a - b) for i, a in enumerate(d) for b in d[i + 1 :]])
+
+    plain = tsw.free_support_barycenter(Ys, weights=w, numItermax=40, seed=0)
+    fair = tsw.free_support_barycenter(Ys, weights=w, numItermax=40, seed=0, fairness=1.0)
+    assert spread(fair) < 0.5 * spread(plain)
+
+
+def test_callable_distance():
+    Ys = [_gauss(30, 2, [0.0, 0.0], 1.0, 0), _gauss(30, 2, [2.0, 0.0], 1.0, 1)]
+
+    def cost(X, Y, b, a, generator=None):
+        return tsw.sw(X, Y, b, a, n_projections=20, power=True, generator=generator)
+
+    X = tsw.free_support_barycenter(Ys, distance=cost, numItermax=30, seed=0)
+    assert float((X.mean(0) - 0.5 * (Ys[0].mean(0) + Ys[1].mean(0))).abs().max()) < 0.1
+
+
+def test_verbose_prints_or_shows_a_bar(capsys):
+    Ys = [_gauss(20, 2, [0.0, 0.0], 1.0, 0)]
+    tsw.free_support_barycenter(Ys, X_init=Ys[0] + 1, numItermax=3, seed=0, verbose=True)
+
+
+def test_errors():
+    Y = _gauss(20, 2, [0.0, 0.0], 1.0, 0)
+    fsb = tsw.free_support_barycenter
+    with pytest.raises(ValueError, match="K >= 1"):
+        fsb([])
+    with pytest.raises(ValueError, match="same dimension"):
+        fsb([Y, _gauss(20, 3, [0.0] * 3, 1.0, 1)])
+    with pytest.raises(ValueError, match="sum to one"):
+        fsb([Y], [torch.full((20,), 0.1, dtype=F64)])
+    with pytest.raises(ValueError, match="one weight vector per measure"):
+        fsb([Y, Y], [torch.full((20,), 0.05, dtype=F64)])
+    with pytest.raises(ValueError, match=r"shape \(20,\)"):
+        fsb([Y], [torch.full((10,), 0.1, dtype=F64)])
+    with pytest.raises(ValueError, match="weights must sum to one"):
+        fsb([Y, Y], weights=torch.tensor([0.5, 0.6], dtype=F64))
+    bad = Y.clone()
+    bad[3, 1] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        fsb([Y, bad])
+    with pytest.raises(ValueError, match=r"'sw'.*'db_tsw'.*'stsw'"):
+        fsb([Y], distance="wasserstein")
+    with pytest.raises(TypeError, match="set by the barycenter"):
+        fsb([Y], power=True)
+    with pytest.raises(TypeError, match="numpy"):
+        fsb([Y, Y.numpy()])
+    with pytest.raises(ValueError, match=r"X_init must have shape \(n, 2\)"):
+        fsb([Y], X_init=torch.zeros(5, 3, dtype=F64))
+    with pytest.raises(ValueError, match="n_points=4 disagrees"):
+        fsb([Y], X_init=torch.zeros(5, 2, dtype=F64), n_points=4)
+    with pytest.raises(ValueError, match="lr"):
+        fsb([Y], lr=0)
+    with pytest.raises(ValueError, match="fairness"):
+        fsb([Y], fairness=-1.0)
+    with pytest.raises(TypeError, match="list"):
+        fsb(5)
