@@ -73,11 +73,14 @@ def fairness_metrics(X: np.ndarray, Ys: list[np.ndarray]) -> tuple[float, float]
 
 def free_support(args: argparse.Namespace) -> tuple[list[list[str]], list[list[object]]]:
     rows, raw = [], []
-    tasks = {"4 Gaussians": gaussians, "shapes": shapes}
-    n = args.n_free
-    for task, make in tasks.items():
+    tasks = {
+        "4 Gaussians": (gaussians, args.n_free, args.seeds),
+        "shapes": (shapes, args.n_free, args.seeds),
+        f"4 Gaussians, n={args.n_large}": (gaussians, args.n_large, 1),
+    }
+    for task, (make, n, seeds) in tasks.items():
         results: dict[str, dict[str, list[float]]] = {}
-        for seed in range(args.seeds):
+        for seed in range(seeds):
             Ys = make(n, seed)
             rng = np.random.default_rng(100 + seed)
             pool = np.concatenate(Ys)
@@ -127,7 +130,7 @@ def free_support(args: argparse.Namespace) -> tuple[list[list[str]], list[list[o
     return rows, raw
 
 
-def digits_hists(smoke: bool) -> tuple[list[np.ndarray], np.ndarray]:
+def digits_hists(smoke: bool, limit: int | None) -> tuple[list[np.ndarray], np.ndarray]:
     from sklearn.datasets import load_digits
 
     data = load_digits()
@@ -136,6 +139,8 @@ def digits_hists(smoke: bool) -> tuple[list[np.ndarray], np.ndarray]:
     per_class = [X[data.target == c] for c in range(10)]
     if smoke:
         per_class = [h[:8] for h in per_class]
+    if limit:
+        per_class = [h[:limit] for h in per_class]
     grid = np.stack(np.meshgrid(np.arange(8.0), np.arange(8.0), indexing="ij"), -1).reshape(-1, 2)
     return per_class, grid
 
@@ -146,8 +151,11 @@ def exact_objective(bar: np.ndarray, hists: np.ndarray, M: np.ndarray) -> float:
     return float(np.mean([ot.emd2(bar, a, M) for a in hists]))
 
 
-def fixed_support(args: argparse.Namespace, out: Path) -> tuple[list[list[str]], list]:
-    per_class, grid = digits_hists(args.smoke)
+def fixed_support(
+    args: argparse.Namespace, out: Path, limit: int | None
+) -> tuple[list[list[str]], list]:
+    """One barycenter per class (all images, or the first ``limit``: then also the LP)."""
+    per_class, grid = digits_hists(args.smoke, limit)
     M = ot.dist(grid, grid, metric="euclidean")
     support = torch.tensor(grid)
     K = max(len(h) for h in per_class)
@@ -170,7 +178,7 @@ def fixed_support(args: argparse.Namespace, out: Path) -> tuple[list[list[str]],
     t0 = time.perf_counter()
     bars[name] = np.stack([ot.bregman.barycenter(h.T, M, reg) for h in per_class])
     times[name] = time.perf_counter() - t0
-    if not args.no_exact:
+    if limit and not args.no_exact:
         name = "POT ot.lp.barycenter (exact)"
         t0 = time.perf_counter()
         bars[name] = np.stack([ot.lp.barycenter(h.T, M) for h in per_class])
@@ -180,7 +188,7 @@ def fixed_support(args: argparse.Namespace, out: Path) -> tuple[list[list[str]],
         objective = np.mean([exact_objective(B[c], per_class[c], M) for c in range(10)])
         rows.append([name, f"{objective:.4f}", f"{times[name]:.2f}"])
         raw.append([name, float(objective), times[name]])
-    figure(bars, out / "barycenters_digits.png")
+    figure(bars, out / f"barycenters_digits{'_' + str(limit) if limit else ''}.png")
     return rows, raw
 
 
@@ -242,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny settings (CI)")
     ap.add_argument("--n-free", type=int, default=100, help="points per free-support measure")
+    ap.add_argument("--n-large", type=int, default=1000, help="points, the large task (1 seed)")
     ap.add_argument("--iters", type=int, default=100, help="free-support iterations")
     ap.add_argument("--lines", type=int, default=100, help="directions (SW) or lines (trees)")
     ap.add_argument("--fairness", type=float, default=1.0)
@@ -251,11 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--speed-n", type=int, default=1000)
     ap.add_argument("--speed-eval", type=int, default=50, help="histograms in the exact check")
     ap.add_argument("--no-exact", action="store_true", help="skip ot.lp.barycenter")
+    ap.add_argument("--exact-k", type=int, default=20, help="images per class with the LP")
     add_run_args(ap, "barycenters")
     args = ap.parse_args(argv)
     if args.smoke:
-        args.n_free, args.iters, args.lines, args.seeds = 12, 3, 8, 1
-        args.trees, args.speed_n, args.speed_eval, args.no_exact = 2, 40, 3, True
+        args.n_free, args.iters, args.lines, args.seeds, args.n_large = 12, 3, 8, 1, 16
+        args.trees, args.speed_n, args.speed_eval, args.exact_k = 2, 40, 3, 4
     out = prepare(args)
     print("GeomLoss's barycenter_sample: not run (geomloss is not installed here)")
     rows, raw = free_support(args)
@@ -264,10 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     write_results(
         out, "barycenters_free", [*header[:2], "W", "F", "time_s"], raw, {"args": vars(args)}
     )
-    rows, raw = fixed_support(args, out)
     header = ["method", "exact objective (mean W1 to the class)", "time [s], 10 classes"]
-    print_table("Fixed-support barycenters of the digits", header, rows)
-    write_results(out, "barycenters_digits", ["method", "objective", "time_s"], raw, {})
+    for limit in (None, args.exact_k):
+        rows, raw = fixed_support(args, out, limit)
+        which = f"the first {limit} images of each class" if limit else "every image"
+        print_table(f"Fixed-support barycenters of the digits, {which}", header, rows)
+        stem = f"barycenters_digits{'_' + str(limit) if limit else ''}"
+        write_results(out, stem, ["method", "objective", "time_s"], raw, {})
     rows, raw = speed(args)
     header = ["method", "exact objective (subset)", "time [s], one core", "x tree's time"]
     print_table(f"{args.speed_n} histograms on {args.speed_n} points", header, rows)
