@@ -1,12 +1,21 @@
-"""What a new user reads first: the benchmark table's columns say what they are.
+"""What a new user reads: the benchmark table's columns, the loss modules' randomness.
 
 The main job (``python -m benchmarks.gradient_flow``) prints this run's table beside the
 papers' published one. The columns of the first are explained under it, and the second
-says which of its iterations the run reached and which column compares.
+says which of its iterations the run reached and which column compares. The loss
+modules' documentation says what ``resample=False`` gives, checked against finite
+differences.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
+
+import pytest
+import torch
+
+import tsw
 from benchmarks import gradient_flow
 
 
@@ -37,3 +46,20 @@ def test_a_run_sharing_no_published_iteration_says_so(tmp_path, capsys):
     published = out[out.index("published exact W2^2") :]
     assert "| it 500* " in published
     assert "None of their iterations is among this run's checkpoints." in published
+
+
+def test_resample_false_docs_say_the_gradient_holds_a_detached_centre():
+    """The documented behaviour: a fixed draw with the default centre has a gradient that
+    is not the value's derivative (finite differences), and is with ``center`` given."""
+    for doc in (tsw.nn.__doc__, inspect.getdoc(tsw.nn.DbTSWLoss)):
+        assert "detached" in doc
+        assert "``center``" in doc
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(6, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    Y = torch.randn(5, 2, generator=g, dtype=torch.float64) + 1
+    loss = tsw.nn.DbTSWLoss(n_trees=8, seed=0, resample=False)
+    error = importlib.import_module("torch.autograd.gradcheck").GradcheckError
+    with pytest.raises(error, match="Jacobian mismatch"):
+        torch.autograd.gradcheck(lambda X: loss(X, Y), (X,))
+    fixed = tsw.nn.DbTSWLoss(n_trees=8, seed=0, resample=False, center=torch.zeros(2))
+    assert torch.autograd.gradcheck(lambda X: fixed(X, Y), (X,))

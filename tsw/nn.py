@@ -20,9 +20,13 @@ Randomness:
 * ``resample=True`` (default): new trees or projections at every call. With
   ``seed=None`` they come from operating-system entropy; with ``seed=s`` from a
   generator owned by the module, so a training run replays exactly from ``s``.
-* ``resample=False``: the same random draw (directions, root offsets) at every call.
-  The roots still follow the data's centre unless ``center`` is given, so the
-  objective is a deterministic function of the inputs.
+* ``resample=False``: the same random draw (directions, root offsets) at every call,
+  so the value is a deterministic function of the inputs. The roots of the tree losses
+  still follow the data's centre (``center="mean"`` or ``"median"``, the default), a
+  *detached* one: the gradient autograd returns holds the roots fixed, so it is not the
+  derivative of that function (``torch.autograd.gradcheck`` fails against its finite
+  differences). Give ``center`` a tensor (e.g. ``torch.zeros(d)``) for a loss whose
+  gradient is its derivative.
 * ``state_dict()`` holds the random stream (the generator's state, the fixed seed):
   a module restored with ``load_state_dict`` resumes the stream where the saved one
   was.

@@ -35,7 +35,10 @@ seed : int, optional
     exactly); with ``resample=False``, the one draw used at every call. Without it,
     operating-system entropy.
 resample : bool, default True
-    New random slices at every call; ``False`` reuses one draw."""
+    New random slices at every call; ``False`` reuses one draw. Roots that follow the
+    data (a tree loss's ``center="mean"`` or ``"median"``) follow a detached centre: the
+    gradient holds them fixed, and is the value's derivative only with ``center`` given
+    as a tensor."""
 
 
 class _Loss(nn.Module):
