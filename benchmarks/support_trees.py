@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", type=int, default=2000)
     ap.add_argument("--words", type=int, default=100)
     ap.add_argument("--pairs", type=int, default=200, help="pairs timed with ot.emd2")
+    ap.add_argument("--parts", default="builds,matrix", help="builds, matrix or both")
     ap.add_argument("--quick", action="store_true", help="a smoke run (tiny settings)")
     ap.add_argument("--out", default="benchmarks/out")
     args = ap.parse_args(argv)
@@ -134,13 +135,16 @@ def main(argv: list[str] | None = None) -> int:
         args.n, args.dims, args.trees, args.rounds = 500, "2,8", 2, 1
         args.support, args.dim, args.docs, args.words, args.pairs = 100, 8, 10, 10, 3
     torch.set_num_threads(1)
-    result = {
-        "builds": builds(args.n, [int(d) for d in args.dims.split(",")], args.trees, args.rounds),
-        "matrix": matrix(args),
-    }
+    parts = args.parts.split(",")
+    result: dict[str, object] = {}
+    if "builds" in parts:
+        dims = [int(d) for d in args.dims.split(",")]
+        result["builds"] = builds(args.n, dims, args.trees, args.rounds)
+    if "matrix" in parts:
+        result["matrix"] = matrix(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "support_trees.json").write_text(json.dumps(result, indent=1))
+    (out / f"support_trees_{'_'.join(parts)}.json").write_text(json.dumps(result, indent=1))
     return 0
 
 

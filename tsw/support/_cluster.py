@@ -33,11 +33,16 @@ def _group_first(group: Tensor, G: int, mask: Tensor) -> Tensor:
     )
 
 
-def _farthest(X: Tensor, group: Tensor, G: int, k: int, sampler: Sampler) -> Tensor:
-    """Gonzalez's farthest-point centres, (G, k) point indices, every group at once.
+def _farthest(
+    X: Tensor, group: Tensor, G: int, k: int, sampler: Sampler
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Gonzalez's farthest-point centres of every group at once.
 
     The first centre of a group is one of its points drawn uniformly; each next one is
     a point farthest from the centres chosen so far (the first such point on ties).
+    Returns the centres (G, k) as point indices, each point's nearest centre (its first
+    nearest: the label of :func:`tsw.support._trees.sqdist`'s argmin, from the same
+    squared distances) and each group's largest squared distance to its first centre.
     """
     dev = X.device
     count = torch.bincount(group, minlength=G)
@@ -47,13 +52,21 @@ def _farthest(X: Tensor, group: Tensor, G: int, k: int, sampler: Sampler) -> Ten
     pick = start + torch.minimum((u * count).to(torch.long), count - 1)
     chosen = [order[pick]]
     mind = (X - X[chosen[0]][group]).square().sum(-1)
-    for _ in range(1, k):
+    label = torch.zeros_like(group)
+    spread = None
+    for j in range(1, k):
         top = torch.full((G,), -1.0, dtype=X.dtype, device=dev).scatter_reduce_(
             0, group, mind, "amax"
         )
+        spread = top if spread is None else spread
         chosen.append(_group_first(group, G, mind == top[group]))
-        mind = torch.minimum(mind, (X - X[chosen[-1]][group]).square().sum(-1))
-    return torch.stack(chosen, dim=1)
+        dist = (X - X[chosen[-1]][group]).square().sum(-1)
+        closer = dist < mind  # strictly: ties stay with the earlier centre
+        label = torch.where(closer, j, label)
+        mind = torch.where(closer, dist, mind)
+    if spread is None:
+        spread = torch.zeros(G, dtype=X.dtype, device=dev).scatter_reduce_(0, group, mind, "amax")
+    return torch.stack(chosen, dim=1), label, spread
 
 
 def _lloyd(X: Tensor, group: Tensor, C: Tensor, steps: int) -> Tensor:
@@ -83,16 +96,13 @@ def _cluster_tree(X: Tensor, k: int, depth: int, method: str, sampler: Sampler) 
             break
         nodes, group = torch.unique(node[active], return_inverse=True)
         G = nodes.numel()
-        Xa = X[active]
-        idx = _farthest(Xa, group, G, k, sampler)  # (G, k) local indices
-        C = Xa[idx]  # (G, k, d)
+        Xa = X if active.numel() == n else X[active]
         # a node whose points all coincide with its first centre is not split
-        spread = torch.zeros(G, dtype=X.dtype, device=dev).scatter_reduce_(
-            0, group, (Xa - C[group, 0]).square().sum(-1), "amax"
-        )
+        idx, label, spread = _farthest(Xa, group, G, k, sampler)  # (G, k) local indices
+        C = Xa[idx]  # (G, k, d)
         if method == "kmeans":
             C = _lloyd(Xa, group, C, LLOYD_STEPS)
-        label = sqdist(Xa, C[group]).argmin(-1)
+            label = sqdist(Xa, C[group]).argmin(-1)
         split = spread[group] > 0
         active, group, label = active[split], group[split], label[split]
         if active.numel() == 0:
