@@ -410,8 +410,9 @@ def _gram_costs(X_s: Tensor, X_t: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
     The points are centred (in float64) to shrink ``|x|^2 + |y|^2``; an entry whose
     value is small against it (:data:`GRAM_BITS`: a move small against the points'
     spread, a point and itself) is recomputed as the squared norm of the difference of
-    the original points, exact in float64. The values are thus never negative, 0 between
-    equal points, and within about ``2^-GRAM_BITS`` of the differences' everywhere.
+    the original points in float64 (no cancellation). The values are thus never
+    negative, 0 between equal points, and within about ``2^-GRAM_BITS`` (relative) of
+    the differences' everywhere, at any translation of the data.
     """
     B, N, d = X_s.shape
     M = X_t.shape[1]
