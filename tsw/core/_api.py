@@ -477,12 +477,13 @@ def _call_first(doc: str, name: str, public: inspect.Signature, one_measure: boo
     its parameters. The text between the summary and Parameters (the definition, its
     mathematics, the references cited) opens the Notes section, made before References
     or Examples where there is none. A first paragraph that already shows a call
-    (``tsw.name(...)``) stays as the usage paragraph.
+    (``tsw.name(...)``) stays as the usage paragraph. A docstring without a summary
+    line and a Parameters section is left as it is.
     """
     summary, sep, rest = doc.partition("\n\n")
     marker = "\n\n    Parameters\n    ----------\n"
-    if not sep or marker not in "\n\n" + rest:
-        raise ValueError(f"{name}'s docstring has no summary line and Parameters section")
+    if not sep or marker not in "\n\n" + rest:  # a short docstring (a user's method)
+        return doc
     body, _, sections = ("\n\n" + rest).partition(marker)
     body = body.strip("\n")
     usage = _usage(name, public, one_measure)
