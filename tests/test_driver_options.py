@@ -77,6 +77,7 @@ CALLS = [
     # projected_emds are POT's plain per-direction costs: not "sliced" in this test's sense
     ("lcv_sw", lambda X, Y, **o: tsw.lcv_sw(X, Y, n_projections=7, **o), 2, False, False),
     ("eb_sw", lambda X, Y, **o: tsw.eb_sw(X, Y, n_projections=7, **o), 2, False, False),
+    ("support_tsw", lambda X, Y, **o: tsw.support_tsw(X, Y, n_trees=6, **o), 1, False, False),
 ]
 IDS = [c[0] for c in CALLS]
 
@@ -91,6 +92,8 @@ def test_every_distance_is_listed():
     # transport plans return (plan, cost): tests/test_plans.py
     not_distances |= {"barycentric_map", "expected_sliced_plan", "expected_tree_sliced_plan"}
     not_distances |= {"min_sliced_transport_plan", "sliced_plans", "swgg", "tree_plan"}
+    # trees built from the data and what reads them: tests/support/
+    not_distances |= {"sample_quadtrees", "sample_cluster_trees", "tree_embedding", "pairwise_tsw"}
     assert distances - not_distances == listed
 
 
