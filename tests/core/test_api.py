@@ -140,6 +140,7 @@ def test_the_first_screen_says_what_it_is_and_how_to_call_it(name):
     assert "\n" not in summary
     assert usage.startswith(f"``tsw.{name}(X_s, ")
     assert len(head.splitlines()) <= 12
+    assert len(str(inspect.signature(getattr(tsw, name)))) < 400  # help()'s first line
     assert ".. math::" not in head
     assert ":math:" not in usage
     assert "\nNotes\n-----\n" in rest  # where the definition went

@@ -334,7 +334,9 @@ def distance(
                 evaluation = body(problem, **{k: values[k] for k in declared})
                 return finish(problem, evaluation)
 
-        public_fn.__signature__ = public  # type: ignore[attr-defined]
+        # names, kinds and defaults: the types are in the Parameters section, and without
+        # them help() opens with a signature of about 290 characters, not 630
+        public_fn.__signature__ = _untyped(public)  # type: ignore[attr-defined]
         doc = _call_first(fn.__doc__ or "", fn.__name__, public, one_measure)
         public_fn.__doc__ = _document(doc, fn.__name__, chunked, sliced)
         public_fn.option_checks = option_checks  # type: ignore[attr-defined]
@@ -417,6 +419,12 @@ def _bind(public: inspect.Signature, name: str, args: tuple, kwargs: dict) -> An
             f"measures are {where}: did you mean {guess}={value!r}?"
         )
     return bound
+
+
+def _untyped(signature: inspect.Signature) -> inspect.Signature:
+    """Return ``signature`` without its annotations."""
+    params = [q.replace(annotation=q.empty) for q in signature.parameters.values()]
+    return signature.replace(parameters=params, return_annotation=signature.empty)
 
 
 def _measure_parameters(one_measure: bool) -> list[inspect.Parameter]:
