@@ -153,10 +153,8 @@ CASES: dict[str, tuple[Callable[[int], tuple[torch.Tensor, ...]], Callable[..., 
 }
 #: a planning helper returning a Python int: a trace cannot output it (any error will do)
 NOT_TENSOR_OUTPUT = {"trees_needed"}
-#: computed in NumPy from the masses' values, through no sort nor draw of the library: a
-#: trace records the result of its example inputs (wrong on new ones) until these call
-#: tsw.core._random.refuse_tracing too
-KNOWN_WRONG = {"tree_plan", "tree_barycenter"}
+#: a public function a trace would get wrong that does not refuse yet (none)
+KNOWN_WRONG: set[str] = set()
 
 #: every loss module, with its required options and whether it takes data on the sphere
 LOSS_OPTIONS = {"ARIS3WLoss": {"dim": D}, "CircularTSWLoss": {"radius": 1.0}}

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from tsw.core._problem import from_numpy, to_numpy
+from tsw.core._random import refuse_tracing
 from tsw.core._validation import (
     check_bool,
     check_nonnegative,
@@ -216,6 +217,7 @@ def tree_barycenter(
     >>> [round(v, 3) for v in x.tolist()]  # the weighted median
     [0.0, 0.0, 1.0]
     """
+    refuse_tracing(f"tsw.{_NAME}")  # its iterations run on the values: a trace keeps them
     if not isinstance(trees, SupportTrees):
         raise TypeError(
             f"{_NAME}: trees must be a SupportTrees (tsw.sample_quadtrees, "

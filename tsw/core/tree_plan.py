@@ -21,6 +21,7 @@ from torch import Tensor
 from tsw.core import _kernels
 from tsw.core._plans import Accumulator
 from tsw.core._problem import to_numpy
+from tsw.core._random import refuse_tracing
 from tsw.core._validation import check_bool
 from tsw.core.tree_wasserstein import euler_tour, parents_array, tree_inputs
 
@@ -259,6 +260,7 @@ def tree_plan(
     >>> cost
     tensor(0.5000)
     """
+    refuse_tracing("tsw.tree_plan")  # matched in NumPy: a trace would keep the plan
     dense = check_bool(dense, "dense")
     par, edge_lengths, mass_s, mass_t, numpy = tree_inputs(
         parents, edge_lengths, mass_s, mass_t, validate
