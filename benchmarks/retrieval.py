@@ -346,13 +346,16 @@ def plot(results: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.2))
     axes = np.atleast_1d(axes)
     for ax, data in zip(axes, datasets, strict=True):
-        for r in (r for r in results if r["data"] == data):
+        sub = [r for r in results if r["data"] == data]
+        most = max(r["queries"] for r in sub)
+        for r in sub:
+            label = r["key"] if r["queries"] == most else f"{r['key']} ({r['queries']} queries)"
             ax.scatter(r["s_per_query"], r["knn_acc"], s=30)
-            ax.annotate(r["key"], (r["s_per_query"], r["knn_acc"]), fontsize=7)
+            ax.annotate(label, (r["s_per_query"], r["knn_acc"]), fontsize=7)
         ax.set_xscale("log")
         ax.set_xlabel("seconds per query (against the whole database)")
-        ax.set_ylabel("kNN accuracy")
-        ax.set_title(data, fontsize=9)
+        ax.set_ylabel(f"kNN accuracy over {most} queries")
+        ax.set_title(f"{data}: database of {sub[0]['database']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
