@@ -10,9 +10,10 @@ support costs one embedding per histogram. Re-exported by :mod:`tsw`:
   low dimensions);
 * ``_cluster``: farthest-point (or k-means) clustering trees
   (:func:`sample_cluster_trees`, high dimensions);
-* ``_embedding``: the edge matrix and embedding (:func:`tree_embedding`), distance
-  matrices between histograms (:func:`pairwise_tsw`) and the distance between two
-  measures (:func:`support_tsw`);
+* ``_embedding``: the edge matrix and embedding (:func:`tree_embedding`) and distance
+  matrices between histograms (:func:`pairwise_tsw`);
+* ``_support_tsw``: the distance between two measures, on trees built on the union of
+  their supports (:func:`support_tsw`);
 * ``_flowtree``: Flowtree, the tree's optimal flow charged at the ground distances
   (:func:`flowtree` between point clouds, :func:`pairwise_flowtree` between histograms);
 * ``_fit``: edge lengths fitted to the ground metric (:func:`fit_edge_lengths`).
