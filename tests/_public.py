@@ -26,6 +26,9 @@ NOT_DISTANCES = frozenset(
         # nodes), which the shared suite differentiates in: its contract properties are
         # tested in support/test_support_tsw.py
         "support_tsw",
+        "pairwise_flowtree",  # Flowtree and fitted lengths: support/test_flowtree.py, test_fit.py
+        "fit_edge_lengths",
+        "flowtree",  # a plan and its cost
         # transport plans (a plan and its cost, not a distance): test_plans.py
         "barycentric_map",
         "expected_sliced_plan",

@@ -308,3 +308,28 @@ def test_first_call_quick(capsys):
     out = capsys.readouterr().out
     assert "import tsw after it" in out
     assert out.count("| sw |") == 1
+
+
+@pytest.mark.slow  # about 4 s: POT, Numba and scikit-learn's first calls
+def test_retrieval_smoke(tmp_path, capsys):
+    from benchmarks import retrieval
+
+    methods = "exact,sinkhorn,quad1,flow-quad,fit-clus10,sw"
+    args = ["--smoke", "--data", "bow", "--methods", methods, "--out", str(tmp_path)]
+    assert retrieval.main(args) == 0
+    rows = json.loads((tmp_path / "retrieval.json").read_text())["rows"]
+    assert [r["key"] for r in rows] == methods.split(",")
+    for r in rows:
+        assert 0 <= r["knn_acc"] <= 1
+        assert r["s_per_query"] > 0
+        if r["key"] == "exact":  # the reference of recall and correlation
+            assert r["recall10"] == 1.0
+            assert abs(r["spearman"] - 1.0) < 1e-12
+    assert (tmp_path / "retrieval_bow.csv").read_text().count("\n") == 1 + len(rows)
+    assert (tmp_path / "retrieval.png").stat().st_size > 0
+    # the corpus is deterministic
+    H1, X1, y1 = retrieval.make_bow_corpus(200, 8, 4, 20, seed=3)
+    H2, X2, y2 = retrieval.make_bow_corpus(200, 8, 4, 20, seed=3)
+    for u, v in ((H1, H2), (X1, X2), (y1, y2)):
+        assert (u == v).all()
+    assert abs(H1.sum(1) - 1).max() < 1e-12

@@ -64,6 +64,8 @@ from tsw.sphere._spatial_stsw import spatial_stsw
 from tsw.sphere._stsw import stsw, stsw_unif
 from tsw.support._cluster import sample_cluster_trees
 from tsw.support._embedding import pairwise_tsw, tree_embedding
+from tsw.support._fit import fit_edge_lengths
+from tsw.support._flowtree import flowtree, pairwise_flowtree
 from tsw.support._support_tsw import support_tsw
 from tsw.support._trees import SupportTree, SupportTrees, sample_quadtrees
 
@@ -83,6 +85,8 @@ __all__ = [
     "eb_sw",
     "expected_sliced_plan",
     "expected_tree_sliced_plan",
+    "fit_edge_lengths",
+    "flowtree",
     "lcv_sw",
     "line_system_cost",
     "mappings",
@@ -91,6 +95,7 @@ __all__ = [
     "metrics",
     "min_sliced_transport_plan",
     "nn",
+    "pairwise_flowtree",
     "pairwise_tsw",
     "partial_sw",
     "partial_tsw",
