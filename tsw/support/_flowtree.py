@@ -500,6 +500,8 @@ def pairwise_flowtree(
         for i in range(S.shape[0]):
             for j in range(Tg.shape[0]):
                 idx = np.union1d(nz_s[i], nz_t[j])
+                if idx.size == 0:  # two empty histograms (validate=False): nothing moves
+                    continue
                 if anc is not None:
                     rows, cols, vals = tree.match_spanned(anc[idx], S[i, idx], Tg[j, idx])
                 else:
