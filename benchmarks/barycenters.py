@@ -226,11 +226,14 @@ def speed(args: argparse.Namespace) -> tuple[list[list[str]], list]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     runs: dict[str, tuple[np.ndarray, float]] = {}
-    for T in (1, args.trees):
+    for T, fitted in ((1, False), (args.trees, False), (4, True)):
         t0 = time.perf_counter()
         trees = tsw.sample_quadtrees(torch.tensor(support), n_trees=T, seed=0)
+        if fitted:  # edge lengths fitted to the Euclidean distances (treeOT)
+            trees = tsw.fit_edge_lengths(trees, seed=0)
         bar = tsw.tree_barycenter(torch.tensor(A), trees).numpy()
-        runs[f"tsw.tree_barycenter (quadtrees, T={T})"] = (bar, time.perf_counter() - t0)
+        label = f"quadtrees, T={T}" + (", fitted lengths" if fitted else "")
+        runs[f"tsw.tree_barycenter ({label})"] = (bar, time.perf_counter() - t0)
     for reg in args.reg_speed:
         t0 = time.perf_counter()
         bar = ot.bregman.barycenter(A.T, M, reg)
@@ -275,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--speed-eval", type=int, default=50, help="histograms in the exact check")
     ap.add_argument("--no-exact", action="store_true", help="skip ot.lp.barycenter")
     ap.add_argument("--exact-k", type=int, default=20, help="images per class with the LP")
+    ap.add_argument(
+        "--parts", default="free,digits,speed", help="comma-separated: free, digits, speed"
+    )
     add_run_args(ap, "barycenters")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -287,12 +293,23 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, out: Path) -> int:
     print("GeomLoss's barycenter_sample: not run (geomloss is not installed here)")
-    rows, raw = free_support(args)
-    header = ["task", "method", "W (mean W2 to marginals)", "F (mean |W_i - W_j|)", "time [s]"]
-    print_table("Free-support barycenters", header, rows)
-    write_results(
-        out, "barycenters_free", [*header[:2], "W", "F", "time_s"], raw, {"args": vars(args)}
-    )
+    if "free" in args.parts:
+        rows, raw = free_support(args)
+        header = ["task", "method", "W (mean W2 to marginals)", "F (mean |W_i - W_j|)", "time [s]"]
+        print_table("Free-support barycenters", header, rows)
+        header = [*header[:2], "W", "F", "time_s"]
+        write_results(out, "barycenters_free", header, raw, {"args": vars(args)})
+    if "digits" in args.parts:
+        _digits(args, out)
+    if "speed" in args.parts:
+        rows, raw = speed(args)
+        header = ["method", "exact objective (subset)", "time [s], one core", "x tree's time"]
+        print_table(f"{args.speed_n} histograms on {args.speed_n} points", header, rows)
+        write_results(out, "barycenters_speed", ["method", "objective", "time_s"], raw, {})
+    return 0
+
+
+def _digits(args: argparse.Namespace, out: Path) -> None:
     header = ["method", "exact objective (mean W1 to the class)", "time [s], 10 classes"]
     for limit in (None, args.exact_k):
         rows, raw = fixed_support(args, out, limit)
@@ -300,11 +317,6 @@ def _run(args: argparse.Namespace, out: Path) -> int:
         print_table(f"Fixed-support barycenters of the digits, {which}", header, rows)
         stem = f"barycenters_digits{'_' + str(limit) if limit else ''}"
         write_results(out, stem, ["method", "objective", "time_s"], raw, {})
-    rows, raw = speed(args)
-    header = ["method", "exact objective (subset)", "time [s], one core", "x tree's time"]
-    print_table(f"{args.speed_n} histograms on {args.speed_n} points", header, rows)
-    write_results(out, "barycenters_speed", ["method", "objective", "time_s"], raw, {})
-    return 0
 
 
 if __name__ == "__main__":

@@ -117,7 +117,7 @@ def _check_simplex(w: Tensor, name: str) -> None:
 def _check_weights(w: object, name: str, n: int, ref: Tensor, numpy: bool) -> Tensor:
     if w is None:
         return torch.full((n,), 1.0 / n, dtype=ref.dtype, device=ref.device)
-    w = _tensor(w, name, numpy, ref.numpy().dtype if numpy else None)
+    w = _tensor(w, name, numpy, ref.detach().cpu().numpy().dtype if numpy else None)
     check_same_device_dtype(ref, "measures_locations[0]", w, name)
     if tuple(w.shape) != (n,):
         raise ValueError(f"{_NAME}: {name} must have shape ({n},); got {tuple(w.shape)}")
@@ -392,7 +392,6 @@ def free_support_barycenter(
                 f"measures_locations[{k}].shape={tuple(Y.shape)}"
             )
     K, d = len(Ys), ref.shape[-1]
-    ref_np = ref.cpu() if numpy else ref
     if measures_weights is None:
         As = [_check_weights(None, "", Y.shape[0], ref, numpy) for Y in Ys]
     else:
@@ -403,10 +402,10 @@ def free_support_barycenter(
                 f"got {len(wraw)}"
             )
         As = [
-            _check_weights(a, f"measures_weights[{k}]", Y.shape[0], ref_np, numpy).to(ref)
+            _check_weights(a, f"measures_weights[{k}]", Y.shape[0], ref, numpy)
             for k, (a, Y) in enumerate(zip(wraw, Ys, strict=True))
         ]
-    weights_t = _check_weights(weights, "weights", K, ref_np, numpy).to(ref)
+    weights_t = _check_weights(weights, "weights", K, ref, numpy)
     fn, sphere, named = _check_distance(distance)
     fairness = check_nonnegative_float(fairness, "fairness")
     lr_value = as_real(lr)
@@ -447,7 +446,7 @@ def free_support_barycenter(
         if sphere:
             check_on_sphere(X, "X_init", renormalize=False, validate=True)
         X = X.detach().clone()
-    b_t = _check_weights(b, "b", n, ref_np, numpy).to(ref)
+    b_t = _check_weights(b, "b", n, ref, numpy)
     if X is None:
         X = _initial(Ys, As, weights_t, n, gen)
 
