@@ -193,6 +193,8 @@ def test_callable_distance():
 def test_verbose_prints_or_shows_a_bar(capsys):
     Ys = [_gauss(20, 2, [0.0, 0.0], 1.0, 0)]
     tsw.free_support_barycenter(Ys, X_init=Ys[0] + 1, numItermax=3, seed=0, verbose=True)
+    captured = capsys.readouterr()
+    assert "free_support_barycenter" in captured.out + captured.err  # tqdm's bar or the lines
 
 
 def test_errors():
