@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import tsw
+from tsw.barycenters._free_support import DISTANCES, SPHERE_DISTANCES
 
 F64 = torch.float64
 
@@ -232,3 +233,27 @@ def test_errors():
         fsb([Y], fairness=-1.0)
     with pytest.raises(TypeError, match="list"):
         fsb(5)
+
+
+@pytest.mark.parametrize("name", sorted(DISTANCES))
+def test_every_named_distance_runs(name):
+    """Each name drives the steps: a finite support, kept on the sphere where the distance lives."""
+    sphere = name in SPHERE_DISTANCES
+    g = torch.Generator().manual_seed(0)
+    Y = torch.randn(16, 3, generator=g, dtype=F64)
+    X0 = torch.randn(16, 3, generator=g, dtype=F64) + 3
+    if sphere:
+        Y = Y + torch.tensor([0.0, 0.0, 3.0], dtype=F64)
+        Y = Y / Y.norm(dim=1, keepdim=True)
+        X0 = X0 / X0.norm(dim=1, keepdim=True)
+    opts = {"radius": 1.0} if name == "circular_tsw" else {}
+    if name in ("max_sw", "max_tsw_sl"):
+        opts["n_iter"] = 5
+    X, log = tsw.free_support_barycenter(
+        [Y], X_init=X0, distance=name, numItermax=3, seed=0, log=True, **opts
+    )
+    assert X.shape == X0.shape
+    assert torch.isfinite(X).all()
+    assert log["gain"] > 0
+    if sphere:
+        assert torch.allclose(X.norm(dim=1), torch.ones(16, dtype=F64), atol=1e-12)
