@@ -21,6 +21,8 @@ __all__ = ["build_cluster_trees", "check_cluster_options", "sample_cluster_trees
 
 #: Lloyd iterations of method="kmeans"
 LLOYD_STEPS = 5
+#: Lloyd's steps compare all the centres of a level by one matrix product up to this many
+BLAS_CENTRES = 64
 METHODS = ("farthest", "kmeans")
 
 
@@ -69,11 +71,26 @@ def _farthest(
     return torch.stack(chosen, dim=1), label, spread
 
 
+def _nearest(X: Tensor, C: Tensor, group: Tensor) -> Tensor:
+    """Each point's nearest centre among its group's ``C`` (G, k, d), for Lloyd's steps.
+
+    With few centres in all (``G k <= BLAS_CENTRES``) one matrix product gives every
+    ``<x, c>`` and ``|c|^2 - 2 <x, c>`` is compared; otherwise :func:`sqdist`. The final
+    assignment always uses :func:`sqdist`, the placement's formula.
+    """
+    G, k, d = C.shape
+    if G * k > BLAS_CENTRES:
+        return sqdist(X, C, group).argmin(-1)
+    flat = C.reshape(G * k, d)
+    score = (flat.square().sum(-1) - 2 * (X @ flat.T)).view(-1, G, k)
+    return score[torch.arange(X.shape[0], device=X.device), group].argmin(-1)
+
+
 def _lloyd(X: Tensor, group: Tensor, C: Tensor, steps: int) -> Tensor:
     """Run a few Lloyd iterations from centres ``C`` (G, k, d) within each group."""
     G, k, d = C.shape
     for _ in range(steps):
-        label = sqdist(X, C[group]).argmin(-1)
+        label = _nearest(X, C, group)
         cell = group * k + label
         sums = X.new_zeros(G * k, d).index_add_(0, cell, X)
         count = torch.bincount(cell, minlength=G * k).to(X.dtype)
@@ -102,7 +119,7 @@ def _cluster_tree(X: Tensor, k: int, depth: int, method: str, sampler: Sampler) 
         C = Xa[idx]  # (G, k, d)
         if method == "kmeans":
             C = _lloyd(Xa, group, C, LLOYD_STEPS)
-            label = sqdist(Xa, C[group]).argmin(-1)
+            label = sqdist(Xa, C, group).argmin(-1)
         split = spread[group] > 0
         active, group, label = active[split], group[split], label[split]
         if active.numel() == 0:

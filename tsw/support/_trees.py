@@ -238,16 +238,17 @@ class SupportTrees:
         return torch.stack([place_cluster(tree, X, match) for tree in self.trees])
 
 
-def sqdist(X: Tensor, C: Tensor) -> Tensor:
-    """Squared distances (N, K) of each point to its own K centres ``C`` (N, K, d).
+def sqdist(X: Tensor, table: Tensor, index: Tensor) -> Tensor:
+    """Squared distances (N, K) of each point to its own K centres ``table[index[i]]``.
 
-    One formula for the build and the placement, so that a support point is assigned
-    to the same child in both (the same operations on the same values).
+    ``table[index[lo:hi]]`` is gathered a block of rows at a time (never the whole
+    (N, K, d) tensor). One formula for the build and the placement, so that a support
+    point is assigned to the same child in both (the same operations on the same values).
     """
-    out = X.new_empty(C.shape[:2])
+    out = X.new_empty(index.shape[0], table[index[:1]].shape[1])
     for lo in range(0, X.shape[0], ROWS):
         hi = lo + ROWS
-        out[lo:hi] = (X[lo:hi, None, :] - C[lo:hi]).square().sum(-1)
+        out[lo:hi] = (X[lo:hi, None, :] - table[index[lo:hi]]).square().sum(-1)
     return out
 
 
@@ -278,7 +279,7 @@ def place_cluster(tree: SupportTree, X: Tensor, match: Tensor) -> Tensor:
             has = ch[:, 0] >= 0
             if not bool(has.any()):
                 break
-            d2 = sqdist(X, centers[ch.clamp(min=0)])
+            d2 = sqdist(X, centers, ch.clamp(min=0))
             d2 = torch.where(ch >= 0, d2, torch.inf)
             best = ch.gather(1, d2.argmin(-1, keepdim=True)).squeeze(1)
             node = torch.where(has, best, node)
