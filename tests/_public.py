@@ -37,5 +37,8 @@ NOT_DISTANCES = frozenset(
         "sliced_plans",
         "swgg",
         "tree_plan",
+        # barycenters (a support or masses, not a distance): barycenters/
+        "free_support_barycenter",
+        "tree_barycenter",
     }
 )

@@ -23,12 +23,16 @@ Transport plans (couplings, not only distances): POT's sliced plans
 rooted tree, :func:`expected_tree_sliced_plan` (the mean of the optimal plans of
 Db-TSW's or TSW-SL's trees), and :func:`barycentric_map`.
 
+Barycenters: :func:`free_support_barycenter` (any distance, POT's signature; MFSWB's
+fairness) and :func:`tree_barycenter` (fixed support on trees built from the data).
+
 Data and evaluation: :mod:`tsw.datasets` (the synthetic point clouds of the papers'
 experiments) and :mod:`tsw.metrics` (exact W_p through ``ot.emd2``, the geodesic W_p on
 the sphere, the NLL of a von Mises-Fisher mixture).
 """
 
 from tsw import datasets, metrics, nn
+from tsw.barycenters import free_support_barycenter, tree_barycenter
 from tsw.core._barycentric import barycentric_map
 from tsw.core.monte_carlo import trees_needed
 from tsw.core.tree_plan import tree_plan
@@ -87,6 +91,7 @@ __all__ = [
     "expected_tree_sliced_plan",
     "fit_edge_lengths",
     "flowtree",
+    "free_support_barycenter",
     "lcv_sw",
     "line_system_cost",
     "mappings",
@@ -121,6 +126,7 @@ __all__ = [
     "stsw_unif",
     "sw",
     "swgg",
+    "tree_barycenter",
     "tree_embedding",
     "tree_plan",
     "tree_wasserstein",
