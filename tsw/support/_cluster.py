@@ -74,12 +74,12 @@ def _farthest(
 def _nearest(X: Tensor, C: Tensor, group: Tensor) -> Tensor:
     """Each point's nearest centre among its group's ``C`` (G, k, d), for Lloyd's steps.
 
-    With few centres in all (``G k <= BLAS_CENTRES``) one matrix product gives every
+    With few centres in all (``G k <= min(BLAS_CENTRES, d)``) one matrix product gives every
     ``<x, c>`` and ``|c|^2 - 2 <x, c>`` is compared; otherwise :func:`sqdist`. The final
     assignment always uses :func:`sqdist`, the placement's formula.
     """
     G, k, d = C.shape
-    if G * k > BLAS_CENTRES:
+    if G * k > min(BLAS_CENTRES, d):  # the product writes G k numbers a point, not k d
         return sqdist(X, C, group).argmin(-1)
     flat = C.reshape(G * k, d)
     score = (flat.square().sum(-1) - 2 * (X @ flat.T)).view(-1, G, k)
