@@ -257,3 +257,13 @@ def test_every_named_distance_runs(name):
     assert log["gain"] > 0
     if sphere:
         assert torch.allclose(X.norm(dim=1), torch.ones(16, dtype=F64), atol=1e-12)
+
+
+def test_few_directions_in_high_dimension_warn_and_the_default_is_stable():
+    g = torch.Generator().manual_seed(0)
+    Y = torch.randn(40, 64, generator=g, dtype=F64)
+    X0 = torch.randn(40, 64, generator=g, dtype=F64) + 1
+    _, log = tsw.free_support_barycenter([Y], X_init=X0, numItermax=10, seed=0, log=True)
+    assert log["objective"][-1] < 0.1 * log["objective"][0]  # 64 directions: one frame
+    with pytest.warns(UserWarning, match="n_projections=10 < d/2"):
+        tsw.free_support_barycenter([Y], X_init=X0, numItermax=1, seed=0, n_projections=10)

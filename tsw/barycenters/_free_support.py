@@ -31,6 +31,7 @@ from tsw.core._validation import (
     check_same_device_dtype,
     check_tensor,
     mass_rtol,
+    warn,
 )
 from tsw.euclidean._circular_tsw import circular_tsw
 from tsw.euclidean._db_tsw import db_tsw
@@ -76,6 +77,8 @@ _RESERVED = ("seed", "generator", "power", "log", "validate", "a", "b", "X_s", "
 #: relative size of the calibration move (a translation, or a rotation on the sphere)
 _CALIBRATION_MOVE = 1e-2
 _CALIBRATION_DRAWS = 4
+#: the fewest directions a step of the sliced distances takes by default
+_MIN_DIRECTIONS = 50
 
 
 def _tensor(x: object, name: str, numpy: bool, dtype: Any = None) -> Tensor:
@@ -330,7 +333,13 @@ def free_support_barycenter(
     generator : torch.Generator, optional
         Draw from this generator instead.
     **options
-        Passed to the distance (``n_projections=``, ``n_trees=``, ``p=``, ...).
+        Passed to the distance (``n_projections=``, ``n_trees=``, ``p=``, ...). For
+        ``"sw"``, ``"lcv_sw"`` and ``"rp_sw"`` the default ``n_projections`` is the
+        smallest multiple of ``d`` from 50 up, and ``"sw"`` draws orthonormal frames
+        (``orthogonal=True``) unless ``sampling`` or ``orthogonal`` is given: a step on
+        ``L`` directions moves the atoms by ``d / L`` times their displacement projected
+        on the directions' span, so the steps diverge with fewer than ``d / 2``
+        directions, and are exactly Bonneel's with whole frames.
 
     Returns
     -------
@@ -459,6 +468,17 @@ def free_support_barycenter(
         call_options.update(generator=gen, power=True, validate=False)
         if distance == "sw" and "sampling" not in options and "orthogonal" not in options:
             call_options["orthogonal"] = True  # Bonneel's orthonormal frames
+        if distance in ("sw", "lcv_sw", "rp_sw") and "n_projections" not in options:
+            # whole orthonormal frames, at least 50 directions: with L directions a step
+            # moves the atoms by d / L times their projection on the directions' span,
+            # which diverges once L < d / 2
+            call_options["n_projections"] = d * math.ceil(_MIN_DIRECTIONS / d)
+        L = call_options.get("n_projections")
+        if distance in ("sw", "lcv_sw", "rp_sw") and isinstance(L, int) and d > 2 * L:
+            warn(
+                f"{_NAME}: n_projections={L} < d/2 = {d / 2:g}: the steps on so few "
+                "directions overshoot and diverge; pass n_projections >= d"
+            )
     elif _accepts(fn, "generator"):
         call_options["generator"] = gen
 
