@@ -462,7 +462,8 @@ def free_support_barycenter(
     p = 2.0
     if named:
         p_default = inspect.signature(fn).parameters["p"].default
-        p = float(options.get("p", p_default))
+        # a malformed p is left to the distance's own check, at its first call
+        p = as_real(options.get("p", p_default)) or 2.0
     call_options = dict(options)
     if named:
         call_options.update(generator=gen, power=True, validate=False)
