@@ -333,3 +333,13 @@ def test_retrieval_smoke(tmp_path, capsys):
     for u, v in ((H1, H2), (X1, X2), (y1, y2)):
         assert (u == v).all()
     assert abs(H1.sum(1) - 1).max() < 1e-12
+
+
+def test_support_trees_quick(tmp_path):
+    from benchmarks import support_trees
+
+    assert support_trees.main(["--quick", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "support_trees_builds_matrix.json").read_text())
+    assert [r["d"] for r in data["builds"]] == [2, 8]
+    assert data["builds"][0]["quadtree / lower limit"] > 0
+    assert data["matrix"]["ot.emd2 / matrix per pair"] > 0
