@@ -73,6 +73,24 @@ def test_quadtree_structure():
     assert bool((tree.shift < float(tree.side) / 2).all())
 
 
+@pytest.mark.parametrize("d", [2, 40])
+def test_cells_hold_their_points(d):
+    X = _points(100, d, seed=8)
+    tree = tsw.sample_quadtrees(X, seed=2)[0]
+    cells = tree.cells()
+    assert cells.shape == (tree.n_nodes, d)
+    assert not cells[0].any()
+    # every support point lies in the cell of its leaf and of each ancestor
+    for i in range(0, 100, 9):
+        v = int(tree.leaves[i])
+        while v >= 0:
+            scale = 2.0 ** int(tree.depth[v]) / tree.side
+            assert torch.equal(torch.floor((X[i] - tree.origin) * scale).long(), cells[v])
+            v = int(tree.parents[v])
+    with pytest.raises(ValueError, match="defined for quadtrees"):
+        tsw.sample_cluster_trees(X, seed=0)[0].cells()
+
+
 def test_placement_gives_the_support_points_their_leaves_and_cells_to_others():
     X = _points(100, 2, seed=5)
     trees = tsw.sample_quadtrees(X, n_trees=3, seed=2)

@@ -75,7 +75,8 @@ class SupportTree:
         ``side / 2**l``.
     codes : LongTensor of shape (V, W) or None
         Quadtrees: which child of its parent each cell is, its ``d`` bits (1 = the upper
-        half along that axis) packed 32 to a word.
+        half along that axis) packed 32 to a word; :meth:`cells` gives each cell's
+        integer coordinates.
     levels : int
         Quadtrees: the grid of the finest level has ``2**levels`` cells per axis.
     """
@@ -99,6 +100,23 @@ class SupportTree:
     def replace(self, **changes: Any) -> SupportTree:
         """Return a copy with some fields replaced."""
         return dataclasses.replace(self, **changes)
+
+    def cells(self) -> Tensor:
+        """Return the integer coordinates (V, d) of each quadtree cell at its depth.
+
+        Cell ``v`` is the cube ``origin + side / 2**depth[v] * (cells[v] + [0, 1)^d)``;
+        the root's row is 0. Formed from the parents' cells and the ``codes``.
+        """
+        if self.codes is None or self.origin is None:
+            raise ValueError("cells() is defined for quadtrees (this tree has no cell codes)")
+        d = self.origin.shape[0]
+        shifts = torch.arange(32, device=self.codes.device)
+        bits = ((self.codes[:, :, None] >> shifts) & 1).reshape(self.codes.shape[0], -1)[:, :d]
+        out = torch.zeros_like(bits)
+        for level in range(1, int(self.depth.max()) + 1 if self.depth.numel() else 1):
+            nodes = torch.nonzero(self.depth == level).squeeze(-1)
+            out[nodes] = 2 * out[self.parents[nodes]] + bits[nodes]
+        return out
 
 
 def _move(t: Tensor, device: torch.device, dtype: torch.dtype | None) -> Tensor:
