@@ -343,3 +343,15 @@ def test_support_trees_quick(tmp_path):
     assert [r["d"] for r in data["builds"]] == [2, 8]
     assert data["builds"][0]["quadtree / lower limit"] > 0
     assert data["matrix"]["ot.emd2 / matrix per pair"] > 0
+
+
+@pytest.mark.slow  # about 10 s: POT's exact barycenters, the digits, the speed check
+def test_barycenters_smoke(tmp_path, capsys):
+    from benchmarks import barycenters
+
+    assert barycenters.main(["--smoke", "--out", str(tmp_path)]) == 0
+    rows = list(csv.DictReader((tmp_path / "barycenters_free.csv").open()))
+    assert {r["method"] for r in rows} >= {"sw", "db_tsw + fairness 1", "tsw_sl"}
+    assert all(float(r["W"]) > 0 for r in rows)
+    assert (tmp_path / "barycenters_digits.png").stat().st_size > 0
+    assert "GeomLoss" in capsys.readouterr().out
