@@ -19,9 +19,13 @@ tomllib = pytest.importorskip("tomllib")  # Python >= 3.11; the checks need no m
 #: import name -> distribution name, for every third-party module ``tsw/`` may import
 DISTRIBUTION = {"torch": "torch", "numpy": "numpy", "ot": "pot"}
 
-#: import name -> (distribution, extra) for optional modules: imported by tsw/ only where
-#: an ImportError falls back to another path, and declared in an extra, not as a dependency
-OPTIONAL = {"numba": ("numba", "fast")}
+#: import name -> (distribution, extra, the files importing it) for optional modules:
+#: imported by tsw/ only where an ImportError falls back to another path, and declared in an
+#: extra, not as a dependency
+OPTIONAL = {
+    "numba": ("numba", "fast", {"_numba_kernels.py", "_numba_trees.py"}),
+    "tqdm": ("tqdm", "bench", {"_free_support.py"}),  # the barycenters' progress bar
+}
 
 
 def _pyproject() -> dict:
@@ -87,14 +91,16 @@ def test_optional_modules_are_extras_with_a_fallback():
     project = _pyproject()["project"]
     declared = {_requirement_name(r) for r in project["dependencies"]}
     imported = imported_top_level_modules(ROOT / "tsw")
-    for module, (dist, extra) in OPTIONAL.items():
+    for module, (dist, extra, files) in OPTIONAL.items():
         assert dist not in declared, f"{dist} must stay optional"
         extras = {_requirement_name(r) for r in project["optional-dependencies"][extra]}
         assert dist in extras, f"{dist} must be in the {extra!r} extra"
-        # the one module importing it is imported inside a try / except ImportError
-        assert imported.get(module) == {"_numba_kernels.py"}, imported.get(module)
+        # only the listed modules import it, each inside a try / except ImportError
+        assert imported.get(module) == files, imported.get(module)
     loader = (ROOT / "tsw" / "core" / "_kernels.py").read_text()
-    assert "from tsw.core import _numba_kernels\n    except ImportError:" in loader
+    assert "from tsw.core import _numba_kernels, _numba_trees\n    except ImportError:" in loader
+    progress = (ROOT / "tsw" / "barycenters" / "_free_support.py").read_text()
+    assert "from tqdm.auto import tqdm\n    except ImportError:" in progress
 
 
 def test_scipy_is_a_test_dependency_only():
