@@ -495,12 +495,12 @@ def free_support_barycenter(
             value = value.clamp_min(0) ** (2.0 / p)
         return value
 
-    stacked = named and len({Y.shape[0] for Y in Ys}) == 1
-    Y_all, A_all = (torch.stack(Ys), torch.stack(As)) if stacked else (None, None)
+    # measures of one size run as one batch
+    batch = (torch.stack(Ys), torch.stack(As)) if named and len({len(Y) for Y in Ys}) == 1 else None
 
     def costs(Xc: Tensor) -> Tensor:
-        if stacked:
-            return cost(Xc, Y_all, A_all)
+        if batch is not None:
+            return cost(Xc, *batch)
         return torch.stack([cost(Xc, Y, a) for Y, a in zip(Ys, As, strict=True)])
 
     n_pairs = K * (K - 1) // 2
@@ -539,8 +539,7 @@ def free_support_barycenter(
                 "try a smaller lr"
             )
         X = X_new
-        F = float(F.detach())
-        history.append(F)
+        history.append(float(F.detach()))
         cost_history.append(C.detach())
         moves.append(move)
         if it >= tail:
@@ -548,9 +547,9 @@ def free_support_barycenter(
             mean += (X - mean) / count
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(objective=f"{F:.4g}")
+            bar.set_postfix(objective=f"{history[-1]:.4g}")
         elif verbose and (it % every == 0 or it == numItermax - 1):
-            print(f"{_NAME}: iteration {it}, objective {F:.6g}, step^2 {move:.3g}")
+            print(f"{_NAME}: iteration {it}, objective {history[-1]:.6g}, step^2 {move:.3g}")
         if move <= stopThr:
             stopped = True
             break

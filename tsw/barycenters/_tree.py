@@ -76,9 +76,9 @@ def _check_hists(hists: object, trees: SupportTrees, numpy: bool) -> tuple[Tenso
         raise TypeError(
             f"{_NAME}: hists must be a torch.Tensor or a numpy array; got {type(hists).__name__}"
         )
+    H = check_tensor(from_numpy(hists, "hists"), "hists")
     if numpy:
-        hists = from_numpy(hists, "hists").to(dtype=trees.dtype, device=trees.device)
-    H = check_tensor(hists, "hists")
+        H = H.to(dtype=trees.dtype, device=trees.device)
     check_same_device_dtype(trees.support, "the trees' support", H, "hists")
     n = trees.n_points
     if H.ndim not in (2, 3) or H.shape[-1] != n or H.shape[-2] == 0 or H.shape[0] == 0:
@@ -288,8 +288,8 @@ def tree_barycenter(
             last = best_value.clone()
         if bool(done.all()):
             break
-    out = best if batched else best[0]
-    out = to_numpy(out) if numpy else out
+    bary = best if batched else best[0]
+    out = to_numpy(bary) if numpy else bary
     if not log:
         return out
     hist = torch.stack(history) if history else H.new_zeros((0, P))

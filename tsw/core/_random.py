@@ -19,6 +19,7 @@ import secrets
 import sys
 from collections.abc import Callable
 from functools import partial
+from types import FrameType
 from typing import TypeAlias
 
 import numpy as np
@@ -90,7 +91,7 @@ def refuse_tracing(name: str | None = None) -> None:
 def _public_caller() -> str:
     """Name the outermost public ``tsw`` function on the call stack (``"tsw"`` if none)."""
     name = "tsw"
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         code = frame.f_code.co_name

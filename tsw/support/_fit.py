@@ -39,10 +39,10 @@ def _pairs(n: int, n_pairs: int, generator: torch.Generator) -> np.ndarray:
     if n * (n - 1) // 2 <= n_pairs:
         i, j = np.triu_indices(n, k=1)
         return np.stack([i, j], axis=1).astype(np.int64)
-    i = torch.randint(0, n, (n_pairs,), generator=generator)
-    j = torch.randint(0, n - 1, (n_pairs,), generator=generator)
-    j = j + (j >= i).long()  # uniform over j != i
-    return torch.stack([i, j], dim=1).numpy().astype(np.int64)
+    first = torch.randint(0, n, (n_pairs,), generator=generator)
+    second = torch.randint(0, n - 1, (n_pairs,), generator=generator)
+    second = second + (second >= first).long()  # uniform over j != i
+    return torch.stack([first, second], dim=1).numpy().astype(np.int64)
 
 
 def _ground(X: Tensor, pairs: np.ndarray, metric: str, p: float) -> Tensor:

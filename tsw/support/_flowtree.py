@@ -293,8 +293,7 @@ def flowtree(
                 "trees must live in the points' dimension: trees.support.shape="
                 f"{tuple(trees.support.shape)} and X_s.shape={tuple(m.X_s.shape)}"
             )
-    else:
-        n_trees = 1 if n_trees is None else check_positive_int(n_trees, "n_trees")
+    n_draw = 1 if n_trees is None else check_positive_int(n_trees, "n_trees")
     acc = Accumulator(B, N, M, m.X_s, dense=dense, batched=m.batched, numpy=problem.numpy)
     ms = m.a.detach().cpu().to(torch.float64).numpy()
     mt = m.b.detach().cpu().to(torch.float64).numpy()
@@ -305,14 +304,14 @@ def flowtree(
             from tsw.support._trees import sample_quadtrees
 
             item_trees = sample_quadtrees(
-                torch.cat([Xs, Xt]), n_trees, max_depth=max_depth, generator=problem.rng.generator
+                torch.cat([Xs, Xt]), n_draw, max_depth=max_depth, generator=problem.rng.generator
             )
-            nodes = torch.stack([tree.leaves for tree in item_trees.trees])
+            placed = torch.stack([tree.leaves for tree in item_trees.trees])
         else:
             item_trees = trees
-            nodes = item_trees.place(torch.cat([Xs, Xt]))
+            placed = item_trees.place(torch.cat([Xs, Xt]))
         used.append(item_trees)
-        nodes = nodes.detach().cpu().numpy().astype(np.int64)
+        nodes = placed.detach().cpu().numpy().astype(np.int64)
         T = nodes.shape[0]
         for t in range(T):
             tree = _Tree(item_trees.trees[t].parents)
