@@ -78,7 +78,7 @@ def refuse_tracing(name: str | None = None) -> None:
     (:mod:`tsw.core._sort`) and by every draw (:class:`Sampler`); without ``name``, the
     outermost public ``tsw`` function on the call stack is named.
     """
-    if not torch.jit.is_tracing():
+    if not torch.jit.is_tracing():  # pyright: ignore[reportPrivateImportUsage]  # public, unlisted
         return
     raise RuntimeError(
         f"{name or _public_caller()}: torch.jit.trace cannot record this function: its "
