@@ -221,8 +221,8 @@ def tree_embedding(hists: Any, trees: SupportTrees) -> Tensor | np.ndarray:
         Dense; numpy for numpy or scipy inputs. Differentiable in dense torch ``hists``.
         Its columns are the embedding of :func:`edge_matrix` with the edges above a
         single support point merged into one column per point (their lengths summed),
-        which leaves every L1 distance unchanged: ``E = n + `` the number of edges above
-        two or more support points.
+        which leaves every L1 distance unchanged: ``E`` is ``n`` plus the number of edges
+        above two or more support points.
 
     Examples
     --------

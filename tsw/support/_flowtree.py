@@ -388,7 +388,7 @@ def pairwise_flowtree(
 ) -> Any:
     r"""Flowtree costs between histograms on the support of given trees, all pairs.
 
-    References: [Backurs2020]_.
+    References: [Backurs2020b]_.
 
     ``tsw.pairwise_flowtree(query, hists, trees=trees)`` gives the (m,) costs between one
     histogram ``query`` (n,) and the rows of ``hists`` (m, n) on the ``n`` support points
@@ -438,6 +438,11 @@ def pairwise_flowtree(
     histograms (their ancestors), on the CPU in one pass; the work per pair is
     O(s L), ``s`` the number of support points in either histogram and ``L`` the
     trees' depth.
+
+    References
+    ----------
+    .. [Backurs2020b] A. Backurs, Y. Dong, P. Indyk, I. Razenshteyn, T. Wagner. Scalable
+       nearest neighbor search for optimal transport. ICML 2020.
 
     Examples
     --------
