@@ -393,7 +393,7 @@ def _spans(n_entries: int, d: int, chunk: int | None, cpu: bool) -> list[tuple[i
     return [(i, min(i + size, n_entries)) for i in range(0, n_entries, size)]
 
 
-def _numpy_costs(diff: np.ndarray, metric: str, p: float) -> np.ndarray:
+def numpy_costs(diff: np.ndarray, metric: str, p: float) -> np.ndarray:
     """Return :func:`_entry_costs` in NumPy (rows of ``diff``)."""
     if metric == "sqeuclidean":
         return np.einsum("ij,ij->i", diff, diff)
@@ -434,7 +434,7 @@ def _gram_costs(X_s: Tensor, X_t: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
         xs, xt = X0.reshape(B * N, d).numpy(), Y0.reshape(B * M, d).numpy()
         for i, j in _spans(loose.size, d, None, True):
             k = loose[i:j]
-            values[k] = _numpy_costs(xs[r[k]] - xt[c[k]], "sqeuclidean", 2.0)
+            values[k] = numpy_costs(xs[r[k]] - xt[c[k]], "sqeuclidean", 2.0)
     return torch.from_numpy(values).to(X_s.dtype)
 
 
@@ -469,7 +469,7 @@ def _cost_values(
     if cpu:
         xs, xt, r, c, o = (t.numpy() for t in (Xs, Xt, rows, cols, out))
         for i, j in spans:
-            o[i:j] = _numpy_costs(xs[r[i:j]] - xt[c[i:j]], metric, p)
+            o[i:j] = numpy_costs(xs[r[i:j]] - xt[c[i:j]], metric, p)
         return out
     for i, j in spans:
         diff = Xs.index_select(0, rows[i:j]) - Xt.index_select(0, cols[i:j])

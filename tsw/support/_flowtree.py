@@ -24,7 +24,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tsw.core._plans import Accumulator, check_metric, grouped_plan_costs, plan_problem
+from tsw.core._plans import (
+    Accumulator,
+    check_metric,
+    grouped_plan_costs,
+    numpy_costs,
+    plan_problem,
+)
 from tsw.core._problem import from_numpy, to_numpy
 from tsw.core._random import refuse_tracing
 from tsw.core._validation import (
@@ -144,20 +150,6 @@ def _check_trees(trees: object, name: str = "trees") -> Any:
             f"{type(trees).__name__}"
         )
     return trees
-
-
-def _costs_numpy(diff: np.ndarray, metric: str, p: float) -> np.ndarray:
-    """Return the ground cost of each difference (rows of ``diff``)."""
-    if metric == "sqeuclidean":
-        return np.einsum("ij,ij->i", diff, diff)
-    if p == 1.0:
-        return np.abs(diff).sum(-1)
-    if p == 2.0:
-        return np.sqrt(np.einsum("ij,ij->i", diff, diff))
-    return (np.abs(diff) ** p).sum(-1) ** (1.0 / p)
-
-
-# --------------------------------------------------------------------------- flowtree
 
 
 def flowtree(
@@ -511,7 +503,7 @@ def pairwise_flowtree(
                 else:
                     rows, cols, vals = tree.match(leaves[idx], S[i, idx], Tg[j, idx])
                 rows, cols = idx[rows], idx[cols]
-                out[i, j] += vals @ _costs_numpy(X[rows] - X[cols], metric, p)
+                out[i, j] += vals @ numpy_costs(X[rows] - X[cols], metric, p)
     out /= len(trees.trees)
     if one_s:
         out = out[0]
