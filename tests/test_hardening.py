@@ -352,3 +352,31 @@ def test_identical_points_with_other_weights_are_not_exempt_from_the_underflow_c
     with pytest.raises(ValueError, match=r"p=500 is too large .* underflows to 0"):
         tsw.sw(x, x.clone(), a, b, p=500.0, n_projections=3, seed=0)
     assert float(tsw.sw(x, x.clone(), a, a.clone(), p=500.0, n_projections=3, seed=0)) == 0.0
+
+
+@pytest.mark.parametrize("name", ["max_sw", "max_tsw_sl"])
+def test_ascent_on_a_nan_of_zero_mass_is_not_silently_finite(name):
+    """validate=False with a NaN at a point of zero mass: the cost at the start is finite,
+    its gradient is not; the ascent must not stop there and return a finite value that is
+    neither the clean input's nor NaN (it returned the start's value)."""
+    X = torch.tensor([[0.0015, -0.0003], [-0.0022, 0.0006]])
+    Y = torch.tensor([[-0.0011, -0.0014]])
+    a, b = torch.tensor([0.0, 1.0]), torch.tensor([1.0])
+    Xn = X.clone()
+    Xn[0, 0] = math.nan
+    fn = getattr(tsw, name)
+    kw = {"n_iter": 3, "n_init": 2} if name == "max_sw" else {"n_iter": 3}
+    value = fn(Xn, Y, a, b, seed=0, validate=False, **kw)
+    clean = fn(X, Y, a, b, seed=0, validate=False, **kw)
+    assert bool(value.isnan()) or torch.equal(value, clean), (value, clean)
+
+
+def test_partial_sw_on_a_nan_is_not_silently_finite():
+    """validate=False with a NaN atom: POT's partial solver may leave it out of the
+    transported atoms; the value must be NaN, not the cost of the others."""
+    X = torch.tensor([[0.0015], [-0.0003]])
+    Y = torch.tensor([[-0.0022]])
+    Xn = X.clone()
+    Xn[1, 0] = math.nan
+    value = tsw.partial_sw(Xn, Y, n_projections=3, seed=0, validate=False)
+    assert bool(value.isnan()), value

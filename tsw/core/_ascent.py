@@ -85,7 +85,10 @@ def sphere_ascent(
             # direction, a step the ascent would accept (the costs grow with the length)
             cand = cand / torch.linalg.vector_norm(cand, dim=-1, keepdim=True)
             value = cost(cand)
-            better = value > best
+            # a NaN (non-finite data under validate=False, e.g. at a point of zero mass,
+            # whose cost is finite but whose gradient is not) is taken, not refused: the
+            # result is then NaN rather than the value at the start
+            better = (value > best) | value.isnan()
             theta = torch.where(better[grow], cand, theta)
             best = torch.where(better, value, best)
             eta = torch.where(better, (1.5 * eta).clamp_max(1.0), 0.5 * eta)

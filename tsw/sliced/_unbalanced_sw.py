@@ -218,6 +218,11 @@ def partial_sw(
     sel_t = torch.gather(vs, -1, torch.from_numpy(idx_t).to(vs.device))
     diff = (sort_last(sel_s)[0] - sort_last(sel_t)[0]).abs()
     cost = (diff if p == 1.0 else diff.pow(p)).sum(-1) / k  # (B, L)
+    # POT's solver may leave a NaN atom out of the transported ones (validate=False): a
+    # slice with a non-finite coordinate costs NaN, not the cost of the other atoms
+    finite = np.isfinite(u_np).all(-1) & np.isfinite(v_np).all(-1)
+    if not finite.all():
+        cost = torch.where(torch.from_numpy(finite).to(cost.device), cost, torch.nan)
     return Evaluation(cost, proj, proj)
 
 
