@@ -218,3 +218,15 @@ def test_errors():
         trees.with_edge_lengths([trees[0].edge_lengths, trees[0].edge_lengths[:1]])
     with pytest.raises(ValueError, match=r"edge_lengths\[0\] must be non-negative"):
         trees.with_edge_lengths([-t.edge_lengths - 1 for t in trees])
+
+
+def test_repr_is_a_summary():
+    """The containers print their sizes, not every tensor (a dataclass's default repr printed
+    the parents, lengths and leaves of every tree)."""
+    X = torch.randn(300, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    trees = tsw.sample_quadtrees(X, n_trees=2, seed=0)
+    text = repr(trees)
+    assert text.startswith("SupportTrees(kind='quadtree', n_trees=2, n_points=300, dim=3")
+    assert len(text) < 200 and "tensor" not in text
+    assert repr(trees[0]).startswith("SupportTree(quadtree, n_nodes=")
+    assert "cluster tree" in repr(tsw.sample_cluster_trees(X, seed=0)[0])

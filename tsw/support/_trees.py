@@ -97,6 +97,15 @@ class SupportTree:
         """The number of nodes ``V``."""
         return int(self.parents.shape[0])
 
+    def __repr__(self) -> str:
+        kind = "quadtree" if self.codes is not None else "cluster tree"
+        height = int(self.depth.max()) if self.depth.numel() else 0
+        return (
+            f"SupportTree({kind}, n_nodes={self.n_nodes}, n_points={self.leaves.shape[0]}, "
+            f"height={height}, dtype={self.edge_lengths.dtype}, "
+            f"device={self.edge_lengths.device.type})"
+        )
+
     def replace(self, **changes: Any) -> SupportTree:
         """Return a copy with some fields replaced."""
         return dataclasses.replace(self, **changes)
@@ -154,6 +163,16 @@ class SupportTrees:
 
     def __iter__(self) -> Iterator[SupportTree]:
         return iter(self.trees)
+
+    def __repr__(self) -> str:
+        nodes = [tree.n_nodes for tree in self.trees] or [0]
+        lo, hi = min(nodes), max(nodes)
+        sizes = str(lo) if lo == hi else f"{lo}-{hi}"
+        return (
+            f"SupportTrees(kind={self.kind!r}, n_trees={self.n_trees}, "
+            f"n_points={self.n_points}, dim={self.dim}, n_nodes={sizes}, "
+            f"dtype={self.dtype}, device={self.device.type})"
+        )
 
     @property
     def n_trees(self) -> int:
