@@ -227,6 +227,7 @@ def test_repr_is_a_summary():
     trees = tsw.sample_quadtrees(X, n_trees=2, seed=0)
     text = repr(trees)
     assert text.startswith("SupportTrees(kind='quadtree', n_trees=2, n_points=300, dim=3")
-    assert len(text) < 200 and "tensor" not in text
+    assert len(text) < 200
+    assert "tensor" not in text
     assert repr(trees[0]).startswith("SupportTree(quadtree, n_nodes=")
     assert "cluster tree" in repr(tsw.sample_cluster_trees(X, seed=0)[0])
