@@ -9,6 +9,7 @@ import torch
 from _oracle import tree_w1
 
 import tsw
+from tsw.support import _pairwise
 from tsw.support._embedding import edge_matrix
 
 F64 = torch.float64
@@ -157,3 +158,86 @@ def test_errors():
         tsw.pairwise_tsw(H, trees=trees, block_size=0)
     with pytest.raises(TypeError, match=r"hists_s must be a torch\.Tensor"):
         tsw.pairwise_tsw([[1.0]], trees=trees)
+
+
+def _words(k, n, words, g, total=1.0):
+    """(k, n) histograms of ``words`` random support points each (sparse rows)."""
+    idx = torch.argsort(torch.rand(k, n, generator=g), dim=1)[:, :words]
+    H = torch.zeros(k, n, dtype=F64)
+    H.scatter_(1, idx, torch.rand(k, words, generator=g, dtype=F64) + 0.1)
+    return total * H / H.sum(1, keepdim=True)
+
+
+def _cdist_of_embeddings(Hs, Ht, trees):
+    """The L1 distances between tree_embedding rows, in float64 (one torch.cdist)."""
+    Zs, Zt = tsw.tree_embedding(Hs, trees).double(), tsw.tree_embedding(Ht, trees).double()
+    return torch.cdist(Zs[None], Zt[None], p=1)[0]
+
+
+@pytest.fixture
+def columns(monkeypatch):
+    """Count the columns that go each way: pair by pair (sparse) or through torch.cdist."""
+    seen = {"sparse": 0, "dense": 0}
+    minima, dense = _pairwise._add_minima, _pairwise._add_dense
+
+    def add_minima(out, s, t, C, chunk):
+        seen["sparse"] += C
+        return minima(out, s, t, C, chunk)
+
+    def add_dense(out, nz_s, blocks_s, nz_t, blocks_t, pos, width, same):
+        seen["dense"] += width
+        return dense(out, nz_s, blocks_s, nz_t, blocks_t, pos, width, same)
+
+    monkeypatch.setattr(_pairwise, "_add_minima", add_minima)
+    monkeypatch.setattr(_pairwise, "_add_dense", add_dense)
+    return seen
+
+
+@pytest.mark.parametrize("kind", ["quadtree", "cluster"])
+@pytest.mark.parametrize("block_size", [None, 3])
+def test_sparse_columns_equal_looped_tree_wasserstein(kind, block_size, columns):
+    """Few words a histogram: the deep columns go pair by pair, the top ones to cdist."""
+    _X, trees, g = _setup(n=60, T=3, seed=7, kind=kind)
+    Hs, Ht = _words(9, 60, 3, g, total=2.5), _words(7, 60, 3, g, total=2.5)  # unnormalised
+    D = tsw.pairwise_tsw(Hs, Ht, trees=trees, block_size=block_size)
+    assert columns["sparse"] > 0
+    assert columns["dense"] > 0
+    torch.testing.assert_close(D, _looped(Hs, Ht, trees), rtol=1e-12, atol=1e-13)
+    S = tsw.pairwise_tsw(Hs.to_sparse(), trees=trees, block_size=block_size)
+    torch.testing.assert_close(S, _looped(Hs, Hs, trees), rtol=1e-12, atol=1e-13)
+    assert torch.equal(S, S.T)
+    assert bool((S.diagonal() == 0).all())
+
+
+@pytest.mark.parametrize("kind", ["quadtree", "cluster"])
+@pytest.mark.parametrize("real", [torch.float32, F64])
+@pytest.mark.parametrize("share", [0.0, None, 2.0])  # all dense, the cost model, all sparse
+@pytest.mark.parametrize("zeros", [0.0, 0.9])  # dense histograms, sparse ones
+def test_either_way_equals_the_cdist_of_embeddings(kind, real, share, zeros, monkeypatch):
+    _X, trees, g = _setup(n=50, T=3, seed=11, kind=kind)
+    trees = trees.to(dtype=real)
+    Hs, Ht = _hists(23, 50, g, total=3.0, zeros=zeros), _hists(17, 50, g, total=3.0, zeros=zeros)
+    Hs, Ht = Hs.to(real), Ht.to(real)
+    if share is not None:
+        monkeypatch.setattr(_pairwise, "SPARSE_SHARE", share)
+    expected = _cdist_of_embeddings(Hs, Ht, trees)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if real == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    for block_size in (None, 4):  # 4 rows a block; pair chunks of 4 * 17 pairs
+        D = tsw.pairwise_tsw(Hs, Ht, trees=trees, block_size=block_size)
+        assert D.dtype == real
+        torch.testing.assert_close(D.double(), expected, **tol)
+        S = tsw.pairwise_tsw(Hs, trees=trees, block_size=block_size)
+        torch.testing.assert_close(S.double(), _cdist_of_embeddings(Hs, Hs, trees), **tol)
+        assert torch.equal(S, S.T)
+        assert bool((S.diagonal() == 0).all())
+
+
+def test_pair_chunks_split_the_sparse_columns(monkeypatch):
+    _X, trees, g = _setup(n=60, T=3, seed=2)
+    Hs, Ht = _words(12, 60, 4, g), _words(10, 60, 4, g)
+    monkeypatch.setattr(_pairwise, "SPARSE_SHARE", 2.0)
+    expected = _cdist_of_embeddings(Hs, Ht, trees)
+    for chunk in (1, 5, 64):
+        monkeypatch.setattr(_pairwise, "PAIR_CHUNK", chunk)
+        D = tsw.pairwise_tsw(Hs, Ht, trees=trees)
+        torch.testing.assert_close(D, expected, rtol=1e-12, atol=1e-12)

@@ -12,6 +12,8 @@ support costs one embedding per histogram. Re-exported by :mod:`tsw`:
   (:func:`sample_cluster_trees`, high dimensions);
 * ``_embedding``: the edge matrix and embedding (:func:`tree_embedding`) and distance
   matrices between histograms (:func:`pairwise_tsw`);
+* ``_pairwise``: L1 distance matrices between sparse embeddings (the columns shared by
+  few histograms summed pair by pair, the others through ``torch.cdist``);
 * ``_support_tsw``: the distance between two measures, on trees built on the union of
   their supports (:func:`support_tsw`);
 * ``_flowtree``: Flowtree, the tree's optimal flow charged at the ground distances

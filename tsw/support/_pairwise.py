@@ -1,0 +1,201 @@
+r"""L1 distance matrices between sparse non-negative embeddings: dense columns and sparse ones.
+
+The tree embeddings of histograms with few support points are sparse, and most of
+their columns (the deep edges: a few support points below each) are nonzero for few
+histograms. For non-negative ``x`` and ``y``,
+
+.. math::
+
+    \lVert x - y \rVert_1 = \lVert x \rVert_1 + \lVert y \rVert_1
+        - 2 \sum_e \min(x_e, y_e),
+
+and the sum of minima over a column ``e`` only involves the pairs of histograms that are
+both nonzero there: ``nnz_s(e) nnz_t(e)`` pairs instead of ``k m``. Each column goes one
+way or the other by a cost model: pair by pair (an inverted index of the column's
+nonzero rows, the minima scattered into the matrix in chunks of pairs) when
+``nnz_s(e) nnz_t(e) < SPARSE_SHARE k m``, else with the dense columns through blocked
+``torch.cdist(p=1)``. The split changes the values only by rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["l1_matrix"]
+
+#: a column is summed pair by pair when its pairs of nonzeros are fewer than this share of
+#: all pairs: the measured cost of one pair (gathers, minimum, scatter: about 7 ns on one
+#: CPU core, float64) against one entry of ``torch.cdist(p=1)`` in chunks of
+#: ``DENSE_COLUMNS`` columns (about 0.2 ns); the (2000, 2000) matrix of 100-word documents
+#: on 5000 points took 4.1 s at 0.03, 4.1 s at 0.05, 4.2 s at 0.015 and 4.7 s at 0.07
+SPARSE_SHARE = 0.03
+
+#: columns of the dense part per call of ``torch.cdist``
+DENSE_COLUMNS = 32
+
+#: pairs of nonzeros enumerated at once (about 48 bytes of working memory each)
+PAIR_CHUNK = 2**20
+
+Block = tuple[int, int]  # (first row, rows)
+Entries = tuple[Tensor, Tensor, Tensor]  # rows, columns, values
+
+
+def _nonzeros(
+    embed: Callable[[int], Tensor], blocks: Sequence[Block], E: int
+) -> tuple[list[Entries], Tensor]:
+    """Return each block's nonzeros and the number of rows with a nonzero in each column.
+
+    The nonzeros as rows within the block, columns and values, row-major; the counts
+    (E,) int64. Each block is embedded once.
+    """
+    entries, counts = [], None
+    for b in range(len(blocks)):
+        Z = embed(b)
+        r, c = torch.nonzero(Z, as_tuple=True)
+        entries.append((r, c, Z[r, c]))
+        n_c = torch.bincount(c, minlength=E)
+        counts = n_c if counts is None else counts + n_c
+    return entries, counts  # type: ignore[return-value]
+
+
+def _select(
+    entries: list[Entries], blocks: Sequence[Block], pos: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Return the nonzeros in the columns with ``pos >= 0``: rows, their ``pos``, values."""
+    rows, cols, vals = [], [], []
+    for (r, c, v), (lo, _) in zip(entries, blocks, strict=True):
+        p = pos.index_select(0, c)
+        keep = p >= 0
+        rows.append(r[keep] + lo)
+        cols.append(p[keep])
+        vals.append(v[keep])
+    return torch.cat(rows), torch.cat(cols), torch.cat(vals)
+
+
+def _dense(entries: Entries, rows: int, pos: Tensor, width: int) -> Tensor:
+    """Return the dense (rows, width) block of the columns with ``pos >= 0``, at ``pos``."""
+    r, c, v = entries
+    p = pos.index_select(0, c)
+    keep = p >= 0
+    out = v.new_zeros(rows, width)
+    out[r[keep], p[keep]] = v[keep]
+    return out
+
+
+def _add_minima(
+    out: Tensor,
+    s: tuple[Tensor, Tensor, Tensor],
+    t: tuple[Tensor, Tensor, Tensor],
+    C: int,
+    pair_chunk: int,
+) -> None:
+    """Add ``sum_e min(x_e, y_e)`` over the shared nonzeros to ``out`` (k, m), by chunks."""
+    rs, es, vs = s
+    rt, et, vt = t
+    m = out.shape[1]
+    order = torch.argsort(et, stable=True)  # the t side by column: an inverted index
+    rt, vt = rt[order], vt[order]
+    count_t = torch.bincount(et, minlength=C)
+    first_t = torch.cumsum(count_t, 0) - count_t
+    b = count_t[es]  # pairs of each s nonzero
+    keep = b > 0
+    rs, es, vs, b = rs[keep], es[keep], vs[keep], b[keep]
+    if not b.numel():
+        return
+    cum = torch.cumsum(b, 0)
+    # the t position of the pair numbered p (over all pairs) of s nonzero q: p + base[q]
+    base = first_t[es] - (cum - b)
+    rowm = rs * m
+    flat = out.view(-1)
+    chunk = torch.empty(1, dtype=cum.dtype, device=cum.device)
+    s0, n_s = 0, b.numel()
+    while s0 < n_s:
+        p0 = int(cum[s0 - 1]) if s0 else 0
+        chunk.fill_(p0 + pair_chunk)
+        s1 = max(int(torch.searchsorted(cum, chunk, right=True)), s0 + 1)
+        loc = torch.repeat_interleave(b[s0:s1])
+        p1 = p0 + loc.numel()
+        tidx = torch.arange(p0, p1, device=loc.device) + base[s0:s1].index_select(0, loc)
+        dest = rowm[s0:s1].index_select(0, loc) + rt.index_select(0, tidx)
+        val = torch.minimum(vs[s0:s1].index_select(0, loc), vt.index_select(0, tidx))
+        flat.index_add_(0, dest, val)
+        s0 = s1
+
+
+def l1_matrix(
+    embed_s: Callable[[int], Tensor],
+    blocks_s: Sequence[Block],
+    embed_t: Callable[[int], Tensor] | None,
+    blocks_t: Sequence[Block],
+    E: int,
+    like: Tensor,
+    pair_chunk: int | None = None,
+) -> Tensor:
+    """Return the (k, m) L1 distances between the rows of two non-negative embeddings.
+
+    ``embed_s(b)`` is the dense (rows, E) embedding of block ``b`` of ``blocks_s`` (first
+    row, rows); ``embed_t`` is None for the distances among the rows of the first set
+    (symmetric, zero diagonal). The result has ``like``'s dtype and device.
+    ``pair_chunk`` pairs of nonzeros are enumerated at once (default ``PAIR_CHUNK``).
+    """
+    same = embed_t is None
+    k = blocks_s[-1][0] + blocks_s[-1][1]
+    m = blocks_t[-1][0] + blocks_t[-1][1]
+    nz_s, count_s = _nonzeros(embed_s, blocks_s, E)
+    nz_t, count_t = (nz_s, count_s) if embed_t is None else _nonzeros(embed_t, blocks_t, E)
+    pairs = count_s.to(torch.float64) * count_t.to(torch.float64)
+    sparse = pairs < SPARSE_SHARE * k * m
+    out = like.new_zeros(k, m)
+    for part in (sparse, ~sparse):
+        cols = torch.nonzero(part).squeeze(1)
+        if not cols.numel():
+            continue
+        pos = torch.full((E,), -1, dtype=torch.long, device=cols.device)
+        pos[cols] = torch.arange(cols.numel(), device=cols.device)
+        if part is sparse:
+            s = _select(nz_s, blocks_s, pos)
+            t = s if same else _select(nz_t, blocks_t, pos)
+            _add_minima(out, s, t, cols.numel(), pair_chunk or PAIR_CHUNK)
+            norm_s = like.new_zeros(k).index_add_(0, s[0], s[2])
+            norm_t = norm_s if same else like.new_zeros(m).index_add_(0, t[0], t[2])
+            out.mul_(-2.0).add_(norm_s[:, None]).add_(norm_t[None, :]).clamp_(min=0.0)
+        else:
+            _add_dense(out, nz_s, blocks_s, nz_t, blocks_t, pos, cols.numel(), same)
+    if same:  # the lower triangle from the upper one: exactly symmetric on every device
+        out = torch.triu(out, 1)
+        out = out + out.T
+    return out
+
+
+def _add_dense(
+    out: Tensor,
+    nz_s: list[Entries],
+    blocks_s: Sequence[Block],
+    nz_t: list[Entries],
+    blocks_t: Sequence[Block],
+    pos: Tensor,
+    width: int,
+    same: bool,
+) -> None:
+    """Add the L1 distances over the columns ``pos >= 0``, block by block (``torch.cdist``).
+
+    ``DENSE_COLUMNS`` columns per ``torch.cdist``: the rows stay in cache (at 2000 columns
+    and (2000, 2000) rows, 2.4 times faster than one call on one CPU core).
+    """
+    for i, (lo_i, k_i) in enumerate(blocks_s):
+        Zs = _dense(nz_s[i], k_i, pos, width)
+        parts_s = [z.contiguous()[None] for z in Zs.split(DENSE_COLUMNS, dim=1)]
+        for j, (lo_j, m_j) in enumerate(blocks_t):
+            if same and j < i:
+                continue  # the upper triangle only
+            if same and j == i:
+                parts_t = parts_s
+            else:
+                Zt = _dense(nz_t[j], m_j, pos, width)
+                parts_t = [z.contiguous()[None] for z in Zt.split(DENSE_COLUMNS, dim=1)]
+            block = out[lo_i : lo_i + k_i, lo_j : lo_j + m_j]
+            for zs, zt in zip(parts_s, parts_t, strict=True):
+                block += torch.cdist(zs, zt, p=1)[0]
