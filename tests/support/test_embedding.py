@@ -241,3 +241,19 @@ def test_pair_chunks_split_the_sparse_columns(monkeypatch):
         monkeypatch.setattr(_pairwise, "PAIR_CHUNK", chunk)
         D = tsw.pairwise_tsw(Hs, Ht, trees=trees)
         torch.testing.assert_close(D, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("share", [0.0, None, 2.0])
+def test_blocks_embedded_again_when_their_nonzeros_are_not_kept(share, monkeypatch):
+    _X, trees, g = _setup(n=60, T=3, seed=6, kind="cluster")
+    Hs, Ht = _words(11, 60, 5, g), _words(8, 60, 5, g)
+    if share is not None:
+        monkeypatch.setattr(_pairwise, "SPARSE_SHARE", share)
+    expected = _cdist_of_embeddings(Hs, Ht, trees)
+    monkeypatch.setattr(_pairwise, "KEEP_BYTES", 0)  # nothing kept: every block embedded again
+    for block_size in (None, 3):
+        D = tsw.pairwise_tsw(Hs, Ht, trees=trees, block_size=block_size)
+        torch.testing.assert_close(D, expected, rtol=1e-12, atol=1e-12)
+        S = tsw.pairwise_tsw(Hs, trees=trees, block_size=block_size)
+        torch.testing.assert_close(S, _cdist_of_embeddings(Hs, Hs, trees), rtol=1e-12, atol=1e-12)
+        assert torch.equal(S, S.T)

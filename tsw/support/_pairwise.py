@@ -36,6 +36,10 @@ SPARSE_SHARE = 0.03
 #: columns of the dense part per call of ``torch.cdist``
 DENSE_COLUMNS = 32
 
+#: the nonzeros of the embeddings kept from their first computation, in bytes a set (24
+#: bytes each in float64); beyond, each block is embedded again when it is needed
+KEEP_BYTES = 2**29
+
 #: pairs of nonzeros enumerated at once (about 48 bytes of working memory each)
 PAIR_CHUNK = 2**20
 
@@ -43,30 +47,45 @@ Block = tuple[int, int]  # (first row, rows)
 Entries = tuple[Tensor, Tensor, Tensor]  # rows, columns, values
 
 
-def _nonzeros(
-    embed: Callable[[int], Tensor], blocks: Sequence[Block], E: int
-) -> tuple[list[Entries], Tensor]:
-    """Return each block's nonzeros and the number of rows with a nonzero in each column.
+class _Nonzeros:
+    """Each block's nonzeros (rows within the block, columns, values; row-major).
 
-    The nonzeros as rows within the block, columns and values, row-major; the counts
-    (E,) int64. Each block is embedded once.
+    Kept from the first embedding of the blocks while they take at most ``KEEP_BYTES``,
+    else the block is embedded again when asked for. ``counts``: the number of rows with a
+    nonzero in each column, (E,) int64.
     """
-    entries, counts = [], None
-    for b in range(len(blocks)):
-        Z = embed(b)
+
+    def __init__(self, embed: Callable[[int], Tensor], n_blocks: int, E: int) -> None:
+        self.embed = embed
+        self.kept: list[Entries] | None = []
+        size = 0
+        counts = None
+        for b in range(n_blocks):
+            entries = self.of(b)
+            n_c = torch.bincount(entries[1], minlength=E)
+            counts = n_c if counts is None else counts + n_c
+            size += entries[0].numel() * (16 + entries[2].element_size())
+            if self.kept is not None:
+                self.kept.append(entries)
+                if size > KEEP_BYTES:
+                    self.kept = None
+        self.counts: Tensor = counts  # type: ignore[assignment]
+
+    def of(self, b: int) -> Entries:
+        """Return the nonzeros of block ``b``, from its embedding."""
+        Z = self.embed(b)
         r, c = torch.nonzero(Z, as_tuple=True)
-        entries.append((r, c, Z[r, c]))
-        n_c = torch.bincount(c, minlength=E)
-        counts = n_c if counts is None else counts + n_c
-    return entries, counts  # type: ignore[return-value]
+        return r, c, Z[r, c]
+
+    def __getitem__(self, b: int) -> Entries:
+        return self.of(b) if self.kept is None else self.kept[b]
 
 
-def _select(
-    entries: list[Entries], blocks: Sequence[Block], pos: Tensor
-) -> tuple[Tensor, Tensor, Tensor]:
+def _select(nz: _Nonzeros, blocks: Sequence[Block], pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Return the nonzeros in the columns with ``pos >= 0``: rows, their ``pos``, values."""
     rows, cols, vals = [], [], []
-    for (r, c, v), (lo, _) in zip(entries, blocks, strict=True):
+    for b, (lo, _) in enumerate(blocks):
+        r, c, v = nz[b]
         p = pos.index_select(0, c)
         keep = p >= 0
         rows.append(r[keep] + lo)
@@ -144,9 +163,9 @@ def l1_matrix(
     same = embed_t is None
     k = blocks_s[-1][0] + blocks_s[-1][1]
     m = blocks_t[-1][0] + blocks_t[-1][1]
-    nz_s, count_s = _nonzeros(embed_s, blocks_s, E)
-    nz_t, count_t = (nz_s, count_s) if embed_t is None else _nonzeros(embed_t, blocks_t, E)
-    pairs = count_s.to(torch.float64) * count_t.to(torch.float64)
+    nz_s = _Nonzeros(embed_s, len(blocks_s), E)
+    nz_t = nz_s if embed_t is None else _Nonzeros(embed_t, len(blocks_t), E)
+    pairs = nz_s.counts.to(torch.float64) * nz_t.counts.to(torch.float64)
     sparse = pairs < SPARSE_SHARE * k * m
     out = like.new_zeros(k, m)
     for part in (sparse, ~sparse):
@@ -172,9 +191,9 @@ def l1_matrix(
 
 def _add_dense(
     out: Tensor,
-    nz_s: list[Entries],
+    nz_s: _Nonzeros,
     blocks_s: Sequence[Block],
-    nz_t: list[Entries],
+    nz_t: _Nonzeros,
     blocks_t: Sequence[Block],
     pos: Tensor,
     width: int,
