@@ -257,3 +257,15 @@ def test_blocks_embedded_again_when_their_nonzeros_are_not_kept(share, monkeypat
         S = tsw.pairwise_tsw(Hs, trees=trees, block_size=block_size)
         torch.testing.assert_close(S, _cdist_of_embeddings(Hs, Hs, trees), rtol=1e-12, atol=1e-12)
         assert torch.equal(S, S.T)
+
+
+def test_negative_values_unvalidated_go_through_cdist(monkeypatch):
+    """validate=False with negative masses: the sum of minima does not apply; cdist does."""
+    _X, trees, g = _setup(n=60, T=3, seed=8)
+    Hs, Ht = _words(6, 60, 3, g), _words(5, 60, 3, g)
+    Hs[0, Hs[0].nonzero()[0]] *= -1.0
+    monkeypatch.setattr(_pairwise, "SPARSE_SHARE", 2.0)
+    M = edge_matrix(trees).to_dense()
+    Zs, Zt = Hs @ M.T, Ht @ M.T
+    D = tsw.pairwise_tsw(Hs, Ht, trees=trees, validate=False)
+    torch.testing.assert_close(D, (Zs[:, None] - Zt[None]).abs().sum(-1), rtol=1e-12, atol=1e-13)

@@ -60,8 +60,10 @@ class _Nonzeros:
         self.kept: list[Entries] | None = []
         size = 0
         counts = None
+        self.negative = False  # a negative value (validate=False): the identity fails
         for b in range(n_blocks):
             entries = self.of(b)
+            self.negative = self.negative or bool((entries[2] < 0).any())
             n_c = torch.bincount(entries[1], minlength=E)
             counts = n_c if counts is None else counts + n_c
             size += entries[0].numel() * (16 + entries[2].element_size())
@@ -167,6 +169,8 @@ def l1_matrix(
     nz_t = nz_s if embed_t is None else _Nonzeros(embed_t, len(blocks_t), E)
     pairs = nz_s.counts.to(torch.float64) * nz_t.counts.to(torch.float64)
     sparse = pairs < SPARSE_SHARE * k * m
+    if nz_s.negative or nz_t.negative:
+        sparse[:] = False
     out = like.new_zeros(k, m)
     for part in (sparse, ~sparse):
         cols = torch.nonzero(part).squeeze(1)
