@@ -150,7 +150,7 @@ def test_errors():
     neg[1, 4] += 0.1
     with pytest.raises(ValueError, match="hists_s must be non-negative"):
         tsw.pairwise_tsw(neg, trees=trees)
-    with pytest.raises(TypeError, match="trees must be a SupportTrees"):
+    with pytest.raises(TypeError, match=r"trees must be a tsw\.SupportTrees"):
         tsw.pairwise_tsw(H, trees=None)
     with pytest.raises(TypeError, match="hists_s must have the same dtype"):
         tsw.pairwise_tsw(H.float(), trees=trees)

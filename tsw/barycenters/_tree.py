@@ -28,7 +28,7 @@ from tsw.core._validation import (
     mass_rtol,
 )
 from tsw.support._embedding import _merged
-from tsw.support._trees import SupportTrees
+from tsw.support._trees import SupportTrees, check_trees
 
 __all__ = ["tree_barycenter"]
 
@@ -218,11 +218,7 @@ def tree_barycenter(
     [0.0, 0.0, 1.0]
     """
     refuse_tracing(f"tsw.{_NAME}")  # its iterations run on the values: a trace keeps them
-    if not isinstance(trees, SupportTrees):
-        raise TypeError(
-            f"{_NAME}: trees must be a SupportTrees (tsw.sample_quadtrees, "
-            f"tsw.sample_cluster_trees); got {type(trees).__name__}"
-        )
+    trees = check_trees(trees, f"{_NAME}: trees")
     if not isinstance(hists, np.ndarray | Tensor):
         raise TypeError(
             f"{_NAME}: hists must be a torch.Tensor or a numpy array of shape (K, n) or "

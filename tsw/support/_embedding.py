@@ -26,21 +26,12 @@ from tsw.core._validation import (
     mass_rtol,
 )
 from tsw.support._pairwise import l1_matrix
-from tsw.support._trees import SupportTree, SupportTrees
+from tsw.support._trees import SupportTree, SupportTrees, check_trees
 
 __all__ = ["edge_matrix", "pairwise_tsw", "subtree_sums", "tree_embedding"]
 
 #: the working memory of one block of embeddings and distances, in bytes
 BLOCK_BYTES = 2**28
-
-
-def _check_trees(trees: object, name: str = "trees") -> SupportTrees:
-    if not isinstance(trees, SupportTrees):
-        raise TypeError(
-            f"{name} must be a SupportTrees (tsw.sample_quadtrees, tsw.sample_cluster_trees); "
-            f"got {type(trees).__name__}"
-        )
-    return trees
 
 
 def _ancestors(tree: SupportTree) -> tuple[Tensor, Tensor]:
@@ -98,7 +89,7 @@ def edge_matrix(trees: SupportTrees) -> Tensor:
     >>> bool(torch.isclose(d, tsw.pairwise_tsw(mu[None], nu[None], trees=trees)[0, 0]))
     True
     """
-    trees = _check_trees(trees)
+    trees = check_trees(trees)
     T, n = len(trees), trees.n_points
     rows, cols, vals, offset = [], [], [], 0
     for tree in trees:
@@ -239,7 +230,7 @@ def tree_embedding(hists: Any, trees: SupportTrees) -> Tensor | np.ndarray:
     >>> bool(torch.isclose(d, tsw.pairwise_tsw(H, trees=trees)[0, 1]))
     True
     """
-    trees = _check_trees(trees)
+    trees = check_trees(trees)
     numpy = not isinstance(hists, Tensor)
     trip = _triplets(hists, "hists", trees)
     _check_values(trip, "hists")
@@ -321,7 +312,7 @@ def pairwise_tsw(
     >>> D.shape, bool((D == D.T).all()), float(D.diagonal().abs().max())
     (torch.Size([3, 3]), True, 0.0)
     """
-    trees = _check_trees(trees)
+    trees = check_trees(trees)
     validate = check_bool(validate, "validate")
     numpy = not isinstance(hists_s, Tensor)
     same = hists_t is None

@@ -22,8 +22,8 @@ from torch import Tensor
 from tsw.core._plans import check_metric
 from tsw.core._random import refuse_tracing, resolve_sampler
 from tsw.core._validation import check_nonnegative_float, check_positive_int
-from tsw.support._flowtree import _check_trees, _Tree
-from tsw.support._trees import check_support
+from tsw.support._flowtree import _Tree
+from tsw.support._trees import check_support, check_trees
 
 __all__ = ["fit_edge_lengths"]
 
@@ -287,7 +287,7 @@ def fit_edge_lengths(
             [4., 5., 0.]])
     """
     refuse_tracing("tsw.fit_edge_lengths")  # the paths are found in NumPy
-    trees = _check_trees(trees)
+    trees = check_trees(trees)
     n = trees.n_points
     X = trees.support if support is None else check_support(support, "support")
     if X.shape[0] != n:

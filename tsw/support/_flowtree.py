@@ -42,6 +42,7 @@ from tsw.core._validation import (
     check_tensor,
 )
 from tsw.core.tree_plan import match_on_tree
+from tsw.support._trees import check_trees, sample_quadtrees
 
 __all__ = ["flowtree", "pairwise_flowtree"]
 
@@ -138,18 +139,6 @@ class _Tree:
 
 
 # --------------------------------------------------------------------------- arguments
-
-
-def _check_trees(trees: object, name: str = "trees") -> Any:
-    """``trees`` must be a :class:`tsw.SupportTrees`."""
-    from tsw.support._trees import SupportTrees
-
-    if not isinstance(trees, SupportTrees):
-        raise TypeError(
-            f"{name} must be a tsw.SupportTrees (e.g. from tsw.sample_quadtrees); got "
-            f"{type(trees).__name__}"
-        )
-    return trees
 
 
 def flowtree(
@@ -273,7 +262,7 @@ def flowtree(
     m = problem.measures
     B, N, M = m.X_s.shape[0], m.X_s.shape[1], m.X_t.shape[1]
     if trees is not None:
-        trees = _check_trees(trees)
+        trees = check_trees(trees)
         for value, name in ((n_trees, "n_trees"), (max_depth, "max_depth")):
             if value is not None:
                 raise ValueError(
@@ -293,8 +282,6 @@ def flowtree(
     for i in range(B):
         Xs, Xt = m.X_s[i].detach(), m.X_t[i].detach()
         if trees is None:
-            from tsw.support._trees import sample_quadtrees
-
             item_trees = sample_quadtrees(
                 torch.cat([Xs, Xt]), n_draw, max_depth=max_depth, generator=problem.rng.generator
             )
@@ -447,7 +434,7 @@ def pairwise_flowtree(
     tensor([1.0000, 5.0000, 2.5000])
     """
     refuse_tracing("tsw.pairwise_flowtree")  # matched in NumPy: a trace would freeze it
-    trees = _check_trees(trees)
+    trees = check_trees(trees)
     metric, p = check_metric(metric, p)
     validate = check_bool(validate, "validate")
     if hists_t is None:

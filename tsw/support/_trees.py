@@ -275,6 +275,16 @@ class SupportTrees:
         return torch.stack([place_cluster(tree, X, match) for tree in self.trees])
 
 
+def check_trees(trees: object, name: str = "trees") -> SupportTrees:
+    """Return ``trees`` if it is a :class:`SupportTrees`; else raise a TypeError naming ``name``."""
+    if not isinstance(trees, SupportTrees):
+        raise TypeError(
+            f"{name} must be a tsw.SupportTrees (from tsw.sample_quadtrees or "
+            f"tsw.sample_cluster_trees); got {type(trees).__name__}"
+        )
+    return trees
+
+
 def sqdist(X: Tensor, table: Tensor, index: Tensor) -> Tensor:
     """Squared distances (N, K) of each point to its own K centres ``table[index[i]]``.
 
