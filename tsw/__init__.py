@@ -13,7 +13,8 @@ SpatialTSW in :mod:`tsw.mappings` (:mod:`tsw.euclidean.mappings`).
 
 Layout: :mod:`tsw.core` (shared machinery: validation, random draws, tree containers,
 splits, closed forms, the driver), :mod:`tsw.euclidean`, :mod:`tsw.sphere`,
-:mod:`tsw.sliced` (the SW baselines), :mod:`tsw.nn` (losses built from the functions).
+:mod:`tsw.sliced` (the SW baselines), :mod:`tsw.support` (trees built from the data),
+:mod:`tsw.barycenters`, :mod:`tsw.nn` (losses built from the functions).
 See ``ARCHITECTURE.md``. Sliced baselines for unequal masses (POT's solvers):
 :func:`partial_sw`, :func:`unbalanced_sw`.
 
@@ -22,6 +23,12 @@ Transport plans (couplings, not only distances): POT's sliced plans
 :func:`swgg` (min-pivot with an optimised direction), the exact :func:`tree_plan` on a
 rooted tree, :func:`expected_tree_sliced_plan` (the mean of the optimal plans of
 Db-TSW's or TSW-SL's trees), and :func:`barycentric_map`.
+
+Many histograms on one support (:mod:`tsw.support`): trees built from the data
+(:func:`sample_quadtrees`, :func:`sample_cluster_trees`, held in :class:`SupportTrees`),
+their distance matrices and embeddings (:func:`pairwise_tsw`, :func:`tree_embedding`),
+:func:`support_tsw` between point clouds, :func:`flowtree` and :func:`pairwise_flowtree`,
+and :func:`fit_edge_lengths`.
 
 Barycenters: :func:`free_support_barycenter` (any distance, POT's signature; MFSWB's
 fairness) and :func:`tree_barycenter` (fixed support on trees built from the data).
