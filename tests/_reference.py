@@ -477,3 +477,12 @@ def data(N=5, M=4, d=3, batch=None, dtype=torch.float64):
     X = torch.randn(*lead, N, d, generator=g, dtype=torch.float64).to(dtype)
     Y = torch.randn(*lead, M, d, generator=g, dtype=torch.float64).to(dtype) + 1
     return X, Y
+
+
+def random_tree(rng, V):
+    """Parent array of a random recursive tree in random labels (its root any node)."""
+    perm = rng.permutation(V)
+    parents = np.full(V, -1)
+    for i in range(1, V):
+        parents[perm[i]] = perm[rng.integers(i)]
+    return parents

@@ -13,7 +13,7 @@ import numpy as np
 import ot
 import pytest
 import torch
-from _reference import assert_close
+from _reference import assert_close, random_tree
 
 import tsw
 from tsw.core import _kernels
@@ -22,15 +22,6 @@ from tsw.core import tree_wasserstein as tw_module
 from tsw.core.tree_plan import match_on_tree
 
 F64 = torch.float64
-
-
-def random_tree(rng, V):
-    """A random recursive tree in random labels (its root any node)."""
-    perm = rng.permutation(V)
-    parents = np.full(V, -1)
-    for i in range(1, V):
-        parents[perm[i]] = perm[rng.integers(i)]
-    return parents
 
 
 def masses(rng, shape, total=1.0, keep=0.6):

@@ -16,21 +16,20 @@ import numpy as np
 import ot
 import pytest
 import torch
-from _reference import assert_close, distinct_sizes, lit, random_line_system, t64, weights
+from _reference import (
+    assert_close,
+    distinct_sizes,
+    lit,
+    random_line_system,
+    random_tree,
+    t64,
+    weights,
+)
 from conftest import tolerances
 
 import tsw
 
 F64 = torch.float64
-
-
-def random_tree(rng, V):
-    """Parent array of a random rooted tree whose root is any node."""
-    perm = rng.permutation(V)
-    parents = np.full(V, -1)
-    for i in range(1, V):
-        parents[perm[i]] = perm[rng.integers(i)]
-    return parents
 
 
 def random_tree_problem(rng, batch_shape):
