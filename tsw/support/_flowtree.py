@@ -278,6 +278,8 @@ def flowtree(
     acc = Accumulator(B, N, M, m.X_s, dense=dense, batched=m.batched, numpy=problem.numpy)
     ms = m.a.detach().cpu().to(torch.float64).numpy()
     mt = m.b.detach().cpu().to(torch.float64).numpy()
+    # given trees are shared by every item: relabel them once
+    given = None if trees is None else [_Tree(tree.parents) for tree in trees.trees]
     used, parts = [], []
     for i in range(B):
         Xs, Xt = m.X_s[i].detach(), m.X_t[i].detach()
@@ -292,11 +294,12 @@ def flowtree(
         used.append(item_trees)
         nodes = placed.detach().cpu().numpy().astype(np.int64)
         T = nodes.shape[0]
+        # the item's source masses on its first N points, the target's on its last M
+        w_s = np.concatenate([ms[i], np.zeros(M)])
+        w_t = np.concatenate([np.zeros(N), mt[i]])
         for t in range(T):
-            tree = _Tree(item_trees.trees[t].parents)
+            tree = _Tree(item_trees.trees[t].parents) if given is None else given[t]
             cells = tree.rank[nodes[t]]
-            w_s = np.concatenate([ms[i], np.zeros(M)])
-            w_t = np.concatenate([np.zeros(N), mt[i]])
             rows, cols, vals = tree.match(cells, w_s, w_t)
             parts.append((i, t, rows, cols - N, vals))
             acc.add(
