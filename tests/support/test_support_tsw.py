@@ -92,6 +92,20 @@ def test_explicit_trees_on_a_larger_support():
         torch.testing.assert_close(tsw.pairwise_tsw(h, k, trees=trees)[0, 0], v)
 
 
+def test_one_set_of_trees_for_a_whole_batch():
+    Xb, Yb, ab, bb = _data(N=6, M=5, d=3, seed=12, batch=3)
+    Z = torch.cat([Xb.reshape(-1, 3), Yb.reshape(-1, 3), torch.randn(10, 3, dtype=F64)])
+    for trees in (
+        tsw.sample_quadtrees(Z, n_trees=3, seed=0),
+        tsw.sample_cluster_trees(Z, n_trees=3, n_clusters=3, depth=2, seed=0),
+    ):
+        v, log = tsw.support_tsw(Xb, Yb, ab, bb, trees=trees, log=True)
+        assert v.shape == (3,)
+        assert all(t is trees for t in log["trees"])
+        for i in range(3):
+            assert abs(float(v[i]) - _oracle(trees, Xb[i], Yb[i], ab[i], bb[i])) <= 1e-10
+
+
 @pytest.mark.parametrize("tree", ["quadtree", "cluster"])
 def test_identity_symmetry_and_triangle(tree):
     X, Y, a, b = _data(seed=3)

@@ -8,7 +8,7 @@ metric, with each point placed on its tree (:meth:`SupportTrees.place`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import NamedTuple, cast
 
 import torch
 from torch import Tensor
@@ -22,7 +22,7 @@ from tsw.support._cluster import METHODS, build_cluster_trees
 from tsw.support._embedding import subtree_sums
 from tsw.support._trees import SupportTrees, quadtrees
 
-__all__ = ["support_tsw", "tree_values"]
+__all__ = ["forest", "support_tsw", "tree_values"]
 
 TREES = ("quadtree", "cluster")
 
@@ -48,29 +48,45 @@ def _optional_positive(value: object, name: str) -> int | None:
     return None if value is None else check_positive_int(value, name)
 
 
-def tree_values(
-    trees: SupportTrees, nodes_s: Tensor, nodes_t: Tensor, a: Tensor, b: Tensor
-) -> Tensor:
-    """Per-tree W1 (T,) between masses ``a`` on ``nodes_s`` (T, N) and ``b`` on ``nodes_t``.
+class Forest(NamedTuple):
+    """The trees of a :class:`SupportTrees` as one forest.
 
-    All the trees form one forest: the signed masses are summed on the nodes, the
-    subtree masses accumulated level by level (:func:`subtree_sums`), and each tree's
-    sum of ``w_v |subtree mass|`` gathered; differentiable in ``a`` and ``b``.
+    Node ``v`` of tree ``t`` is node ``offset[t] + v``; ``which`` is each node's tree.
     """
-    T, dev = len(trees), a.device
-    sizes = torch.tensor([t.n_nodes for t in trees], device=dev)
+
+    offset: Tensor
+    parents: Tensor
+    depth: Tensor
+    lengths: Tensor
+    which: Tensor
+
+
+def forest(trees: SupportTrees, device: torch.device) -> Forest:
+    """Concatenate the trees' parents (shifted), depths and edge lengths into one forest."""
+    sizes = torch.tensor([t.n_nodes for t in trees], device=device)
     offset = torch.cumsum(sizes, 0) - sizes
     parents = torch.cat(
         [torch.where(t.parents >= 0, t.parents + o, -1) for t, o in zip(trees, offset, strict=True)]
     )
     depth = torch.cat([t.depth for t in trees])
     lengths = torch.cat([t.edge_lengths for t in trees])
-    which = torch.repeat_interleave(torch.arange(T, device=dev), sizes)
-    mass = a.new_zeros(int(sizes.sum()))
-    mass = mass.index_add(0, (nodes_s + offset[:, None]).reshape(-1), a.repeat(T))
-    mass = mass.index_add(0, (nodes_t + offset[:, None]).reshape(-1), -b.repeat(T))
-    sub = subtree_sums(mass, parents, depth)
-    return a.new_zeros(T).index_add(0, which, lengths * sub.abs())
+    which = torch.repeat_interleave(torch.arange(len(trees), device=device), sizes)
+    return Forest(offset, parents, depth, lengths, which)
+
+
+def tree_values(f: Forest, nodes_s: Tensor, nodes_t: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """Per-tree W1 (T,) between masses ``a`` on ``nodes_s`` (T, N) and ``b`` on ``nodes_t``.
+
+    The signed masses are summed on the forest's nodes, the subtree masses accumulated
+    level by level (:func:`subtree_sums`), and each tree's sum of ``w_v |subtree mass|``
+    gathered; differentiable in ``a`` and ``b``.
+    """
+    T = f.offset.shape[0]
+    mass = a.new_zeros(f.parents.shape[0])
+    mass = mass.index_add(0, (nodes_s + f.offset[:, None]).reshape(-1), a.repeat(T))
+    mass = mass.index_add(0, (nodes_t + f.offset[:, None]).reshape(-1), -b.repeat(T))
+    sub = subtree_sums(mass, f.parents, f.depth)
+    return a.new_zeros(T).index_add(0, f.which, f.lengths * sub.abs())
 
 
 def _given(trees: object, i: int, B: int) -> SupportTrees:
@@ -206,11 +222,16 @@ def support_tsw(
     B, N = m.X_s.shape[0], m.X_s.shape[1]
     per, used = [], []
     state = None
+    shared = None  # one SupportTrees for every item: checked and made a forest once
+    if isinstance(trees, SupportTrees):
+        _check_given(trees, m.X_s)
+        shared = forest(trees, m.X_s.device)
     for i in range(B):
         Xs, Xt = m.X_s[i].detach(), m.X_t[i].detach()
         if trees is not None:
             t_i = _given(trees, i, B)
-            _check_given(t_i, Xs)
+            if shared is None:
+                _check_given(t_i, Xs)
             ns, nt = t_i.place(Xs), t_i.place(Xt)
         else:
             union, inv = torch.unique(torch.cat([Xs, Xt]), dim=0, return_inverse=True)
@@ -227,7 +248,8 @@ def support_tsw(
                 t_i = build_cluster_trees(union, n_trees, n_clusters, depth, method, rng)
             leaves = torch.stack([t.leaves for t in t_i])
             ns, nt = leaves[:, inv[:N]], leaves[:, inv[N:]]
-        per.append(tree_values(t_i, ns, nt, m.a[i], m.b[i]))
+        f = forest(t_i, Xs.device) if shared is None else shared
+        per.append(tree_values(f, ns, nt, m.a[i], m.b[i]))
         used.append(t_i)
     slices = tuple(used) if m.batched else used[0]
     return Evaluation(torch.stack(per), slices)
