@@ -184,11 +184,11 @@ def _calibrate(
     ``X0`` is moved by a translation (a rotation on the sphere) of 1% of its spread; the
     preconditioned gradient ``G`` of ``cost(X, X0)`` at the moved copy ``X`` then points
     back along ``X - X0`` with a slope ``1 / gain``: ``gain = sum b |X - X0|^2 /
-    sum b <G, X - X0>``, the mean over a few random moves.
+    sum b <G, X - X0>``, both sums taken over a few random moves (one host sync in all).
     """
     d = X0.shape[-1]
-    spread = float(((X0 - (b[:, None] * X0).sum(0)) ** 2 * b[:, None]).sum().sqrt())
-    num = den = 0.0
+    spread = ((X0 - (b[:, None] * X0).sum(0)) ** 2 * b[:, None]).sum().sqrt()
+    num = den = X0.new_zeros((), dtype=torch.float64)
     for _ in range(_CALIBRATION_DRAWS):
         u = torch.randn(d, generator=gen, dtype=torch.float64, device=gen.device).to(X0)
         u = u / torch.linalg.vector_norm(u)
@@ -202,14 +202,15 @@ def _calibrate(
             X = X0 + ((math.cos(t) - 1) * cu - math.sin(t) * cv)[:, None] * u
             X = X + (math.sin(t) * cu + (math.cos(t) - 1) * cv)[:, None] * v
         else:
-            X = X0 + _CALIBRATION_MOVE * max(spread, torch.finfo(X0.dtype).tiny) * u
+            X = X0 + _CALIBRATION_MOVE * spread.clamp_min(torch.finfo(X0.dtype).tiny) * u
         X = X.detach().requires_grad_(True)
         with torch.enable_grad():
             (grad,) = torch.autograd.grad(cost(X, X0), X)
         G = _precondition(grad, b, X.detach(), sphere) / 2
         move = X.detach() - X0
-        num += float((b[:, None] * move * move).sum())
-        den += float((b[:, None] * G * move).sum())
+        num = num + (b[:, None] * move * move).sum()
+        den = den + (b[:, None] * G * move).sum()
+    num, den = torch.stack([num, den]).tolist()
     if not (math.isfinite(den) and den > 0):
         raise ValueError(
             f"{_NAME}: the distance's gradient does not point back along a small move of the "
@@ -273,10 +274,13 @@ def free_support_barycenter(
 
     **Steps.** Each iteration draws fresh slices (every distance call takes the run's
     generator) and takes a preconditioned gradient step,
-    :math:`x_i \leftarrow x_i - \mathrm{lr}\; \gamma\; \nabla_{x_i} F / (2 b_i)`: the
-    gradient per unit mass of atom :math:`i`, times a gain :math:`\gamma` calibrated once
-    at the start so that a step of size 1 undoes a small translation of a copy of the
-    support (a rotation on the sphere). For :math:`SW_2^2` the per-unit-mass gradient is
+    :math:`x_i \leftarrow x_i - \frac{\mathrm{lr}\; \gamma}{1 + 2\lambda}\;
+    \nabla_{x_i} F / (2 b_i)`: the gradient per unit mass of atom :math:`i`, times a gain
+    :math:`\gamma` calibrated once at the start (a few gradients of :math:`C` between the
+    initial support and moved copies of it) so that a step of size 1 undoes a small
+    translation of a copy of the support (a rotation on the sphere); :math:`1 + 2\lambda`
+    bounds the curvature of :math:`F` relative to that of one :math:`C` (1 without the
+    penalty). For :math:`SW_2^2` the per-unit-mass gradient is
     :math:`\frac2L \sum_l (x_i\cdot\theta_l - t_{il})\theta_l`, with :math:`t_{il}` the
     matched target on direction :math:`\theta_l`, and :math:`\gamma \approx d`: ``lr=1``
     is then Bonneel et al.'s step, which moves every atom to its matched targets averaged
@@ -286,7 +290,7 @@ def free_support_barycenter(
     the atoms are put back on the sphere (a retraction). The iterates of the second half
     of the run are averaged (Polyak-Ruppert; renormalised on the sphere), which removes
     most of the Monte-Carlo jitter of single steps; a run that stops early (a step whose
-    squared size, summed over the atoms, is below ``stopThr``, POT's criterion) returns
+    squared size, summed over the atoms, is at most ``stopThr``, POT's criterion) returns
     its last iterate.
 
     Parameters
@@ -504,12 +508,12 @@ def free_support_barycenter(
         return torch.stack([cost(Xc, Y, a) for Y, a in zip(Ys, As, strict=True)])
 
     n_pairs = K * (K - 1) // 2
+    pair_i, pair_j = torch.triu_indices(K, K, offset=1, device=ref.device)
 
     def objective(C: Tensor) -> Tensor:
         F = (weights_t * C).sum()
         if fairness > 0 and n_pairs:
-            i, j = torch.triu_indices(K, K, offset=1, device=C.device)
-            F = F + fairness * (C[i] - C[j]).abs().sum() / n_pairs
+            F = F + fairness * (C[pair_i] - C[pair_j]).abs().sum() / n_pairs
         return F
 
     gain = _calibrate(lambda Xc, Y: cost(Xc, Y, b_t), X, b_t, sphere, gen)
@@ -532,14 +536,15 @@ def free_support_barycenter(
         X_new = X - step
         if sphere:
             X_new = _retract(X_new)
-        move = float(((X_new - X) ** 2).sum())
+        # the step's size (POT's stopping rule) and the objective: one host sync per step
+        move, value = torch.stack([((X_new - X) ** 2).sum(), F.detach()]).tolist()
         if not math.isfinite(move):
             raise ValueError(
-                f"{_NAME}: the step at iteration {it} is not finite (objective {float(F):.6g}); "
+                f"{_NAME}: the step at iteration {it} is not finite (objective {value:.6g}); "
                 "try a smaller lr"
             )
         X = X_new
-        history.append(float(F.detach()))
+        history.append(value)
         cost_history.append(C.detach())
         moves.append(move)
         if it >= tail:
