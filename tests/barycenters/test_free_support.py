@@ -181,6 +181,19 @@ def test_fairness_evens_the_distances():
     assert spread(fair) < 0.5 * spread(plain)
 
 
+def test_objective_is_the_documented_penalised_sum():
+    """The logged F is sum_k w_k C_k + fairness * 2 / (K (K - 1)) * sum_{i<j} |C_i - C_j|."""
+    Ys = [_gauss(30, 2, [4.0 * k, 0.0], 1.0, k) for k in range(3)]
+    w = torch.tensor([0.5, 0.3, 0.2], dtype=F64)
+    _X, log = tsw.free_support_barycenter(
+        Ys, weights=w, numItermax=5, seed=0, fairness=0.7, log=True
+    )
+    C = log["costs"].numpy()
+    pairs = [abs(C[:, i] - C[:, j]) for i in range(3) for j in range(i + 1, 3)]
+    expected = C @ w.numpy() + 0.7 * 2 / (3 * 2) * np.sum(pairs, axis=0)
+    np.testing.assert_allclose(log["objective"], expected, rtol=1e-12)
+
+
 def test_callable_distance():
     Ys = [_gauss(30, 2, [0.0, 0.0], 1.0, 0), _gauss(30, 2, [2.0, 0.0], 1.0, 1)]
 
