@@ -85,9 +85,9 @@ def test_trees_needed_for_an_unreachable_target():
 
 
 def test_traced_loss_without_weights():
-    """Tracing a loss used to fail on the equal-mass check of the default weights, then
-    returned the example inputs' values; it now raises naming the loss and pointing to
-    torch.compile (tests/test_tracing.py covers every public function)."""
+    """Tracing a loss without weights raises naming the loss and pointing to
+    torch.compile: a trace would keep the example inputs' draws and sorts
+    (tests/test_tracing.py covers every public function)."""
     loss = tsw.nn.SWLoss(n_projections=10, seed=0, resample=False)
     X, Y = (x.float() for x in _data())
     with warnings.catch_warnings():
@@ -339,8 +339,8 @@ def test_the_squared_distances_bound_counts_the_atoms():
 def test_identical_points_with_other_weights_are_not_exempt_from_the_underflow_check():
     """The same points, other weights, p = 500 in float64: the distance is about 0.1 (the
     monotone plan's cost, optimal for every p, in the log domain), its 500th powers
-    underflow, so it
-    raises rather than reading 0; with the same weights too it is a true 0."""
+    underflow, so it raises rather than reading 0; with the same weights too it is a
+    true 0."""
     x = torch.tensor([[0.0], [0.05], [0.1], [0.15]], dtype=F64)
     a = torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=F64)
     b = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=F64)

@@ -159,7 +159,8 @@ def test_tiny_masses_of_the_other_tree_methods(call, precision, total):
 
     The reference is the same call in float64 at unit masses, multiplied by ``total``
     (the methods' values at unit masses are checked against the explicit trees in
-    their own files); today's code returned exactly 0 here.
+    their own files). The masses' p-th powers underflow to 0 in float32 (float64 at
+    1e-300), where the value does not.
     """
     X, Y, a, b, _, _ = _oracle_problem(seed=1)
     unit = float(call(*(torch.as_tensor(v) for v in (X, Y, a, b))))
@@ -174,8 +175,8 @@ def test_max_sw_ascent_is_free_of_the_data_scale(scale):
     """float32 data times 1e15 or 1e-15: max-SW's ascent climbs as at scale 1.
 
     The value is W_2 along the final direction (POT's ``wasserstein_1d`` in float64 on
-    the projections), and it reaches the maximum found at scale 1 (to 1e-3); the norm of
-    the gradient overflowed (1e15: 1.864 against 1.917) or underflowed in float32.
+    the projections), and it reaches the maximum found at scale 1 (to 1e-3): the
+    gradient's squared norm would overflow (1e15) or underflow (1e-15) in float32.
     """
     import ot
 
