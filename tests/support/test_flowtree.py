@@ -297,5 +297,5 @@ def test_pairwise_errors():
         pairwise_flowtree(h - 0.5, h - 0.5, trees=trees)
     with pytest.raises(TypeError, match="both be numpy arrays or both torch tensors"):
         pairwise_flowtree(h, h.numpy(), trees=trees)
-    with pytest.raises(ValueError, match="same dtype"):
+    with pytest.raises(TypeError, match="hists_t must have the same dtype as hists_s"):
         pairwise_flowtree(h, h.float(), trees=trees)

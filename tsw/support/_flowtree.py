@@ -39,6 +39,7 @@ from tsw.core._validation import (
     check_finite,
     check_nonnegative,
     check_positive_int,
+    check_same_device_dtype,
     check_tensor,
 )
 from tsw.core.tree_plan import match_on_tree
@@ -408,11 +409,12 @@ def pairwise_flowtree(
     Raises
     ------
     TypeError
-        For non-tensor or non-floating histograms, mixed numpy and torch, ``trees`` that
-        is not a :class:`SupportTrees`.
+        For non-tensor or non-floating histograms, mixed numpy and torch, ``hists_s``
+        and ``hists_t`` of different dtypes, ``trees`` that is not a
+        :class:`SupportTrees`.
     ValueError
-        For histograms whose last axis is not the support's size, negative or
-        non-finite entries, or a pair of unequal totals.
+        For histograms whose last axis is not the support's size, on different devices,
+        negative or non-finite entries, or a pair of unequal totals.
 
     Notes
     -----
@@ -451,11 +453,7 @@ def pairwise_flowtree(
     n = trees.n_points
     hs, one_s = _check_hists(hists_s, "hists_s", n)
     ht, one_t = _check_hists(hists_t, "hists_t", n)
-    if hs.dtype != ht.dtype or hs.device != ht.device:
-        raise ValueError(
-            "hists_s and hists_t must have the same dtype and device; got "
-            f"{hs.dtype} on {hs.device} and {ht.dtype} on {ht.device}"
-        )
+    check_same_device_dtype(hs, "hists_s", ht, "hists_t")
     hs2, ht2 = hs.reshape(-1, n), ht.reshape(-1, n)
     if validate:
         for h, name in ((hs2, "hists_s"), (ht2, "hists_t")):
