@@ -207,7 +207,6 @@ def test_invalid_parents_raise(parents, match, path):
 
 
 def test_inputs_of_every_kind():
-    rng = np.random.default_rng(12)
     parents = [-1, 0, 0, 1]
     lengths, ms, mt = [0.0, 1.0, 2.0, 0.5], [0.25] * 4, [0.1, 0.2, 0.3, 0.4]
     D = ref.tree_metric_from_parents(parents, lengths)
@@ -230,4 +229,3 @@ def test_inputs_of_every_kind():
     assert isinstance(plan, np.ndarray)
     assert plan.dtype == np.float64
     assert_close((plan * D).sum(), cost)
-    del rng
