@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from tsw.core._api import LOW_PRECISION, unknown_options
+from tsw.core._api import LOW_PRECISION, MEASURES, unknown_options
 from tsw.core._random import check_seed, refuse_tracing
 from tsw.core._validation import check_bool, check_choice
 
@@ -235,10 +235,6 @@ class _UnifLoss(_Loss):
         refuse_tracing(f"tsw.nn.{type(self).__name__}")
         fn = type(self)._fn
         return self._reduce(fn(X_s, a, **self._call_options(X_s), **self._randomness()))
-
-
-#: the measures: ``forward``'s arguments, not options
-MEASURES = frozenset({"X_s", "X_t", "a", "b"})
 
 
 def function_options(
