@@ -3,9 +3,9 @@ Barycenters
 ===========
 
 Left: the sliced (SW_2) free-support barycenter of four point clouds, a ring, a square,
-a triangle and a cross, with :func:`tsw.free_support_barycenter`. Right: the
-fixed-support barycenter of 40 images of a randomly placed ring on a 16 x 16 grid, with
-:func:`tsw.tree_barycenter` on one quadtree of the pixel positions.
+a triangle and a cross, with :func:`tsw.free_support_barycenter`. The other panels: two
+of 40 images of a randomly placed ring on a 16 x 16 grid, and (right) their fixed-support
+barycenter with :func:`tsw.tree_barycenter` on one quadtree of the pixel positions.
 """
 
 import math
