@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tsw.core._plans import check_metric
+from tsw.core._plans import check_metric, numpy_costs
 from tsw.core._random import refuse_tracing, resolve_sampler
 from tsw.core._validation import check_nonnegative_float, check_positive_int
 from tsw.support._flowtree import _Tree
@@ -43,14 +43,6 @@ def _pairs(n: int, n_pairs: int, generator: torch.Generator) -> np.ndarray:
     second = torch.randint(0, n - 1, (n_pairs,), generator=generator)
     second = second + (second >= first).long()  # uniform over j != i
     return torch.stack([first, second], dim=1).numpy().astype(np.int64)
-
-
-def _ground(X: Tensor, pairs: np.ndarray, metric: str, p: float) -> Tensor:
-    """Return the ground cost of each pair of support points."""
-    diff = X[torch.from_numpy(pairs[:, 0])] - X[torch.from_numpy(pairs[:, 1])]
-    if metric == "sqeuclidean":
-        return diff.square().sum(-1)
-    return torch.linalg.vector_norm(diff, ord=p, dim=-1)
 
 
 class Paths:
@@ -303,7 +295,7 @@ def fit_edge_lengths(
     tol = check_nonnegative_float(tol, "tol")
     metric, p = check_metric(metric, p)
     rng = resolve_sampler(seed, generator, dtype=torch.float64, device="cpu")
-    X = X.detach().cpu().to(torch.float64)
+    X = X.detach().cpu().to(torch.float64).numpy()
     like = trees.support
     lengths = []
     for tree_t in trees.trees:
@@ -311,7 +303,7 @@ def fit_edge_lengths(
         tree = _Tree(tree_t.parents)
         leaves = tree_t.leaves.detach().cpu().numpy().astype(np.int64)
         pairs = _pairs(n, n_pairs, rng.generator)
-        d = _ground(X, pairs, metric, p)
+        d = torch.from_numpy(numpy_costs(X[pairs[:, 0]] - X[pairs[:, 1]], metric, p))
         s = float(d.max())
         if s <= 0:
             lengths.append(torch.zeros(V, dtype=like.dtype, device=like.device))
