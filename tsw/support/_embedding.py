@@ -20,7 +20,7 @@ from torch import Tensor
 from tsw.core._problem import to_numpy
 from tsw.core._validation import (
     check_bool,
-    check_finite,
+    check_nonnegative,
     check_positive_int,
     check_same_device_dtype,
     mass_rtol,
@@ -189,9 +189,7 @@ def _embed(triplets: tuple[Tensor, Tensor, Tensor, int], merged: Merged) -> Tens
 def _check_values(trip: tuple[Tensor, Tensor, Tensor, int], name: str) -> Tensor:
     """Non-negative finite values; return the (k,) totals."""
     r, _, v, k = trip
-    check_finite(v, name)
-    if bool((v < 0).any()):
-        raise ValueError(f"{name} must be non-negative; got a minimum of {float(v.min()):.6g}")
+    check_nonnegative(v, name)
     return v.new_zeros(k).index_add(0, r, v.detach())
 
 
