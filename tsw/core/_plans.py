@@ -37,6 +37,7 @@ from torch import Tensor
 
 from tsw.core._problem import Problem, build
 from tsw.core._random import Seed
+from tsw.core._safe import safe_root
 from tsw.core._sort import argsort_last
 from tsw.core._twice import building_graph, graph_backward
 from tsw.core._validation import check_bool, check_choice, check_p
@@ -499,9 +500,7 @@ def _graph_costs(
         cost = _entry_costs(diff, metric, p)
     else:  # the p-th root where the cost is not 0 (its derivative is infinite there)
         power = diff.square().sum(-1) if p == 2.0 else diff.abs().pow(p).sum(-1)
-        positive = power > 0
-        root = torch.where(positive, power, torch.ones_like(power)).pow(1.0 / p)
-        cost = torch.where(positive, root, torch.zeros_like(root))
+        cost = safe_root(power, p)
     per_entry = cost.to(mass.dtype) * mass
     return mass.new_zeros(n_groups).index_add(0, group, per_entry)
 
