@@ -356,7 +356,7 @@ def _check_hists(h: object, name: str, n: int) -> tuple[Tensor, bool]:
             f"{name} must have shape (n,) or (m, n) with n={n} support points (trees.n_points); "
             f"got {name}.shape={tuple(h.shape)}"
         )
-    return (h, True) if h.ndim == 1 else (h, False)
+    return h, h.ndim == 1  # and whether it is a single histogram
 
 
 def pairwise_flowtree(
