@@ -462,8 +462,8 @@ def _quadtree(
 
 def _place_quad(tree: SupportTree, X: Tensor) -> Tensor:
     """Return the deepest cell of ``tree`` containing each point of ``X`` (root outside)."""
-    origin, side, codes = cast(Tensor, tree.origin), cast(Tensor, tree.side), tree.codes
-    codes = cast(Tensor, codes)
+    origin, side = cast(Tensor, tree.origin), cast(Tensor, tree.side)
+    codes = cast(Tensor, tree.codes)
     q, inside = _grid(X, origin, side, tree.levels)
     node = torch.zeros(X.shape[0], dtype=torch.long, device=X.device)
     active = torch.nonzero(inside).squeeze(-1)
