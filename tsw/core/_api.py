@@ -384,25 +384,17 @@ def _bind(public: inspect.Signature, name: str, args: tuple, kwargs: dict) -> An
     Options after the measures are keyword-only (but for POT's positional order): a
     number given where ``a`` or ``b`` (the weights) is, or too many positional
     arguments, raises a TypeError naming the function and the option it likely meant.
+    The names for these messages are read only for a call that fails or passes a number
+    by position.
     """
-    params = list(public.parameters.values())
-    positional = [q.name for q in params if q.kind is q.POSITIONAL_OR_KEYWORD]
-    keyword = [q.name for q in params if q.kind is q.KEYWORD_ONLY]
-    options = [q.name for q in params if q.name not in MEASURES]
     try:
         bound = public.bind(*args, **kwargs)
     except TypeError as err:
-        unknown = {k: v for k, v in kwargs.items() if k not in public.parameters}
-        if unknown:
-            raise unknown_options(name, unknown, options) from None
-        if len(args) > len(positional):
-            raise TypeError(
-                f"{name} takes at most {len(positional)} positional arguments "
-                f"({', '.join(positional)}); got {len(args)}. The options after "
-                f"{positional[-1]} are keyword-only: {', '.join(keyword)}."
-            ) from None
-        raise TypeError(f"{name}: {err}") from None
+        raise _bind_error(public, name, args, kwargs, err) from None
     bound.apply_defaults()
+    if not any(isinstance(v, numbers.Number) for v in args):
+        return bound
+    positional, _, options = _names(public)
     for weight in ("a", "b"):
         value = bound.arguments.get(weight)
         if weight not in positional[: len(args)] or not isinstance(value, numbers.Number):
@@ -419,6 +411,31 @@ def _bind(public: inspect.Signature, name: str, args: tuple, kwargs: dict) -> An
             f"measures are {where}: did you mean {guess}={value!r}?"
         )
     return bound
+
+
+def _names(public: inspect.Signature) -> tuple[list[str], list[str], list[str]]:
+    """Return the names of the positional, keyword-only and option parameters of ``public``."""
+    params = list(public.parameters.values())
+    positional = [q.name for q in params if q.kind is q.POSITIONAL_OR_KEYWORD]
+    keyword = [q.name for q in params if q.kind is q.KEYWORD_ONLY]
+    return positional, keyword, [q.name for q in params if q.name not in MEASURES]
+
+
+def _bind_error(
+    public: inspect.Signature, name: str, args: tuple, kwargs: dict, err: TypeError
+) -> TypeError:
+    """Return the TypeError for a call that does not bind (a misspelt option, extra arguments)."""
+    positional, keyword, options = _names(public)
+    unknown = {k: v for k, v in kwargs.items() if k not in public.parameters}
+    if unknown:
+        return unknown_options(name, unknown, options)
+    if len(args) > len(positional):
+        return TypeError(
+            f"{name} takes at most {len(positional)} positional arguments "
+            f"({', '.join(positional)}); got {len(args)}. The options after "
+            f"{positional[-1]} are keyword-only: {', '.join(keyword)}."
+        )
+    return TypeError(f"{name}: {err}")
 
 
 def _untyped(signature: inspect.Signature) -> inspect.Signature:
