@@ -191,3 +191,21 @@ def test_max_sw_ascent_is_free_of_the_data_scale(scale):
     want = float(ot.wasserstein_1d((Xs @ theta)[:, 0], (Ys @ theta)[:, 0], p=2)) ** 0.5
     assert float(value) == pytest.approx(want, rel=1e-4, abs=0)
     assert float(value) / scale == pytest.approx(unit, rel=1e-3)
+
+
+def test_batch_items_of_other_totals_in_blocks_of_one_item(monkeypatch):
+    """Items whose masses total 1, 8e5 and 1e-30, at p = 2, evaluated one item a block
+    (the blocks' cache budget set to one element): each value is its total times the
+    explicit trees' value at unit masses (``_reference``, float64)."""
+    import tsw.core._blocks as blocks
+
+    monkeypatch.setattr(blocks, "CACHE_BLOCK_ELEMENTS", 1)
+    monkeypatch.setattr(blocks, "COMPILED_BLOCK_ELEMENTS", 1)
+    X, Y, a, b, roots, dirs = _oracle_problem()
+    want, _ = _tree_value("db_tsw", X, Y, a, b, roots, dirs, 2.0)
+    totals = np.array([1.0, 8e5, 1e-30])
+    stack = [torch.as_tensor(np.stack([v] * len(totals))) for v in (X, Y)]
+    weights = [torch.as_tensor(totals[:, None] * w) for w in (a, b)]
+    trees = tsw.ConcurrentLines(torch.as_tensor(roots), torch.as_tensor(dirs))
+    got = tsw.db_tsw(*stack, *weights, trees=trees, p=2.0, delta=2.0)
+    np.testing.assert_allclose(got.numpy(), totals * float(want), rtol=1e-10, atol=0)

@@ -132,7 +132,8 @@ def evaluate(
             and projection.structure != LINE
             and scale is not None
         ):
-            projection = _divide_masses(projection, scale)
+            # the block's own items' scales: a block may hold some of the items only
+            projection = _divide_masses(projection, power_of_two(measures.a.sum(-1)))
             scaled = True
         return cost(projection, p)
 
