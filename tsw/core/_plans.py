@@ -754,12 +754,11 @@ _NUMPY_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}
 def _add_entries(full: np.ndarray, keys: np.ndarray, values: np.ndarray) -> None:
     """Add ``values`` at the flat positions ``keys`` of ``full`` (1-D), in place.
 
-    No temporary of ``full``'s size unless the entries are as many (a dense plan then
-    peaks at about its own size, not at 4x, as a float64 ``np.bincount`` of a float32
-    plan did): ``np.bincount`` when there are at least as many entries as elements;
-    otherwise ``np.add.at`` into a float64 plan (the sums of ``np.bincount``, in the same
-    order; measured 0.5-0.7x its time at 1e-1 entries per element), and for a float32 plan
-    the entries summed by key in float64 first (a sort), then added once.
+    No temporary of ``full``'s size unless the entries are as many, so that a dense plan
+    peaks at about its own size: ``np.bincount`` when there are at least as many entries
+    as elements; otherwise ``np.add.at`` into a float64 plan (the sums of ``np.bincount``,
+    in the same order), and for a float32 plan the entries summed by key in float64 first
+    (a sort), then added once.
     """
     if keys.shape[0] >= full.shape[0]:
         full += np.bincount(keys, values, minlength=full.shape[0])
