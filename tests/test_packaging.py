@@ -24,7 +24,7 @@ DISTRIBUTION = {"torch": "torch", "numpy": "numpy", "ot": "pot"}
 #: extra, not as a dependency
 OPTIONAL = {
     "numba": ("numba", "fast", {"_numba_kernels.py", "_numba_trees.py"}),
-    "tqdm": ("tqdm", "bench", {"_free_support.py"}),  # the barycenters' progress bar
+    "tqdm": ("tqdm", "bench", {"_progress.py"}),  # the progress bars of long calls
 }
 
 
@@ -99,8 +99,8 @@ def test_optional_modules_are_extras_with_a_fallback():
         assert imported.get(module) == files, imported.get(module)
     loader = (ROOT / "tsw" / "core" / "_kernels.py").read_text()
     assert "from tsw.core import _numba_kernels, _numba_trees\n    except ImportError:" in loader
-    progress = (ROOT / "tsw" / "barycenters" / "_free_support.py").read_text()
-    assert "from tqdm.auto import tqdm\n    except ImportError:" in progress
+    progress = (ROOT / "tsw" / "core" / "_progress.py").read_text()
+    assert "from tqdm.auto import tqdm\n            except ImportError:" in progress
 
 
 def test_scipy_is_a_test_dependency_only():

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from tsw.core._problem import from_numpy, to_numpy
+from tsw.core._progress import Progress
 from tsw.core._random import Seed, resolve_sampler
 from tsw.core._validation import (
     as_real,
@@ -218,16 +219,6 @@ def _calibrate(
             "its first argument"
         )
     return num / den
-
-
-def _progress(verbose: bool, total: int) -> Any:
-    if not verbose:
-        return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc=_NAME)
 
 
 def free_support_barycenter(
@@ -524,8 +515,7 @@ def free_support_barycenter(
     moves: list[float] = []
     tail = numItermax // 2
     mean, count, stopped = torch.zeros_like(X), 0, False
-    bar = _progress(verbose, numItermax)
-    every = max(1, numItermax // 10)
+    bar = Progress(verbose, numItermax, _NAME)
     for it in range(numItermax):
         Xg = X.detach().requires_grad_(True)
         with torch.enable_grad():
@@ -550,16 +540,11 @@ def free_support_barycenter(
         if it >= tail:
             count += 1
             mean += (X - mean) / count
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(objective=f"{history[-1]:.4g}")
-        elif verbose and (it % every == 0 or it == numItermax - 1):
-            print(f"{_NAME}: iteration {it}, objective {history[-1]:.6g}, step^2 {move:.3g}")
+        bar.update(1, objective=history[-1], step2=move)
         if move <= stopThr:
             stopped = True
             break
-    if bar is not None:
-        bar.close()
+    bar.close()
     if count and not stopped:
         X = _retract(mean) if sphere else mean
     out = to_numpy(X) if numpy else X
