@@ -295,3 +295,20 @@ def test_errors():
         tsw.tree_barycenter(At, trees, stopThr=-1.0)
     with pytest.raises(TypeError, match="verbose"):
         tsw.tree_barycenter(At, trees, verbose="yes")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_gives_the_cpu_barycenter_within_the_gap():
+    trees, A, w = _problem(12, T=3)
+    _, log = tsw.tree_barycenter(torch.tensor(A), trees, torch.tensor(w), log=True)
+    cuda_trees = trees.to("cuda")
+    xc, logc = tsw.tree_barycenter(
+        torch.tensor(A).cuda(), cuda_trees, torch.tensor(w).cuda(), log=True
+    )
+    assert xc.device.type == "cuda"
+    M = edge_matrix(trees).to_dense().numpy()
+    exact = _lp(M, A, w)
+    assert float(logc["lower_bound"]) <= exact * (1 + 1e-9)
+    assert _objective(M, xc.cpu().numpy(), A, w) <= exact / (1 - STOP)
+    assert abs(float(logc["value"]) - float(log["value"])) <= STOP * float(log["value"])
