@@ -7,37 +7,14 @@ import numpy as np
 import ot
 import pytest
 import torch
-from scipy import sparse
-from scipy.optimize import linprog
 
 import tsw
+from benchmarks.barycenters import tree_lp as _lp
 from tsw.support._embedding import edge_matrix
 
 F64 = torch.float64
 #: the default stopping rule: a certified relative duality gap
 STOP = 1e-3
-
-
-def _lp(M: np.ndarray, A: np.ndarray, w: np.ndarray) -> float:
-    """min_x sum_k w_k ||M (x - a_k)||_1 over x >= 0 of total a_0's, with s_ke >= |M (x - a_k)|_e.
-
-    The linear program of the math notes (section 12.5), solved by HiGHS.
-    """
-    E, n = M.shape
-    K = A.shape[0]
-    C = A @ M.T
-    cost = np.concatenate([np.zeros(n), np.repeat(w, E)])
-    MM = sparse.vstack([sparse.csr_matrix(M)] * K)
-    eye = sparse.identity(K * E, format="csr")
-    A_ub = sparse.vstack([sparse.hstack([MM, -eye]), sparse.hstack([-MM, -eye])])
-    b_ub = np.concatenate([C.reshape(-1), -C.reshape(-1)])
-    A_eq = sparse.hstack([sparse.csr_matrix(np.ones((1, n))), sparse.csr_matrix((1, K * E))])
-    tight = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
-    res = linprog(
-        cost, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=[A[0].sum()], method="highs", options=tight
-    )
-    assert res.status == 0
-    return float(res.fun)
 
 
 def _objective(M, x, A, w):
