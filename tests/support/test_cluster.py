@@ -514,3 +514,44 @@ def test_huge_n_clusters_is_one_child_per_distinct_point():
         assert torch.equal(big.parents, ref.parents)
         assert torch.equal(big.centers, ref.centers)
         assert big.n_nodes == 1 + 50 + 50
+
+
+@pytest.mark.parametrize("d", [2, 8])
+def test_lloyd_steps_by_hand_with_an_empty_cluster(d):
+    """Lloyd's steps within two groups at once, from centres that leave one cluster
+    empty (it keeps its centre): against the steps computed by hand (d = 8: through
+    the matrix product, d = 2: through the differences)."""
+    from tsw.support._cluster import LLOYD_STEPS, _lloyd
+
+    g = torch.Generator().manual_seed(40)
+    X = torch.randn(30, d, generator=g, dtype=F64)
+    group = torch.tensor([0] * 12 + [1] * 18)
+    C = torch.randn(2, 3, d, generator=g, dtype=F64)
+    C[1, 2] = 50.0  # far from every point: empty at every step
+    got = _lloyd(X, group, C.clone(), LLOYD_STEPS)
+    for grp in (0, 1):
+        P = X[group == grp].numpy()
+        c = C[grp].numpy().copy()
+        for _ in range(5):
+            lab = ((P[:, None] - c[None]) ** 2).sum(-1).argmin(1)
+            c = np.array([P[lab == j].mean(0) if (lab == j).any() else c[j] for j in range(3)])
+        np.testing.assert_allclose(got[grp].numpy(), c, rtol=1e-13, atol=1e-13)
+    assert torch.equal(got[1, 2], torch.full((d,), 50.0, dtype=F64))
+
+
+@pytest.mark.parametrize("d", [3, 40])
+def test_kmeans_root_split_equals_scikit_learn(d):
+    """The root's clusters with method="kmeans" are scikit-learn's KMeans (Lloyd, 5
+    iterations) from the farthest-point centres of the same seed."""
+    from sklearn.cluster import KMeans
+
+    X = _points(200, d, seed=41)
+    for seed in range(3):
+        far = tsw.sample_cluster_trees(X, n_clusters=4, depth=1, seed=seed)[0]
+        km = tsw.sample_cluster_trees(X, n_clusters=4, depth=1, method="kmeans", seed=seed)[0]
+        init = far.centers[1:5].numpy()
+        ref = KMeans(4, init=init, n_init=1, max_iter=5, tol=0.0, algorithm="lloyd").fit(X.numpy())
+        np.testing.assert_allclose(
+            km.centers[1:5].numpy(), ref.cluster_centers_, rtol=0, atol=1e-12
+        )
+        np.testing.assert_array_equal(km.parents[km.leaves].numpy() - 1, ref.labels_)

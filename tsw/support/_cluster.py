@@ -44,18 +44,17 @@ def _group_first(group: Tensor, G: int, mask: Tensor) -> Tensor:
 
 def _farthest(
     X: Tensor, group: Tensor, G: int, k: int, sampler: Sampler
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor]:
     """Gonzalez's farthest-point centres of every group at once.
 
     The first centre of a group is one of its points drawn uniformly; each next one is
     a point farthest from the centres chosen so far (the first such point on ties).
-    Returns the centres (G, k') as point indices, ``k' = min(k, largest group)``;
-    whether each is live (G, k'): a centre chosen once every point of its group
-    coincides with a chosen one repeats a centre and takes no point (a group of ``m``
-    distinct points has ``min(k, m)`` live centres); each point's nearest live centre
-    (its first nearest: the label of :func:`tsw.support._trees.sqdist`'s argmin, from
-    the same squared distances); and each group's largest squared distance to its first
-    centre.
+    Returns the centres (G, k') as point indices, ``k' = min(k, largest group)`` (a
+    centre chosen once every point of its group coincides with a chosen one repeats
+    that one and takes no point: a group of ``m`` distinct points gets ``min(k, m)``
+    clusters), each point's nearest centre (its first nearest: the label of
+    :func:`tsw.support._trees.sqdist`'s argmin, from the same squared distances) and
+    each group's largest squared distance to its first centre.
     """
     dev = X.device
     count = torch.bincount(group, minlength=G)
@@ -66,7 +65,6 @@ def _farthest(
     u = sampler.uniform(G).to(dev)
     pick = start + torch.minimum((u * count).to(torch.long), count - 1)
     chosen = [order[pick]]
-    live = [torch.ones(G, dtype=torch.bool, device=dev)]
     mind = (X - X[chosen[0]][group]).square().sum(-1)
     label = torch.zeros_like(group)
     spread = None
@@ -76,18 +74,17 @@ def _farthest(
         )
         spread = top if spread is None else spread
         chosen.append(_group_first(group, G, mind == top[group]))
-        live.append(top > 0)
         dist = (X - X[chosen[-1]][group]).square().sum(-1)
-        closer = (dist < mind) & live[-1][group]  # strictly: ties stay with the earlier centre
+        closer = dist < mind  # strictly: ties stay with the earlier centre
         label = torch.where(closer, j, label)
         mind = torch.where(closer, dist, mind)
     if spread is None:  # every group holds one point
         spread = torch.zeros(G, dtype=X.dtype, device=dev)
-    return torch.stack(chosen, dim=1), torch.stack(live, dim=1), label, spread
+    return torch.stack(chosen, dim=1), label, spread
 
 
-def _nearest(X: Tensor, C: Tensor, group: Tensor, live: Tensor) -> Tensor:
-    """Each point's nearest live centre among its group's ``C`` (G, k, d), for Lloyd's steps.
+def _nearest(X: Tensor, C: Tensor, group: Tensor) -> Tensor:
+    """Each point's nearest centre among its group's ``C`` (G, k, d), for Lloyd's steps.
 
     With few centres in all (``G k <= min(BLAS_CENTRES, d)``) one matrix product gives
     every ``<x - r, c - r>``, ``r`` the first centre of the point's group (so that the
@@ -97,17 +94,15 @@ def _nearest(X: Tensor, C: Tensor, group: Tensor, live: Tensor) -> Tensor:
     """
     G, k, d = C.shape
     if G * k > min(BLAS_CENTRES, d):  # the product writes G k numbers a point, not k d
-        score = sqdist(X, C, group)
-    else:
-        ref = C[:, :1]  # (G, 1, d)
-        flat = (C - ref).reshape(G * k, d)
-        rows = X - ref[:, 0][group]
-        full = (flat.square().sum(-1) - 2 * (rows @ flat.T)).view(-1, G, k)
-        score = full[torch.arange(X.shape[0], device=X.device), group]
-    return torch.where(live[group], score, torch.inf).argmin(-1)
+        return sqdist(X, C, group).argmin(-1)
+    ref = C[:, :1]  # (G, 1, d)
+    flat = (C - ref).reshape(G * k, d)
+    rows = X - ref[:, 0][group]
+    score = (flat.square().sum(-1) - 2 * (rows @ flat.T)).view(-1, G, k)
+    return score[torch.arange(X.shape[0], device=X.device), group].argmin(-1)
 
 
-def _lloyd(X: Tensor, group: Tensor, C: Tensor, live: Tensor, steps: int) -> Tensor:
+def _lloyd(X: Tensor, group: Tensor, C: Tensor, steps: int) -> Tensor:
     """Run a few Lloyd iterations from centres ``C`` (G, k, d) within each group.
 
     A cluster's new centre is its mean, formed as the old centre plus the mean of the
@@ -117,7 +112,7 @@ def _lloyd(X: Tensor, group: Tensor, C: Tensor, live: Tensor, steps: int) -> Ten
     G, k, d = C.shape
     flat = C.reshape(G * k, d)
     for _ in range(steps):
-        cell = group * k + _nearest(X, flat.view(G, k, d), group, live)
+        cell = group * k + _nearest(X, flat.view(G, k, d), group)
         sums = X.new_zeros(G * k, d).index_add_(0, cell, X - flat[cell])
         count = torch.bincount(cell, minlength=G * k).to(X.dtype)
         flat = flat + sums / count.clamp(min=1)[:, None]
@@ -186,11 +181,11 @@ def _cluster_tree(
         G = nodes.numel()
         Xa = Xs if active.numel() == n else Xs[active]
         # a node whose points all coincide with its first centre is not split
-        idx, live, label, spread = _farthest(Xa, group, G, k, sampler)  # (G, k') local indices
+        idx, label, spread = _farthest(Xa, group, G, k, sampler)  # (G, k') local indices
         C = Xa[idx]  # (G, k', d)
         if method == "kmeans":
-            C = _lloyd(Xa, group, C, live, LLOYD_STEPS)
-            label = torch.where(live[group], sqdist(Xa, C, group), torch.inf).argmin(-1)
+            C = _lloyd(Xa, group, C, LLOYD_STEPS)
+            label = sqdist(Xa, C, group).argmin(-1)
         kk = C.shape[1]
         split = spread[group] > 0
         active, group, label = active[split], group[split], label[split]
