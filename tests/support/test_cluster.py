@@ -38,6 +38,18 @@ def _children(tree, v):
     return (tree.parents == v).nonzero().squeeze(-1).tolist()
 
 
+def _below(tree):
+    """The support points under each cluster (a dict, from the leaves' root paths)."""
+    below = {}
+    par = tree.parents
+    for i, leaf in enumerate(tree.leaves.tolist()):
+        v = int(par[leaf])
+        while v >= 0:
+            below.setdefault(v, []).append(i)
+            v = int(par[v])
+    return below
+
+
 @pytest.mark.parametrize("method", ["farthest", "kmeans"])
 def test_structure_and_nearest_centre_assignment(method):
     X = _points(120, 5, seed=3)
@@ -56,12 +68,7 @@ def test_structure_and_nearest_centre_assignment(method):
     assert int(tree.depth[: V - n].max()) <= L
     assert torch.equal(tree.depth[1:], tree.depth[par[1:]] + 1)
     clusters = V - n
-    below = {}  # the support points under each cluster
-    for i in range(n):
-        v = int(par[tree.leaves[i]])
-        while v >= 0:
-            below.setdefault(v, []).append(i)
-            v = int(par[v])
+    below = _below(tree)
     for v in range(clusters):
         kids = [c for c in _children(tree, v) if c < clusters]
         assert len(kids) <= k
@@ -300,6 +307,20 @@ def test_repeated_points_share_a_leaf(method):
 # --------------------------------------------------------------------------- a reference
 
 
+def _nearest_by_hand(pts, C):
+    """Each point's nearest centre, the first on ties."""
+    return ((pts[:, None] - C[None]) ** 2).sum(-1).argmin(1)
+
+
+def _lloyd_by_hand(pts, C, steps=5):
+    """Lloyd's steps: every point to its nearest centre, each centre to its points' mean
+    (an empty cluster keeps its centre)."""
+    for _ in range(steps):
+        lab = _nearest_by_hand(pts, C)
+        C = np.array([pts[lab == j].mean(0) if (lab == j).any() else C[j] for j in range(len(C))])
+    return C
+
+
 def _reference_tree(X, k, depth, method, seed):
     """The documented clustering tree, built node by node in NumPy (float64).
 
@@ -331,17 +352,9 @@ def _reference_tree(X, k, depth, method, seed):
                 C.append(pts[int(np.flatnonzero(mind == mind.max())[0])])
                 mind = np.minimum(mind, ((pts - C[-1]) ** 2).sum(1))
             C = np.array(C)
-
-            def assign(C, pts=pts):  # the nearest centre, the first on ties
-                return ((pts[:, None] - C[None]) ** 2).sum(-1).argmin(1)
-
             if method == "kmeans":
-                for _ in range(5):  # Lloyd's steps; an empty cluster keeps its centre
-                    lab = assign(C)
-                    C = np.array(
-                        [pts[lab == j].mean(0) if (lab == j).any() else C[j] for j in range(len(C))]
-                    )
-            lab = assign(C)
+                C = _lloyd_by_hand(pts, C)
+            lab = _nearest_by_hand(pts, C)
             for j in range(len(C)):
                 if (lab == j).any():
                     parents.append(v)
@@ -405,22 +418,14 @@ def test_ties_go_to_the_earlier_centre_on_a_lattice(method):
             tree = _check_against_reference(X, k, L, method, seed)
             # the ties are there: some point is equidistant from two children of its node
             clusters = tree.n_nodes - X.shape[0]
+            below = _below(tree)
             for v in range(clusters):
                 kids = [c for c in _children(tree, v) if c < clusters]
                 if len(kids) < 2:
                     continue
-                below = [i for i in range(X.shape[0]) if _ancestor(tree, int(tree.leaves[i]), v)]
-                D = ((X[below][:, None] - tree.centers[kids][None]) ** 2).sum(-1)
+                D = ((X[below[v]][:, None] - tree.centers[kids][None]) ** 2).sum(-1)
                 ties += int((D.min(1, keepdim=True).values == D).sum(1).gt(1).sum())
     assert ties > (50 if method == "farthest" else 0), ties
-
-
-def _ancestor(tree, u, v):
-    while u >= 0:
-        if u == v:
-            return True
-        u = int(tree.parents[u])
-    return False
 
 
 @pytest.mark.parametrize("method", ["farthest", "kmeans"])
@@ -530,11 +535,7 @@ def test_lloyd_steps_by_hand_with_an_empty_cluster(d):
     C[1, 2] = 50.0  # far from every point: empty at every step
     got = _lloyd(X, group, C.clone(), LLOYD_STEPS)
     for grp in (0, 1):
-        P = X[group == grp].numpy()
-        c = C[grp].numpy().copy()
-        for _ in range(5):
-            lab = ((P[:, None] - c[None]) ** 2).sum(-1).argmin(1)
-            c = np.array([P[lab == j].mean(0) if (lab == j).any() else c[j] for j in range(3)])
+        c = _lloyd_by_hand(X[group == grp].numpy(), C[grp].numpy())
         np.testing.assert_allclose(got[grp].numpy(), c, rtol=1e-13, atol=1e-13)
     assert torch.equal(got[1, 2], torch.full((d,), 50.0, dtype=F64))
 
