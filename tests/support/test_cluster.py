@@ -276,6 +276,24 @@ def test_overflowing_path_lengths_raise_a_range_error():
 # --------------------------------------------------------------------------- duplicates
 
 
+@pytest.mark.parametrize("d", [1, 3, 40])
+def test_first_copies_against_a_loop(d):
+    """The first equal row of each row: copies, -0.0 beside 0.0, and rows that differ
+    from another in one coordinate only (each coordinate in turn)."""
+    from tsw.support._cluster import first_copies
+
+    base = _points(1, d, seed=15)[0]
+    rows = [base.clone() for _ in range(d)]
+    for j in range(d):
+        rows[j][j] += 1e-9  # one coordinate apart from the base
+    rows += [base, rows[0].clone(), base.clone(), torch.zeros(d), -torch.zeros(d)]
+    X = torch.stack(rows + [_points(30, d, seed=16)[i] for i in range(30)])
+    X = X[torch.randperm(X.shape[0], generator=torch.Generator().manual_seed(0))]
+    expected = [next(j for j in range(len(X)) if bool((X[j] == X[i]).all())) for i in range(len(X))]
+    assert first_copies(X).tolist() == expected
+    assert len(set(expected)) == len(X) - 3
+
+
 @pytest.mark.parametrize("method", ["farthest", "kmeans"])
 def test_repeated_points_share_a_leaf(method):
     """Copies of a point are one point of the measure: W1 between histograms that put the
