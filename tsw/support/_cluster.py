@@ -84,37 +84,39 @@ def _farthest(
     return torch.stack(chosen, dim=1), label, spread
 
 
-def _nearest(X: Tensor, C: Tensor, group: Tensor) -> Tensor:
-    """Each point's nearest centre among its group's ``C`` (G, k, d), for Lloyd's steps.
-
-    With few centres in all (``G k <= min(BLAS_CENTRES, d)``) one matrix product gives
-    every ``<x - r, c - r>``, ``r`` the first centre of the point's group (so that the
-    comparison of ``|c - r|^2 - 2 <x - r, c - r>`` cancels only the group's own spread,
-    not the data's offset); otherwise :func:`sqdist`. The final assignment always uses
-    :func:`sqdist`, the placement's formula.
-    """
-    G, k, d = C.shape
-    if G * k > min(BLAS_CENTRES, d):  # the product writes G k numbers a point, not k d
-        return sqdist(X, C, group).argmin(-1)
-    ref = C[:, :1]  # (G, 1, d)
-    flat = (C - ref).reshape(G * k, d)
-    rows = X - ref[:, 0][group]
-    score = (flat.square().sum(-1) - 2 * (rows @ flat.T)).view(-1, G, k)
-    return score[torch.arange(X.shape[0], device=X.device), group].argmin(-1)
-
-
 def _lloyd(X: Tensor, group: Tensor, C: Tensor, steps: int) -> Tensor:
     """Run a few Lloyd iterations from centres ``C`` (G, k, d) within each group.
 
-    A cluster's new centre is its mean, formed as the old centre plus the mean of the
-    points' offsets from it (exact for a cluster of equal points, and free of the data's
-    offset); an empty cluster keeps its centre.
+    Each point goes to its nearest centre of its group, the first on ties. With few
+    centres in all (``G k <= min(BLAS_CENTRES, d)``) one matrix product gives every
+    ``<x - r, c - r>``, ``r`` the first initial centre of the point's group (the points
+    are moved by it once, so that comparing ``|c - r|^2 - 2 <x - r, c - r>`` cancels
+    only the group's own spread, not the data's offset); otherwise :func:`sqdist`. The
+    final assignment, after the iterations, uses :func:`sqdist`, the placement's
+    formula. A cluster's new centre is its mean, formed as the old centre plus the mean
+    of the points' offsets from it (exact for a cluster of equal points, and free of the
+    data's offset); an empty cluster keeps its centre.
     """
     G, k, d = C.shape
+    n = X.shape[0]
     flat = C.reshape(G * k, d)
+    blas = G * k <= min(BLAS_CENTRES, d)  # the product writes G k numbers a point, not k d
+    if blas:
+        ref = C[:, 0]  # (G, d)
+        rows = X - ref.index_select(0, group)
+        every = torch.arange(n, device=X.device)
+    offsets = torch.empty_like(X)
     for _ in range(steps):
-        cell = group * k + _nearest(X, flat.view(G, k, d), group)
-        sums = X.new_zeros(G * k, d).index_add_(0, cell, X - flat[cell])
+        if blas:
+            shifted = (flat.view(G, k, d) - ref[:, None]).reshape(G * k, d)
+            score = (shifted.square().sum(-1) - 2 * (rows @ shifted.T)).view(n, G, k)
+            label = score[every, group].argmin(-1)
+        else:
+            label = sqdist(X, flat.view(G, k, d), group).argmin(-1)
+        cell = group * k + label
+        torch.index_select(flat, 0, cell, out=offsets)
+        offsets.sub_(X).neg_()  # x - c, exactly
+        sums = X.new_zeros(G * k, d).index_add_(0, cell, offsets)
         count = torch.bincount(cell, minlength=G * k).to(X.dtype)
         flat = flat + sums / count.clamp(min=1)[:, None]
     return flat.view(G, k, d)
