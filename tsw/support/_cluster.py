@@ -101,10 +101,9 @@ def _lloyd(X: Tensor, group: Tensor, C: Tensor, steps: int) -> Tensor:
     n = X.shape[0]
     flat = C.reshape(G * k, d)
     blas = G * k <= min(BLAS_CENTRES, d)  # the product writes G k numbers a point, not k d
-    if blas:
-        ref = C[:, 0]  # (G, d)
-        rows = X - ref.index_select(0, group)
-        every = torch.arange(n, device=X.device)
+    ref = C[:, 0]  # (G, d)
+    rows = X - ref.index_select(0, group) if blas else X
+    every = torch.arange(n, device=X.device)
     offsets = torch.empty_like(X)
     for _ in range(steps):
         if blas:
