@@ -24,6 +24,7 @@ from torch import Tensor
 
 from tsw.core._problem import from_numpy
 from tsw.core._random import Sampler, Seed, resolve_sampler
+from tsw.core._ranges import power_of_two
 from tsw.core._validation import (
     check_dtype_device,
     check_finite,
@@ -310,6 +311,11 @@ def place_cluster(tree: SupportTree, X: Tensor, match: Tensor) -> Tensor:
     n = tree.leaves.shape[0]
     V = tree.n_nodes
     clusters = V - n  # nodes 0 .. clusters-1 are the clusters, then the leaves
+    # the build's scale (a power of two, from the leaves' centres: the support points), so
+    # that no squared distance overflows or underflows and a support point takes the
+    # build's path
+    scale = power_of_two(centers[clusters:].detach().abs().amax())
+    X, centers = X / scale, centers / scale
     par = tree.parents[1:clusters]
     # children of each cluster in the order they were made (that of their labels)
     count = torch.bincount(par, minlength=clusters)
