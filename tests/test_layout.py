@@ -14,6 +14,7 @@ MODULES = sorted(m.name for m in pkgutil.walk_packages(tsw.__path__, "tsw."))
 #: the only modules that call the compiled kernels: core's closed form, splits, sort and
 #: S^2 angles choose the compiled or the torch implementation there
 KERNEL_CALLERS = {
+    "tsw.support._flowmatch",
     "tsw.core.tree_wasserstein",
     "tsw.core.tree_plan",
     "tsw.core.splits",
