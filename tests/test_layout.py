@@ -38,7 +38,8 @@ def test_no_function_shadows_its_own_submodule():
 
 def test_method_modules_are_private():
     """One private module per method: a public name lives in a package, not a module."""
-    for pkg in ("tsw.euclidean", "tsw.sphere", "tsw.sliced", "tsw.support", "tsw.barycenters"):
+    packages = ("tsw.euclidean", "tsw.sphere", "tsw.sliced", "tsw.support", "tsw.barycenters")
+    for pkg in (*packages, "tsw.search"):
         public = [m for m in MODULES if m.startswith(pkg + ".") and m.rsplit(".", 1)[1][0] != "_"]
         assert public in ([], [f"{pkg}.mappings"]), public
 
@@ -101,6 +102,19 @@ def test_core_imports_no_method_package():
     for name, deps in _graph().items():
         if name.startswith("tsw.core"):
             assert all(d.startswith("tsw.core") for d in deps), (name, deps)
+
+
+def test_search_sits_on_core_and_support():
+    """``tsw.search`` imports ``core`` and ``support`` only; only ``tsw`` imports it."""
+    graph = _graph()
+    for name, deps in graph.items():
+        if name.startswith("tsw.search"):
+            assert all(d.startswith(("tsw.core", "tsw.support", "tsw.search")) for d in deps), (
+                name,
+                deps,
+            )
+        elif name != "tsw":
+            assert not any(d.startswith("tsw.search") for d in deps), (name, deps)
 
 
 def test_the_compiled_kernels_sit_behind_one_seam():
