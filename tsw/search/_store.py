@@ -32,9 +32,10 @@ import torch
 from torch import Tensor
 
 from tsw.core._plans import numpy_costs
+from tsw.core._validation import mass_rtol
 from tsw.search._data import Rows
 from tsw.support._embedding import _embed, _merged
-from tsw.support._flowtree import pairwise_flowtree
+from tsw.support._flowmatch import FlowtreeTrees, flowtree_costs
 from tsw.support._pairwise import _add_minima
 from tsw.support._trees import SupportTrees
 
@@ -71,7 +72,8 @@ class Model:
     def __init__(self, trees: SupportTrees, metric: str, p: float) -> None:
         self.trees = trees
         self.merged = _merged(trees)
-        self.points = trees.support.detach().cpu().to(torch.float64).numpy()
+        self.flow = FlowtreeTrees.of(trees)
+        self.points = self.flow.support
         self.metric, self.p = metric, p
 
     @property
@@ -246,18 +248,24 @@ class Store:
     def flowtree(self, q: Rows, cand: np.ndarray) -> np.ndarray:
         """Return the Flowtree values (k, c) of the candidates held here (NaN for the others)."""
         out = np.full(cand.shape, np.nan)
-        n = self.model.trees.n_points
-        like = self.model.trees.support
+        model = self.model
+        rtol = mass_rtol(model.trees.dtype)
         for i in range(len(q)):
             loc = self.local(cand[i])
             here = np.flatnonzero(loc >= 0)
             if not here.size:
                 continue
-            query = torch.from_numpy(q.dense(n)[i]).to(like.device, like.dtype)
-            docs = torch.from_numpy(self.rows.take(loc[here]).dense(n)).to(like.device, like.dtype)
-            with torch.no_grad():
-                vals = pairwise_flowtree(query, docs, trees=self.model.trees, validate=False)
-            out[i, here] = vals.cpu().to(torch.float64).numpy()
+            docs = self.rows.take(loc[here])
+            query = q.take(np.array([i]))
+            vals = flowtree_costs(
+                model.flow,
+                (query.indptr, query.idx, query.val),
+                (docs.indptr, docs.idx, docs.val),
+                metric=model.metric,
+                p=model.p,
+                rtol=rtol,
+            )
+            out[i, here] = vals[0]
         return out
 
     def exact(self, q: Rows, cand: np.ndarray, k: int) -> np.ndarray:
