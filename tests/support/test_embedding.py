@@ -553,3 +553,21 @@ def test_verbose_shows_embeddings_then_distances(capsys, monkeypatch):
     assert "pairwise_tsw (embeddings): 3/3 block" in out
     assert "pairwise_tsw (distances):" in out
     assert torch.equal(quiet, loud)
+
+
+def test_read_only_arrays_are_read_without_a_warning():
+    """A read-only array (a memmap, scikit-learn's checks) is copied, not warned about."""
+    import warnings
+
+    _X, trees, g = _setup(n=10, d=2, T=2, seed=17)
+    H = _hists(3, 10, g).numpy()
+    H.flags.writeable = False
+    csr = sp.csr_array(H)
+    csr.data.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Z = tsw.tree_embedding(H, trees)
+        np.testing.assert_allclose(tsw.tree_embedding(csr, trees).toarray(), Z, rtol=1e-15)
+        np.testing.assert_allclose(
+            tsw.pairwise_tsw(H, trees=trees), tsw.pairwise_tsw(csr, trees=trees)
+        )

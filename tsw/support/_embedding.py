@@ -134,6 +134,12 @@ def _merged(trees: SupportTrees) -> Merged:
     return crow, new_row[order], val[order], E
 
 
+def _writable(a: np.ndarray) -> np.ndarray:
+    """``a`` C-contiguous and writable (a copy of a read-only array, e.g. a memmap)."""
+    a = np.ascontiguousarray(a)
+    return a if a.flags.writeable else a.copy()
+
+
 def _triplets(hists: Any, name: str, trees: SupportTrees) -> tuple[Tensor, Tensor, Tensor, int]:
     """Rows, columns and values of the nonzeros of (k, n) histograms, and k.
 
@@ -144,14 +150,14 @@ def _triplets(hists: Any, name: str, trees: SupportTrees) -> tuple[Tensor, Tenso
     if isinstance(hists, np.ndarray):
         if hists.dtype not in (np.float32, np.float64):
             raise TypeError(f"{name} must have dtype float32 or float64; got {hists.dtype}")
-        hists = torch.as_tensor(np.ascontiguousarray(hists), dtype=dtype, device=device)
+        hists = torch.as_tensor(_writable(hists), dtype=dtype, device=device)
     elif not isinstance(hists, Tensor) and callable(getattr(hists, "tocoo", None)):
         coo = hists.tocoo()
         shape = tuple(coo.shape)
         if coo.data.dtype not in (np.float32, np.float64):
             raise TypeError(f"{name} must have dtype float32 or float64; got {coo.data.dtype}")
         index = torch.as_tensor(np.stack([coo.row, coo.col]).astype(np.int64), device=device)
-        data = torch.as_tensor(coo.data, dtype=dtype, device=device)
+        data = torch.as_tensor(_writable(coo.data), dtype=dtype, device=device)
         hists = torch.sparse_coo_tensor(index, data, shape, check_invariants=True)
     if not isinstance(hists, Tensor):
         raise TypeError(
