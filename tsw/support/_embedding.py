@@ -282,8 +282,8 @@ def tree_embedding(hists: Any, trees: SupportTrees) -> Any:
         kind, holding the embedding's nonzeros only (never a dense (k, E) array: memory
         proportional to the nonzeros of ``hists`` times the depth of their points): a
         coalesced torch COO tensor for COO input, a torch CSR (CSC) tensor for CSR (CSC)
-        input (other compressed layouts give CSR), a scipy CSR array (``csr_array``, or
-        ``csr_matrix`` for the matrix classes) for scipy input. Its columns are the
+        input (other compressed layouts give CSR), a scipy sparse array or matrix of the
+        input's class and format for scipy input. Its columns are the
         embedding of :func:`edge_matrix` with the edges above a single support point
         merged into one column per point (their lengths summed), which leaves every L1
         distance unchanged: ``E`` is ``n`` plus the number of edges above two or more
@@ -337,11 +337,10 @@ def tree_embedding(hists: Any, trees: SupportTrees) -> Any:
             f"(layout {hists.layout}) that requires grad: pass hists.to_dense()"
         )
     rows, cols, vals = embed_entries(trip, merged)
-    if numpy:  # scipy in, scipy out (CSR, of the input's class family)
-        import scipy.sparse as sp
-
-        kind = sp.csr_array if isinstance(hists, sp.sparray) else sp.csr_matrix
-        return kind((to_numpy(vals), (to_numpy(rows), to_numpy(cols))), shape=(k, E))
+    if numpy:  # scipy in (duck-typed: tsw does not import scipy), scipy out, same format
+        coo = type(hists.tocoo())  # coo_array or coo_matrix, as the input's family
+        Z = coo((to_numpy(vals), (to_numpy(rows), to_numpy(cols))), shape=(k, E))
+        return Z.asformat(hists.format)
     index = torch.stack([rows, cols])
     Z = torch.sparse_coo_tensor(index, vals, (k, E), is_coalesced=True, check_invariants=False)
     if hists.layout == torch.sparse_coo:

@@ -19,8 +19,8 @@ nonzero rows, the minima scattered into the matrix in chunks of pairs) when
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -112,7 +112,8 @@ def _dense(entries: Entries, rows: int, pos: Tensor, width: int) -> Tensor:
     return out
 
 
-class Inverted(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class Inverted:
     """One side's nonzeros as an inverted index: sorted by column (stably).
 
     ``rows`` and ``vals`` in column order; ``first`` (C,) the position of each column's
@@ -123,6 +124,10 @@ class Inverted(NamedTuple):
     vals: Tensor
     first: Tensor
     count: Tensor
+
+    def __iter__(self) -> Iterator[Tensor]:
+        """Iterate over the four tensors (rows, vals, first, count)."""
+        return iter((self.rows, self.vals, self.first, self.count))
 
 
 def invert(t: tuple[Tensor, Tensor, Tensor], C: int) -> Inverted:
