@@ -229,6 +229,7 @@ def flow_sweep(cell, ms, mt, K, par, depth, rtol, ent, val, work, iwork):
         sh = -1
         dh = -1
         c = -1
+        u = -1
         lca_depth = -1
         if q < K:
             a = ms[q]

@@ -135,7 +135,7 @@ def _merged(trees: SupportTrees) -> Merged:
 
 
 def _writable(a: np.ndarray) -> np.ndarray:
-    """``a`` C-contiguous and writable (a copy of a read-only array, e.g. a memmap)."""
+    """Return ``a`` C-contiguous and writable (a read-only array, e.g. a memmap, copied)."""
     a = np.ascontiguousarray(a)
     return a if a.flags.writeable else a.copy()
 
@@ -338,9 +338,10 @@ def tree_embedding(hists: Any, trees: SupportTrees) -> Any:
         )
     rows, cols, vals = embed_entries(trip, merged)
     if numpy:  # scipy in (duck-typed: tsw does not import scipy), scipy out, same format
-        coo = type(hists.tocoo())  # coo_array or coo_matrix, as the input's family
+        given: Any = hists
+        coo = type(given.tocoo())  # coo_array or coo_matrix, as the input's family
         Z = coo((to_numpy(vals), (to_numpy(rows), to_numpy(cols))), shape=(k, E))
-        return Z.asformat(hists.format)
+        return Z.asformat(given.format)
     index = torch.stack([rows, cols])
     Z = torch.sparse_coo_tensor(index, vals, (k, E), is_coalesced=True, check_invariants=False)
     if hists.layout == torch.sparse_coo:
@@ -372,7 +373,7 @@ class _Embedding(torch.autograd.Function):
         return _embed(trip, merged)
 
     @staticmethod
-    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None, None]:
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None, None]:  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         return torch.sparse.mm(_edge_map(ctx.merged), g.T).T, None, None
 
 
@@ -546,7 +547,7 @@ class _PairwiseL1(torch.autograd.Function):
         return value.clone()
 
     @staticmethod
-    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         trip_s, trip_t, merged, same, _ = ctx.parts
         want_s, want_t = ctx.needs_input_grad[0], ctx.needs_input_grad[1] and not same
         Zs = _embed(trip_s, merged)

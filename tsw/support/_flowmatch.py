@@ -421,11 +421,9 @@ def flowtree_costs(
     for tree in range(T):
         key, cell = prepared.order[tree], prepared.cells[tree]
         par, depth = prepared.parents[tree], prepared.depth[tree]
-        if compiled:
-            s_t = _sort_rows(s, key)
-            t_t = s_t if same else _sort_rows(t, key)
-        else:
-            up, deep = par.tolist(), depth.tolist()
+        s_t = _sort_rows(s, key) if compiled else s
+        t_t = s_t if same or not compiled else _sort_rows(t, key)
+        up, deep = ([], []) if compiled else (par.tolist(), depth.tolist())
         target = out[tree if per_tree else 0]
         for lo in range(0, rows.size, step):
             part, dest = rows[lo : lo + step], target[lo : lo + step]
