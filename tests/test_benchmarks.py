@@ -345,6 +345,23 @@ def test_support_trees_quick(tmp_path):
     assert data["matrix"]["ot.emd2 / matrix per pair"] > 0
 
 
+def test_support_trees_flowtree_quick(tmp_path):
+    pytest.importorskip("numba")
+    from benchmarks import support_trees
+
+    assert support_trees.main(["--quick", "--parts", "flowtree", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "support_trees_flowtree.json").read_text())["flowtree"]
+    assert [(r["trees"], r["words"]) for r in rows] == [
+        ("1 quadtree", 10),
+        ("1 quadtree", 20),
+        ("1 cluster", 10),
+        ("1 cluster", 20),
+    ]
+    for r in rows:  # the compiled values are the fallback's; Flowtree is a coupling's cost
+        assert r["max |compiled - fallback| / max"] < 1e-12
+        assert r["Flowtree / W1 (median over pairs)"] >= 1 - 1e-12
+
+
 @pytest.mark.slow  # about 10 s: POT's exact barycenters, the digits, the speed check
 def test_barycenters_smoke(tmp_path, capsys):
     from benchmarks import barycenters
