@@ -34,15 +34,13 @@ from torch import Tensor
 from tsw.core._plans import numpy_costs
 from tsw.core._validation import mass_rtol
 from tsw.search._data import Rows
-from tsw.support._embedding import _embed, _merged
+from tsw.support._embedding import _merged, embed_entries
 from tsw.support._flowmatch import FlowtreeTrees, flowtree_costs
-from tsw.support._pairwise import _add_minima
+from tsw.support._pairwise import Inverted, add_minima, invert
 from tsw.support._trees import SupportTrees
 
 __all__ = ["Embedded", "Model", "Store", "smallest"]
 
-#: bytes of one dense block of embeddings while rows are embedded
-EMBED_BYTES = 2**26
 #: pairs of nonzeros (query coordinate, row holding it) enumerated at once in stage one
 PAIR_CHUNK = 2**21
 #: a shard's inverted index is kept in segments, merged two by two when the newer is at
@@ -82,30 +80,20 @@ class Model:
         return int(self.merged[3])
 
     def embed(self, rows: Rows) -> Embedded:
-        """Return the embeddings' nonzeros of ``rows``, block by block, in the trees' dtype."""
+        """Return the embeddings' nonzeros of ``rows`` (sorted by row), in the trees' dtype."""
         like = self.trees.support
-        E = self.n_coords
-        step = max(1, EMBED_BYTES // max(1, E * like.element_size()))
-        parts = []
-        for lo in range(0, len(rows), step):
-            block = rows.take(np.arange(lo, min(lo + step, len(rows))))
-            with torch.no_grad():
-                Z = _embed(block.triplets(like), self.merged)
-            r, c = torch.nonzero(Z, as_tuple=True)
-            parts.append((r + lo, c, Z[r, c]))
-        r = torch.cat([x[0] for x in parts])
-        c = torch.cat([x[1] for x in parts])
-        v = torch.cat([x[2] for x in parts])
+        with torch.no_grad():
+            r, c, v = embed_entries(rows.triplets(like), self.merged)
         norms = like.new_zeros(len(rows)).index_add_(0, r, v)
         return Embedded(r, c, v, norms, len(rows))
 
     def means(self, rows: Rows) -> np.ndarray:
         """Return each histogram's mean point (k, d), for the lower bound of the exact stage."""
-        r = np.repeat(np.arange(len(rows)), np.diff(rows.indptr))
-        total = np.bincount(r, weights=rows.val, minlength=len(rows))
-        out = np.zeros((len(rows), self.points.shape[1]))
-        np.add.at(out, r, rows.val[:, None] * self.points[rows.idx])
-        return out / total[:, None]
+        if not len(rows):
+            return np.zeros((0, self.points.shape[1]))
+        start = rows.indptr[:-1]  # no row is empty
+        total = np.add.reduceat(rows.val, start)
+        return np.add.reduceat(rows.val[:, None] * self.points[rows.idx], start) / total[:, None]
 
     def costs(self, xs: np.ndarray, xt: np.ndarray) -> np.ndarray:
         """Return the (a, b) ground costs between the points ``xs`` and ``xt``."""
@@ -115,36 +103,40 @@ class Model:
 
 @dataclasses.dataclass
 class Segment:
-    """Rows ``lo .. lo + n`` of a store as an inverted index.
+    """Rows ``lo .. lo + n`` of a store as an inverted index of their embeddings.
 
-    Their embeddings' nonzeros sorted by coordinate (rows within the segment, stable;
-    coordinates; values) and their L1 norms.
+    ``inv``: their nonzeros sorted by coordinate (:func:`tsw.support._pairwise.invert`;
+    rows within the segment, in increasing order within a coordinate); ``norms``: their
+    embeddings' L1 norms.
     """
 
     lo: int
     n: int
-    rows: Tensor
-    cols: Tensor
-    vals: Tensor
+    inv: Inverted
     norms: Tensor
 
     @classmethod
-    def of(cls, lo: int, emb: Embedded) -> Segment:
-        order = torch.argsort(emb.cols, stable=True)
-        return cls(lo, emb.k, emb.rows[order], emb.cols[order], emb.vals[order], emb.norms)
+    def of(cls, lo: int, emb: Embedded, C: int) -> Segment:
+        return cls(lo, emb.k, invert((emb.rows, emb.cols, emb.vals), C), emb.norms)
 
     def merge(self, other: Segment) -> Segment:
         """Return this segment then ``other`` (the next rows) as one segment."""
-        rows = torch.cat([self.rows, other.rows + self.n])
-        cols = torch.cat([self.cols, other.cols])
-        order = torch.argsort(cols, stable=True)  # rows stay sorted within a coordinate
-        norms = torch.cat([self.norms, other.norms])
-        vals = torch.cat([self.vals, other.vals])
-        return Segment(self.lo, self.n + other.n, rows[order], cols[order], vals[order], norms)
+        C = self.inv.count.shape[0]
+        cols = torch.arange(C, device=self.norms.device)
+        nonzeros = (
+            torch.cat([self.inv.rows, other.inv.rows + self.n]),
+            torch.cat(
+                [cols.repeat_interleave(self.inv.count), cols.repeat_interleave(other.inv.count)]
+            ),
+            torch.cat([self.inv.vals, other.inv.vals]),
+        )  # a stable sort by coordinate keeps this segment's rows before the other's
+        inv = invert(nonzeros, C)
+        return Segment(self.lo, self.n + other.n, inv, torch.cat([self.norms, other.norms]))
 
     @property
     def nbytes(self) -> int:
-        parts = (self.rows, self.cols, self.vals, self.norms)
+        inv = self.inv
+        parts = (inv.rows, inv.vals, inv.first, inv.count, self.norms)
         return sum(t.numel() * t.element_size() for t in parts)
 
 
@@ -204,7 +196,7 @@ class Store:
         new.rows = self.rows.concat(rows)
         new.gids = np.concatenate([self.gids, gids])
         new.means = np.concatenate([self.means, self.model.means(rows)])
-        segments = [*self.segments, Segment.of(lo, self.model.embed(rows))]
+        segments = [*self.segments, Segment.of(lo, self.model.embed(rows), self.model.n_coords)]
         while len(segments) > 1 and MERGE_RATIO * segments[-1].n >= segments[-2].n:
             last = segments.pop()
             segments[-1] = segments[-1].merge(last)
@@ -232,7 +224,7 @@ class Store:
         out_v, out_g = [np.zeros((q.k, 0))], [np.zeros((q.k, 0), np.int64)]
         for seg in self.segments:
             acc = like.new_zeros(q.k, seg.n)
-            _add_minima(acc, s, (seg.rows, seg.cols, seg.vals), self.model.n_coords, PAIR_CHUNK)
+            add_minima(acc, s, seg.inv, PAIR_CHUNK)
             val = acc.mul_(-2.0).add_(q.norms[:, None]).add_(seg.norms[None, :]).clamp_(min=0.0)
             v = val.cpu().to(torch.float64).numpy()
             g = np.broadcast_to(self.gids[seg.lo : seg.lo + seg.n], v.shape)
@@ -271,8 +263,12 @@ class Store:
     def exact(self, q: Rows, cand: np.ndarray, k: int) -> np.ndarray:
         """Return exact W1 (k', c) for the candidates held here that can be among the ``k`` nearest.
 
-        NaN for the others: the candidates are taken in increasing order of their lower
-        bound, until it exceeds the ``k``-th value found.
+        The candidates are taken in the order given (the previous stage's); one whose
+        lower bound exceeds the ``k``-th value found so far is skipped (NaN). The bounds,
+        each at most W1: the ground cost between the two means (for a cost convex in the
+        difference, by Jensen's inequality), then, from the pair's cost matrix, the two
+        relaxed problems of Kusner et al. (each point's mass to the other side's nearest
+        point), before the LP itself.
         """
         import ot
 
@@ -284,15 +280,18 @@ class Store:
             here = np.flatnonzero(loc >= 0)
             if not here.size:
                 continue
-            bound = numpy_costs(self.means[loc[here]] - q_means[i], model.metric, model.p)
-            order = np.lexsort((cand[i, here], bound))
+            centre = numpy_costs(self.means[loc[here]] - q_means[i], model.metric, model.p)
             sq, a = q.row(i)
             best: list[float] = []  # the k smallest values found, negated (a max-heap)
-            for j in order:
-                if len(best) == k and bound[j] * (1 - BOUND_MARGIN) > -best[0]:
-                    break
+            for j in range(here.size):
+                if len(best) == k and centre[j] * (1 - BOUND_MARGIN) > -best[0]:
+                    continue
                 sd, b = self.rows.row(int(loc[here[j]]))
                 M = model.costs(model.points[sq], model.points[sd])
+                if len(best) == k:
+                    relaxed = max(a @ M.min(1), M.min(0) @ b)
+                    if relaxed * (1 - BOUND_MARGIN) > -best[0]:
+                        continue
                 value = float(ot.emd2(a, b, M, check_marginals=False))
                 out[i, here[j]] = value
                 if len(best) < k:
