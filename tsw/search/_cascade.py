@@ -25,7 +25,7 @@ __all__ = ["Local", "Plan", "check_plan", "run"]
 #: rerank choices
 RERANKS = ("exact", "flowtree")
 #: the default shortlists: stage one's for Flowtree, then Flowtree's for exact W1
-DEFAULT_CANDIDATES = {"exact": (200, 30), "flowtree": (200,)}
+DEFAULT_CANDIDATES = {"exact": (200, 50), "flowtree": (200,)}
 
 
 @dataclasses.dataclass(frozen=True)

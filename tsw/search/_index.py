@@ -131,7 +131,7 @@ class W1Index:
         the tree-sliced values of stage one.
     candidates : int or (int, int), optional
         The shortlists. With ``rerank="exact"``: a pair ``(c1, c2)`` (stage one keeps
-        ``c1`` for Flowtree, Flowtree keeps ``c2`` for exact W1; default (200, 30)), or
+        ``c1`` for Flowtree, Flowtree keeps ``c2`` for exact W1; default (200, 50)), or
         one int ``c`` (stage one's ``c`` go straight to exact W1). With
         ``rerank="flowtree"``: an int (default 200). Not with ``rerank=None``. A
         shortlist shorter than ``k`` is taken as ``k``. Longer shortlists give a higher

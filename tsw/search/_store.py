@@ -49,6 +49,8 @@ MERGE_RATIO = 2
 #: relative margin of the lower bound of the exact stage (it skips a candidate only when
 #: its bound exceeds the k-th value found by more than rounding)
 BOUND_MARGIN = 1e-9
+#: the entries of (points, dimensions) of one block of differences in ``Model.costs``
+COST_ENTRIES = 2**20
 #: the row number of no row while candidates are sorted (after every real one)
 BIG = np.iinfo(np.int64).max
 
@@ -96,9 +98,17 @@ class Model:
         return np.add.reduceat(rows.val[:, None] * self.points[rows.idx], start) / total[:, None]
 
     def costs(self, xs: np.ndarray, xt: np.ndarray) -> np.ndarray:
-        """Return the (a, b) ground costs between the points ``xs`` and ``xt``."""
-        diff = (xs[:, None, :] - xt[None, :, :]).reshape(-1, xs.shape[1])
-        return numpy_costs(diff, self.metric, self.p).reshape(xs.shape[0], xt.shape[0])
+        """Return the (a, b) ground costs between the points ``xs`` and ``xt``.
+
+        From the differences (no cancellation), a block of ``COST_ENTRIES`` at a time.
+        """
+        a, b = xs.shape[0], xt.shape[0]
+        out = np.empty((a, b))
+        step = max(1, COST_ENTRIES // max(1, a * xs.shape[1]))
+        for lo in range(0, b, step):
+            diff = (xs[:, None, :] - xt[None, lo : lo + step, :]).reshape(-1, xs.shape[1])
+            out[:, lo : lo + step] = numpy_costs(diff, self.metric, self.p).reshape(a, -1)
+        return out
 
 
 @dataclasses.dataclass
@@ -282,17 +292,20 @@ class Store:
                 continue
             centre = numpy_costs(self.means[loc[here]] - q_means[i], model.metric, model.p)
             sq, a = q.row(i)
+            docs = self.rows.take(loc[here])
+            words, pos = np.unique(docs.idx, return_inverse=True)
+            C = model.costs(model.points[sq], model.points[words])  # all candidates at once
             best: list[float] = []  # the k smallest values found, negated (a max-heap)
             for j in range(here.size):
                 if len(best) == k and centre[j] * (1 - BOUND_MARGIN) > -best[0]:
                     continue
-                sd, b = self.rows.row(int(loc[here[j]]))
-                M = model.costs(model.points[sq], model.points[sd])
+                lo, hi = docs.indptr[j], docs.indptr[j + 1]
+                M, b = C[:, pos[lo:hi]], docs.val[lo:hi]
                 if len(best) == k:
                     relaxed = max(a @ M.min(1), M.min(0) @ b)
                     if relaxed * (1 - BOUND_MARGIN) > -best[0]:
                         continue
-                value = float(ot.emd2(a, b, M, check_marginals=False))
+                value = float(ot.emd2(a, b, M, check_marginals=False, center_dual=False))
                 out[i, here[j]] = value
                 if len(best) < k:
                     heapq.heappush(best, -value)
