@@ -95,8 +95,12 @@ def matrix(args: argparse.Namespace) -> dict:
     total = time.perf_counter() - t0
     # the same matrix as torch.cdist of the whole embeddings, in blocks of 500 rows
     t0 = time.perf_counter()
-    Zs = tsw.tree_embedding(Hs.to_sparse(), trees).to_dense()
+    sparse_s = tsw.tree_embedding(Hs.to_sparse(), trees)
+    Zs = sparse_s.to_dense()
     Zt = tsw.tree_embedding(Ht.to_sparse(), trees).to_dense()
+    # the sparse embedding's bytes (int64 row and column, float64 value per nonzero)
+    sparse_bytes = sparse_s._nnz() * 24
+    dense_bytes = Zs.numel() * Zs.element_size()
     dense = [torch.cdist(Zs[None, i : i + 500], Zt[None], p=1)[0] for i in range(0, len(Zs), 500)]
     cdist_total = time.perf_counter() - t0
     gap = float((torch.cat(dense) - D).abs().max() / D.abs().max())
@@ -123,6 +127,8 @@ def matrix(args: argparse.Namespace) -> dict:
         "trees": args.trees,
         "tree build [s]": build,
         "embedding columns": tsw.tree_embedding(Hs[:1], trees).shape[1],
+        "sparse embedding of one set [MiB]": sparse_bytes / 2**20,
+        "dense embedding of one set [MiB]": dense_bytes / 2**20,
         "matrix [s]": total,
         "matrix per pair [s]": per_pair,
         "cdist of the embeddings [s]": cdist_total,

@@ -11,8 +11,9 @@ import tsw
 
 MODULES = sorted(m.name for m in pkgutil.walk_packages(tsw.__path__, "tsw."))
 
-#: the only modules that call the compiled kernels: core's closed form, splits, sort and
-#: S^2 angles choose the compiled or the torch implementation there
+#: the only modules that call the compiled kernels: core's closed form, splits, sort, S^2
+#: angles and Flowtree's matching choose the compiled or the torch (NumPy, Python)
+#: implementation there
 KERNEL_CALLERS = {
     "tsw.support._flowmatch",
     "tsw.core.tree_wasserstein",
