@@ -837,3 +837,24 @@ def test_flowtree_threads_give_the_same_bits(monkeypatch):
         torch.set_num_threads(threads)
     for a, b in zip(*out, strict=True):
         assert (a == b).all()
+
+
+@pytest.mark.parametrize("d", [1, 3])
+def test_flowtree_plans_compiled_equal_the_fallback(d, monkeypatch):
+    """tsw.flowtree between point clouds: the same plan and cost, bit for bit, either way."""
+    assert _kernels.warm_up()
+    g = torch.Generator().manual_seed(d)
+    X = torch.randn(2, 13, d, generator=g, dtype=F64)
+    Y = torch.randn(2, 17, d, generator=g, dtype=F64)
+    a = torch.rand(2, 13, generator=g, dtype=F64)
+    b = torch.rand(2, 17, generator=g, dtype=F64)
+    a, b = 3 * a / a.sum(-1, keepdim=True), 3 * b / b.sum(-1, keepdim=True)
+    results = []
+    for compiled in (True, False):
+        with monkeypatch.context() as mp:
+            if not compiled:
+                mp.setattr(_kernels, "trees_usable", lambda: False)
+            plan, cost, log = tsw.flowtree(X, Y, a, b, n_trees=3, seed=0, dense=True, log=True)
+            results.append((plan, cost, log["per_tree"]))
+    for u, v in zip(*results, strict=True):
+        assert torch.equal(u, v)
