@@ -186,9 +186,13 @@ def flowtree(
 
     Notes
     -----
-    Each tree is matched in one pass over its nodes and the ``N + M`` points' leaves
-    (O(V + N + M), at most ``2 (V + N + M)`` entries), on the CPU; the cost gathers each
-    entry's two points once. The plan is not differentiable.
+    Each tree is matched on the CPU: the ``N + M`` points are ordered by a pre-order of
+    the tree (one pass over its ``V`` nodes), then matched in one sweep over them
+    (:mod:`tsw.support._flowmatch`, compiled with Numba when it is installed, the same
+    entries in Python otherwise), at most ``2 (N + M)`` entries; the cost gathers each
+    entry's two points once. What reaches the root unmatched, the rounding gap of the
+    totals, joins the last point of the other side matched, so that a mass below the
+    totals' resolution is still moved. The plan is not differentiable.
 
     References
     ----------
