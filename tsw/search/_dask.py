@@ -149,13 +149,13 @@ class DaskW1Index:
                 f"client must be a dask.distributed.Client; got {type(client).__name__}"
             )
         self._plan: Plan = check_plan(rerank, candidates)
-        self.verbose = check_bool(verbose, "verbose")
+        self.verbose: bool = check_bool(verbose, "verbose")
         self._model = build_model(support, n_trees, tree, fit_lengths, metric, seed)
         workers = sorted(client.scheduler_info()["workers"])
         if not workers:
             raise ValueError("client has no workers: start the cluster's workers first")
         count = len(workers) if n_shards is None else check_positive_int(n_shards, "n_shards")
-        self.client = client
+        self.client: Any = client
         self._workers = [workers[i % len(workers)] for i in range(count)]
         self._model_future = client.scatter(self._model, broadcast=True)
         self._shards = [

@@ -204,7 +204,7 @@ class W1Index:
     ) -> None:
         refuse_tracing("tsw.W1Index")
         self._plan: Plan = check_plan(rerank, candidates)
-        self.verbose = check_bool(verbose, "verbose")
+        self.verbose: bool = check_bool(verbose, "verbose")
         self._model = build_model(support, n_trees, tree, fit_lengths, metric, seed)
         self._store = Store(self._model)
         self.total: float | None = None

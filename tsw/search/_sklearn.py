@@ -9,7 +9,7 @@ with this module, which :mod:`tsw` loads on first access to ``tsw.TreeEmbedding`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,6 +26,33 @@ except ImportError as err:  # pragma: no cover - the extra is missing
         "tsw.TreeEmbedding needs scikit-learn >= 1.6: pip install 'torch-tsw[sklearn]'"
     ) from err
 
+if TYPE_CHECKING:  # scikit-learn ships no types: what its base classes give, typed
+
+    class _Transformer:
+        """scikit-learn's ``TransformerMixin`` and ``BaseEstimator``, as type checkers see them."""
+
+        def get_params(self, deep: bool = True) -> dict[str, Any]:
+            """Return the constructor's parameters."""
+            ...
+
+        def set_params(self, **params: Any) -> Any:
+            """Set constructor parameters; return the estimator."""
+            ...
+
+        def fit_transform(self, X: Any, y: Any = None, **fit_params: Any) -> Any:
+            """Fit, then transform ``X``."""
+            ...
+
+        def __sklearn_tags__(self) -> Any:
+            """Return scikit-learn's tags of the estimator."""
+            ...
+
+else:
+
+    class _Transformer(TransformerMixin, BaseEstimator):
+        """scikit-learn's ``TransformerMixin`` and ``BaseEstimator``."""
+
+
 __all__ = ["TreeEmbedding"]
 
 
@@ -34,7 +61,7 @@ def _line(n: int) -> np.ndarray:
     return np.arange(n, dtype=np.float64)[:, None]
 
 
-class TreeEmbedding(TransformerMixin, BaseEstimator):
+class TreeEmbedding(_Transformer):
     r"""The tree-sliced Wasserstein embedding as a scikit-learn transformer.
 
     References: [Le2019k]_.
