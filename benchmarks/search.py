@@ -41,10 +41,10 @@ Metrics: recall@1 and recall@10 of the exact neighbours, k-NN accuracy (majority
 over queries, one query a call), its ratio to brute-force exact measured in the same
 run, the index's ``add`` time and bytes per document, and the largest gap between a
 returned distance and the exact W1 of that pair. Output under ``--out``: for each data
-set ``search_<data>.json`` and ``search_<data>.csv`` (a later run of the same data set
-replaces them), and ``search.png``, recall@10 against seconds per query for every data
-set found there, so that runs of one data set each fill one figure. Ground truths are
-cached in ``--cache`` (they do not depend on the methods' timings).
+set ``search_<data><tag>.json`` and ``.csv`` (``--tag``: a later run with the same tag
+replaces them), and ``search.png``, recall@10 against seconds per query of every data
+set found there, so that separate runs fill one figure. Ground truths are cached in
+``--cache`` (they do not depend on the methods' timings).
 
 ``pynndescent`` (opt-in, not in the default ``--methods``): stage one through an
 approximate nearest-neighbour graph of the embeddings (pynndescent's ``NNDescent``,
@@ -559,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="benchmarks/out/search")
     ap.add_argument("--cache", default="benchmarks/out/search/cache")
     ap.add_argument("--truth-only", action="store_true", help="compute the ground truths only")
+    ap.add_argument("--tag", default="", help="suffix of the output files of this run")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes (seconds), for CI")
     args = ap.parse_args(argv)
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -632,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
         write_csv(
             out / f"search_{name}.csv", columns, [[r.get(c, "") for c in columns] for r in sub]
         )
-        (out / f"search_{name}.json").write_text(
+        (out / f"search_{name}{args.tag}.json").write_text(
             json.dumps({"settings": settings, "rows": sub}, indent=2, default=float)
         )
     found = [

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tsw.core._random import refuse_tracing
 from tsw.core._validation import check_nonnegative_float
 from tsw.support._embedding import pairwise_tsw
 from tsw.support._trees import SupportTrees
@@ -77,6 +78,7 @@ def tree_sliced_kernel(
     >>> float((svc.predict(K_test) == digits.target[1000:]).mean()) > 0.9
     True
     """
+    refuse_tracing("tsw.tree_sliced_kernel")  # its trees' embedding runs in NumPy
     t = check_nonnegative_float(t, "t")
     if t == 0:
         raise ValueError("t must be > 0 (t = 0 gives the constant kernel 1); got t=0")
