@@ -17,12 +17,10 @@ import numpy as np
 
 from tsw.core._progress import Progress
 from tsw.core._random import refuse_tracing
-from tsw.core._validation import check_bool, check_positive_int
-from tsw.search._cascade import Plan, check_plan, run
-from tsw.search._data import read_hists
-from tsw.search._index import answer, build_model, check_k, knn_blocks
+from tsw.core._validation import check_positive_int
+from tsw.search._cascade import run
+from tsw.search._index import Options, answer, check_k, knn_blocks
 from tsw.search._store import Model, Store, rows_of
-from tsw.support._trees import SupportTrees
 
 __all__ = ["DaskW1Index"]
 
@@ -82,7 +80,7 @@ def _nbytes(store: Store) -> int:
     return store.nbytes
 
 
-class DaskW1Index:
+class DaskW1Index(Options):
     """:class:`tsw.W1Index` with its database sharded over the workers of a Dask cluster.
 
     ``index = tsw.DaskW1Index(client, support, seed=0)`` takes a
@@ -148,9 +146,9 @@ class DaskW1Index:
             raise TypeError(
                 f"client must be a dask.distributed.Client; got {type(client).__name__}"
             )
-        self._plan: Plan = check_plan(rerank, candidates)
-        self.verbose: bool = check_bool(verbose, "verbose")
-        self._model = build_model(support, n_trees, tree, fit_lengths, metric, seed)
+        self._configure(
+            support, n_trees, tree, fit_lengths, rerank, candidates, metric, seed, verbose
+        )
         workers = sorted(client.scheduler_info()["workers"])
         if not workers:
             raise ValueError("client has no workers: start the cluster's workers first")
@@ -163,12 +161,6 @@ class DaskW1Index:
             for w in self._workers
         ]
         self._sizes = [0] * count
-        self.total: float | None = None
-
-    @property
-    def trees(self) -> SupportTrees:
-        """The trees of stage one and Flowtree."""
-        return self._model.trees
 
     def __len__(self) -> int:
         return sum(self._sizes)
@@ -202,7 +194,7 @@ class DaskW1Index:
         the index unchanged (and so does a task that fails on a worker).
         """
         refuse_tracing("tsw.DaskW1Index.add")
-        query = read_hists(hists, "hists", self.trees, self.total)
+        query = self._read(hists, "hists")
         rows, n = query.rows, len(query.rows)
         share = _shares(self._sizes, n)
         bounds = np.concatenate([[0], np.cumsum(share)])
@@ -230,7 +222,7 @@ class DaskW1Index:
         """Return the ``k`` nearest stored histograms of each query (:meth:`tsw.W1Index.search`)."""
         refuse_tracing("tsw.DaskW1Index.search")
         k = check_k(k, len(self))
-        query = read_hists(queries, "queries", self.trees, self.total)
+        query = self._read(queries, "queries")
         rows = query.rows
         ex = self._executor()
         jobs = []
@@ -247,7 +239,7 @@ class DaskW1Index:
         the blocks run at once over the cluster.
         """
         refuse_tracing("tsw.DaskW1Index.knn_graph")
-        k = check_k(k, len(self) - 1) if len(self) else check_k(k, 0)
+        k = self._knn_k(k, len(self))
         ex, jobs = self._executor(), []
         for s, w in enumerate(self._workers):
             for lo, hi in knn_blocks(self._sizes[s]):

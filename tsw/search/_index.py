@@ -28,7 +28,7 @@ from tsw.support._cluster import sample_cluster_trees
 from tsw.support._fit import fit_edge_lengths
 from tsw.support._trees import SupportTrees, sample_quadtrees
 
-__all__ = ["W1Index", "answer", "build_model", "check_k", "knn_blocks"]
+__all__ = ["Options", "W1Index", "answer", "build_model", "check_k", "knn_blocks"]
 
 #: queries searched at once (stage one holds a (queries, rows) block of values)
 QUERY_BLOCK = 32
@@ -84,7 +84,45 @@ def knn_blocks(size: int) -> list[tuple[int, int]]:
     return [(lo, min(lo + QUERY_BLOCK, size)) for lo in range(0, size, QUERY_BLOCK)]
 
 
-class W1Index:
+class Options:
+    """What :class:`W1Index` and the Dask index share: the checked options, the trees, the total."""
+
+    _plan: Plan
+    _model: Model
+    verbose: bool
+    total: float | None
+
+    def _configure(
+        self,
+        support: Any,
+        n_trees: object,
+        tree: object,
+        fit_lengths: object,
+        rerank: object,
+        candidates: object,
+        metric: object,
+        seed: object,
+        verbose: object,
+    ) -> None:
+        self._plan = check_plan(rerank, candidates)
+        self.verbose = check_bool(verbose, "verbose")
+        self._model = build_model(support, n_trees, tree, fit_lengths, metric, seed)
+        self.total = None
+
+    @property
+    def trees(self) -> SupportTrees:
+        """The trees of stage one and Flowtree."""
+        return self._model.trees
+
+    def _read(self, hists: Any, name: str) -> Query:
+        return read_hists(hists, name, self.trees, self.total)
+
+    def _knn_k(self, k: object, size: int) -> int:
+        """``k`` neighbours of each of ``size`` rows among the others."""
+        return check_k(k, size - 1) if size else check_k(k, 0)
+
+
+class W1Index(Options):
     r"""Nearest neighbours under exact W1 between histograms on one support.
 
     References: [Backurs2020s]_, [Kusner2015]_, [Le2019s]_.
@@ -203,18 +241,12 @@ class W1Index:
         verbose: bool = False,
     ) -> None:
         refuse_tracing("tsw.W1Index")
-        self._plan: Plan = check_plan(rerank, candidates)
-        self.verbose: bool = check_bool(verbose, "verbose")
-        self._model = build_model(support, n_trees, tree, fit_lengths, metric, seed)
+        self._configure(
+            support, n_trees, tree, fit_lengths, rerank, candidates, metric, seed, verbose
+        )
         self._store = Store(self._model)
-        self.total: float | None = None
 
     # ----------------------------------------------------------------------- state
-
-    @property
-    def trees(self) -> SupportTrees:
-        """The trees of stage one and Flowtree."""
-        return self._model.trees
 
     def __len__(self) -> int:
         return len(self._store)
@@ -253,7 +285,7 @@ class W1Index:
             another total mass. The index is unchanged.
         """
         refuse_tracing("tsw.W1Index.add")
-        query = read_hists(hists, "hists", self.trees, self.total)
+        query = self._read(hists, "hists")
         rows, store = query.rows, self._store
         with Progress(self.verbose, len(rows), "W1Index.add", unit="hist") as bar:
             for lo in range(0, len(rows), ADD_BLOCK):
@@ -286,7 +318,7 @@ class W1Index:
         """
         refuse_tracing("tsw.W1Index.search")
         k = check_k(k, len(self))
-        query = read_hists(queries, "queries", self.trees, self.total)
+        query = self._read(queries, "queries")
         dist, ids = self._run(query.rows, k, None, "W1Index.search")
         return answer(query, dist, ids, self.trees.support)
 
@@ -300,7 +332,7 @@ class W1Index:
             histogram ``i`` among the others, as :meth:`search` orders them.
         """
         refuse_tracing("tsw.W1Index.knn_graph")
-        k = check_k(k, len(self) - 1) if len(self) else check_k(k, 0)
+        k = self._knn_k(k, len(self))
         rows = self._store.rows
         return self._run(rows, k, self._store.gids, "W1Index.knn_graph")
 
