@@ -215,8 +215,7 @@ class DaskW1Index(Options):
                 bar.update(count)
         self._shards = new
         self._sizes = [self._sizes[s] + int(share[s]) for s in range(len(share))]
-        if self.total is None:
-            self.total = float(query.totals[0])
+        self._added(query)
 
     def search(self, queries: Any, k: int) -> tuple[Any, Any]:
         """Return the ``k`` nearest stored histograms of each query (:meth:`tsw.W1Index.search`)."""

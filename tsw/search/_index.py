@@ -117,6 +117,11 @@ class Options:
     def _read(self, hists: Any, name: str) -> Query:
         return read_hists(hists, name, self.trees, self.total)
 
+    def _added(self, query: Query) -> None:
+        """Record the total mass of the index from its first histograms."""
+        if self.total is None:
+            self.total = float(query.totals[0])
+
     def _knn_k(self, k: object, size: int) -> int:
         """``k`` neighbours of each of ``size`` rows among the others."""
         return check_k(k, size - 1) if size else check_k(k, 0)
@@ -294,8 +299,7 @@ class W1Index(Options):
                 store = store.appended(rows.take(np.arange(lo, hi)), gids)
                 bar.update(hi - lo)
         self._store = store
-        if self.total is None:
-            self.total = float(query.totals[0])
+        self._added(query)
 
     def search(self, queries: Any, k: int) -> tuple[Any, Any]:
         """Return the ``k`` nearest stored histograms of each query, nearest first.
