@@ -17,8 +17,19 @@ Two measurements, in one process, float64 and one torch thread:
   500 rows). The table gives the time per pair of both, their ratio, and how the tree
   value relates to the exact W1 on those pairs.
 
+* **flowtree** (``--parts flowtree``): Flowtree between documents on the same support,
+  ``--flow-trees`` trees (quadtrees, then clustering trees), for two settings: two sets of
+  ``--flow-docs`` documents of ``--words`` words, and two sets of 40 documents of 20
+  words. Per pair, side by side in interleaved rounds: ``tsw.pairwise_flowtree`` with
+  the compiled kernel (the whole matrix), the same function on its Python fallback (the
+  first ``--fallback-docs`` rows and columns) and ``ot.emd2`` on ``--pairs`` random
+  pairs (their own supports, Euclidean cost from ``ot.dist``); the median over rounds
+  of each time per pair and of the per-round ratios, the largest difference between
+  the compiled and the fallback values, and Flowtree's value over the exact W1 on
+  those pairs.
+
 ``python -m benchmarks.support_trees`` (the defaults are the reported settings);
-``--quick`` for a smoke run. Writes ``support_trees.json`` under ``--out``.
+``--quick`` for a smoke run. Writes ``support_trees_<parts>.json`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -73,9 +84,7 @@ def documents(k: int, n: int, words: int, g: torch.Generator) -> torch.Tensor:
 
 def matrix(args: argparse.Namespace) -> dict:
     g = torch.Generator().manual_seed(0)
-    centres = 4 * torch.randn(50, args.dim, generator=g, dtype=F64)
-    S = centres[torch.randint(0, 50, (args.support,), generator=g)]
-    S = S + torch.randn(args.support, args.dim, generator=g, dtype=F64)
+    S = _word_vectors(args, g)
     Hs = documents(args.docs, args.support, args.words, g)
     Ht = documents(args.docs, args.support, args.words, g)
     t0 = time.perf_counter()
@@ -86,8 +95,12 @@ def matrix(args: argparse.Namespace) -> dict:
     total = time.perf_counter() - t0
     # the same matrix as torch.cdist of the whole embeddings, in blocks of 500 rows
     t0 = time.perf_counter()
-    Zs = tsw.tree_embedding(Hs.to_sparse(), trees)
-    Zt = tsw.tree_embedding(Ht.to_sparse(), trees)
+    sparse_s = tsw.tree_embedding(Hs.to_sparse(), trees)
+    Zs = sparse_s.to_dense()
+    Zt = tsw.tree_embedding(Ht.to_sparse(), trees).to_dense()
+    # the sparse embedding's bytes (int64 row and column, float64 value per nonzero)
+    sparse_bytes = sparse_s._nnz() * 24
+    dense_bytes = Zs.numel() * Zs.element_size()
     dense = [torch.cdist(Zs[None, i : i + 500], Zt[None], p=1)[0] for i in range(0, len(Zs), 500)]
     cdist_total = time.perf_counter() - t0
     gap = float((torch.cat(dense) - D).abs().max() / D.abs().max())
@@ -114,6 +127,8 @@ def matrix(args: argparse.Namespace) -> dict:
         "trees": args.trees,
         "tree build [s]": build,
         "embedding columns": tsw.tree_embedding(Hs[:1], trees).shape[1],
+        "sparse embedding of one set [MiB]": sparse_bytes / 2**20,
+        "dense embedding of one set [MiB]": dense_bytes / 2**20,
         "matrix [s]": total,
         "matrix per pair [s]": per_pair,
         "cdist of the embeddings [s]": cdist_total,
@@ -130,6 +145,89 @@ def matrix(args: argparse.Namespace) -> dict:
     return row
 
 
+def _word_vectors(args: argparse.Namespace, g: torch.Generator) -> torch.Tensor:
+    """``--support`` points in dimension ``--dim``: a mixture of 50 Gaussians."""
+    centres = 4 * torch.randn(50, args.dim, generator=g, dtype=F64)
+    S = centres[torch.randint(0, 50, (args.support,), generator=g)]
+    return S + torch.randn(args.support, args.dim, generator=g, dtype=F64)
+
+
+def flowtree(args: argparse.Namespace) -> list[dict]:
+    from tsw.core import _kernels
+
+    if not _kernels.warm_up():
+        raise SystemExit("the flowtree part needs the compiled kernels (pip install numba)")
+    g = torch.Generator().manual_seed(1)
+    S = _word_vectors(args, g)
+    Sn = S.numpy()
+    rng = np.random.default_rng(1)
+    rows = []
+    for kind in ("quadtree", "cluster"):
+        if kind == "quadtree":
+            trees = tsw.sample_quadtrees(S, args.flow_trees, seed=0)
+        else:
+            trees = tsw.sample_cluster_trees(S, args.flow_trees, n_clusters=4, depth=5, seed=0)
+        for docs, words in ((args.flow_docs, args.words), (40, 20)):
+            Hs, Ht = (
+                documents(docs, args.support, words, g),
+                documents(docs, args.support, words, g),
+            )
+            f = min(args.fallback_docs, docs)
+            pairs = rng.integers(0, docs, size=(args.pairs, 2))
+            Hsn, Htn = Hs.numpy(), Ht.numpy()
+            out: dict[str, torch.Tensor] = {}
+
+            def compiled(Hs=Hs, Ht=Ht, trees=trees, out=out) -> None:
+                out["compiled"] = tsw.pairwise_flowtree(Hs, Ht, trees=trees)
+
+            def fallback(Hs=Hs, Ht=Ht, trees=trees, f=f, out=out) -> None:
+                usable = _kernels.trees_usable
+                _kernels.trees_usable = lambda: False  # the Python twin
+                try:
+                    out["fallback"] = tsw.pairwise_flowtree(Hs[:f], Ht[:f], trees=trees)
+                finally:
+                    _kernels.trees_usable = usable
+
+            def emd(pairs=pairs, Hsn=Hsn, Htn=Htn, out=out) -> None:
+                values = []
+                for i, j in pairs:
+                    si, sj = np.flatnonzero(Hsn[i]), np.flatnonzero(Htn[j])
+                    M = ot.dist(Sn[si], Sn[sj], metric="euclidean")
+                    values.append(float(ot.emd2(Hsn[i, si], Htn[j, sj], M)))
+                out["emd"] = torch.tensor(values, dtype=F64)
+
+            times = interleaved(
+                {"compiled": compiled, "fallback": fallback, "ot.emd2": emd},
+                rounds=args.rounds,
+                warmup=1,
+            )
+            per = {
+                "compiled": [t / docs**2 for t in times["compiled"]],
+                "fallback": [t / f**2 for t in times["fallback"]],
+                "ot.emd2": [t / len(pairs) for t in times["ot.emd2"]],
+            }
+            D = out["compiled"]
+            excess = D[pairs[:, 0], pairs[:, 1]] / out["emd"]
+            row = {
+                "trees": f"{args.flow_trees} {kind}",
+                "documents": docs,
+                "words": words,
+                "compiled per pair [us]": 1e6 * median(per["compiled"]),
+                "fallback per pair [us]": 1e6 * median(per["fallback"]),
+                "ot.emd2 per pair [us]": 1e6 * median(per["ot.emd2"]),
+                "fallback / compiled": ratio(per, "fallback", "compiled"),
+                "ot.emd2 / compiled": ratio(per, "ot.emd2", "compiled"),
+                "max |compiled - fallback| / max": float(
+                    (D[:f, :f] - out["fallback"]).abs().max() / D[:f, :f].abs().max()
+                ),
+                "Flowtree / W1 (median over pairs)": float(excess.median()),
+                "pairs": {"compiled": docs**2, "fallback": f**2, "ot.emd2": len(pairs)},
+            }
+            rows.append(row)
+            print(json.dumps(row))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=100_000, help="points of the builds")
@@ -141,13 +239,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", type=int, default=2000)
     ap.add_argument("--words", type=int, default=100)
     ap.add_argument("--pairs", type=int, default=200, help="pairs timed with ot.emd2")
-    ap.add_argument("--parts", default="builds,matrix", help="builds, matrix or both")
+    ap.add_argument("--flow-trees", type=int, default=1, help="trees of the flowtree part")
+    ap.add_argument("--flow-docs", type=int, default=200, help="documents a set (flowtree)")
+    ap.add_argument("--fallback-docs", type=int, default=10, help="of them on the fallback")
+    ap.add_argument(
+        "--parts", default="builds,matrix", help="builds, matrix, flowtree (comma-separated)"
+    )
     ap.add_argument("--quick", action="store_true", help="a smoke run (tiny settings)")
     ap.add_argument("--out", default="benchmarks/out")
     args = ap.parse_args(argv)
     if args.quick:
         args.n, args.dims, args.trees, args.rounds = 500, "2,8", 2, 1
         args.support, args.dim, args.docs, args.words, args.pairs = 100, 8, 10, 10, 3
+        args.flow_docs, args.fallback_docs = 6, 3
     torch.set_num_threads(1)
     parts = args.parts.split(",")
     result: dict[str, object] = {}
@@ -156,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         result["builds"] = builds(args.n, dims, args.trees, args.rounds)
     if "matrix" in parts:
         result["matrix"] = matrix(args)
+    if "flowtree" in parts:
+        result["flowtree"] = flowtree(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"support_trees_{'_'.join(parts)}.json").write_text(json.dumps(result, indent=1))

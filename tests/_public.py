@@ -28,6 +28,7 @@ NOT_DISTANCES = frozenset(
         "support_tsw",
         "pairwise_flowtree",  # Flowtree and fitted lengths: support/test_flowtree.py, test_fit.py
         "fit_edge_lengths",
+        "tree_sliced_kernel",  # exp(-t pairwise_tsw), a kernel matrix: search/test_sklearn.py
         "flowtree",  # a plan and its cost
         # transport plans (a plan and its cost, not a distance): test_plans.py
         "barycentric_map",

@@ -335,6 +335,34 @@ def test_retrieval_smoke(tmp_path, capsys):
     assert abs(H1.sum(1) - 1).max() < 1e-12
 
 
+def test_search_smoke(tmp_path):
+    from benchmarks import retrieval, search
+
+    methods = "exact,pruned,sinkhorn,flowtree,tsw,tsw+flowtree,cascade"
+    args = ["--smoke", "--data", "digits,bow", "--methods", methods, "--out", str(tmp_path)]
+    assert search.main([*args, "--cache", str(tmp_path / "cache")]) == 0
+    for name in ("digits", "bow-120"):
+        rows = json.loads((tmp_path / f"search_{name}.json").read_text())["rows"]
+        assert [r["key"] for r in rows] == ["truth", *methods.split(","), "cascade (20, 5)"]
+        for r in rows:
+            assert 0 <= r["recall1"] <= 1
+            assert 0 <= r["recall10"] <= 1
+            assert 0 <= r["knn_acc"] <= 1
+            if r["key"] in ("exact", "pruned"):  # brute force agrees with the ground truth
+                assert r["recall10"] == 1.0
+            if r["key"].startswith("cascade"):  # the returned distances are exact W1
+                assert r["max_gap"] < 1e-12
+                assert r["bytes_per_doc"] > 0
+        assert (tmp_path / f"search_{name}.csv").read_text().count("\n") == 1 + len(rows)
+    assert (tmp_path / "search.png").stat().st_size > 0
+    # the sparse corpus is the dense one
+    H, X, y = retrieval.make_bow_corpus(200, 8, 4, 20, seed=3)
+    S, X2, y2 = retrieval.make_bow_corpus(200, 8, 4, 20, seed=3, sparse=True)
+    assert (S.toarray() == H).all()
+    assert (X == X2).all()
+    assert (y == y2).all()
+
+
 def test_support_trees_quick(tmp_path):
     from benchmarks import support_trees
 
@@ -343,6 +371,23 @@ def test_support_trees_quick(tmp_path):
     assert [r["d"] for r in data["builds"]] == [2, 8]
     assert data["builds"][0]["quadtree / lower limit"] > 0
     assert data["matrix"]["ot.emd2 / matrix per pair"] > 0
+
+
+def test_support_trees_flowtree_quick(tmp_path):
+    pytest.importorskip("numba")
+    from benchmarks import support_trees
+
+    assert support_trees.main(["--quick", "--parts", "flowtree", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "support_trees_flowtree.json").read_text())["flowtree"]
+    assert [(r["trees"], r["words"]) for r in rows] == [
+        ("1 quadtree", 10),
+        ("1 quadtree", 20),
+        ("1 cluster", 10),
+        ("1 cluster", 20),
+    ]
+    for r in rows:  # the compiled values are the fallback's; Flowtree is a coupling's cost
+        assert r["max |compiled - fallback| / max"] < 1e-12
+        assert r["Flowtree / W1 (median over pairs)"] >= 1 - 1e-12
 
 
 @pytest.mark.slow  # about 10 s: POT's exact barycenters, the digits, the speed check

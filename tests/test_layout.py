@@ -11,9 +11,11 @@ import tsw
 
 MODULES = sorted(m.name for m in pkgutil.walk_packages(tsw.__path__, "tsw."))
 
-#: the only modules that call the compiled kernels: core's closed form, splits, sort and
-#: S^2 angles choose the compiled or the torch implementation there
+#: the only modules that call the compiled kernels: core's closed form, splits, sort, S^2
+#: angles and Flowtree's matching choose the compiled or the torch (NumPy, Python)
+#: implementation there
 KERNEL_CALLERS = {
+    "tsw.support._flowmatch",
     "tsw.core.tree_wasserstein",
     "tsw.core.tree_plan",
     "tsw.core.splits",
@@ -37,7 +39,8 @@ def test_no_function_shadows_its_own_submodule():
 
 def test_method_modules_are_private():
     """One private module per method: a public name lives in a package, not a module."""
-    for pkg in ("tsw.euclidean", "tsw.sphere", "tsw.sliced", "tsw.support", "tsw.barycenters"):
+    packages = ("tsw.euclidean", "tsw.sphere", "tsw.sliced", "tsw.support", "tsw.barycenters")
+    for pkg in (*packages, "tsw.search"):
         public = [m for m in MODULES if m.startswith(pkg + ".") and m.rsplit(".", 1)[1][0] != "_"]
         assert public in ([], [f"{pkg}.mappings"]), public
 
@@ -100,6 +103,19 @@ def test_core_imports_no_method_package():
     for name, deps in _graph().items():
         if name.startswith("tsw.core"):
             assert all(d.startswith("tsw.core") for d in deps), (name, deps)
+
+
+def test_search_sits_on_core_and_support():
+    """``tsw.search`` imports ``core`` and ``support`` only; only ``tsw`` imports it."""
+    graph = _graph()
+    for name, deps in graph.items():
+        if name.startswith("tsw.search"):
+            assert all(d.startswith(("tsw.core", "tsw.support", "tsw.search")) for d in deps), (
+                name,
+                deps,
+            )
+        elif name != "tsw":
+            assert not any(d.startswith("tsw.search") for d in deps), (name, deps)
 
 
 def test_the_compiled_kernels_sit_behind_one_seam():

@@ -25,6 +25,8 @@ DISTRIBUTION = {"torch": "torch", "numpy": "numpy", "ot": "pot"}
 OPTIONAL = {
     "numba": ("numba", "fast", {"_numba_kernels.py", "_numba_trees.py"}),
     "tqdm": ("tqdm", "bench", {"_progress.py"}),  # the progress bars of long calls
+    "sklearn": ("scikit-learn", "sklearn", {"_sklearn.py"}),  # tsw.TreeEmbedding
+    "distributed": ("distributed", "dask", {"_dask.py"}),  # tsw.DaskW1Index
 }
 
 

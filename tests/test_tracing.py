@@ -140,6 +140,7 @@ CASES: dict[str, tuple[Callable[[int], tuple[torch.Tensor, ...]], Callable[..., 
     "tree_embedding": (_hists, lambda H: tsw.tree_embedding(H, SUPPORT_TREES)),
     "tree_barycenter": (_hists, lambda H: tsw.tree_barycenter(H, SUPPORT_TREES, numItermax=5)),
     "pairwise_flowtree": (_hists, lambda H: tsw.pairwise_flowtree(H, trees=SUPPORT_TREES)),
+    "tree_sliced_kernel": (_hists, lambda H: tsw.tree_sliced_kernel(H, trees=SUPPORT_TREES)),
     "flowtree": (_pair(), lambda X, Y: tsw.flowtree(X, Y, seed=0, dense=True)[0]),
     "fit_edge_lengths": (
         lambda s: (torch.cat(_pair()(s)),),

@@ -30,6 +30,11 @@ their distance matrices and embeddings (:func:`pairwise_tsw`, :func:`tree_embedd
 :func:`support_tsw` between point clouds, :func:`flowtree` and :func:`pairwise_flowtree`,
 and :func:`fit_edge_lengths`.
 
+Search under W1 (:mod:`tsw.search`): :class:`W1Index` (nearest neighbours under exact W1
+through a cascade: tree-sliced W, Flowtree, exact), :class:`DaskW1Index` (the same,
+sharded over a Dask cluster), :class:`TreeEmbedding` (a scikit-learn transformer) and
+:func:`tree_sliced_kernel` (the positive-definite kernel exp(-t TSW)).
+
 Barycenters: :func:`free_support_barycenter` (any distance, POT's signature; MFSWB's
 fairness) and :func:`tree_barycenter` (fixed support on trees built from the data).
 
@@ -37,6 +42,8 @@ Data and evaluation: :mod:`tsw.datasets` (the synthetic point clouds of the pape
 experiments) and :mod:`tsw.metrics` (exact W_p through ``ot.emd2``, the geodesic W_p on
 the sphere, the NLL of a von Mises-Fisher mixture).
 """
+
+from typing import TYPE_CHECKING, Any
 
 from tsw import datasets, metrics, nn
 from tsw.barycenters import free_support_barycenter, tree_barycenter
@@ -62,6 +69,9 @@ from tsw.euclidean._spatial_tsw import spatial_tsw
 from tsw.euclidean._tree_sliced_plan import expected_tree_sliced_plan
 from tsw.euclidean._ts_sobolev import ts_sobolev
 from tsw.euclidean._tsw_sl import tsw_sl
+from tsw.search._dask import DaskW1Index
+from tsw.search._index import W1Index
+from tsw.search._kernel import tree_sliced_kernel
 from tsw.sliced._eb_sw import eb_sw
 from tsw.sliced._lcv_sw import lcv_sw
 from tsw.sliced._plans import expected_sliced_plan, min_sliced_transport_plan, sliced_plans
@@ -80,14 +90,20 @@ from tsw.support._flowtree import flowtree, pairwise_flowtree
 from tsw.support._support_tsw import support_tsw
 from tsw.support._trees import SupportTree, SupportTrees, sample_quadtrees
 
+if TYPE_CHECKING:
+    from tsw.search._sklearn import TreeEmbedding
+
 __version__ = "0.2.0.dev0"
 
 __all__ = [
     "ChainLines",
     "ConcurrentLines",
+    "DaskW1Index",
     "SphericalTrees",
     "SupportTree",
     "SupportTrees",
+    "TreeEmbedding",
+    "W1Index",
     "__version__",
     "barycentric_map",
     "circular_tsw",
@@ -136,6 +152,7 @@ __all__ = [
     "tree_barycenter",
     "tree_embedding",
     "tree_plan",
+    "tree_sliced_kernel",
     "tree_wasserstein",
     "trees_needed",
     "ts_sobolev",
@@ -143,3 +160,12 @@ __all__ = [
     "unbalanced_sw",
     "wasserstein_1d",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``tsw.TreeEmbedding`` imports scikit-learn (an optional dependency) on first access."""
+    if name == "TreeEmbedding":
+        from tsw.search import TreeEmbedding  # tsw.search's own lazy import
+
+        return TreeEmbedding
+    raise AttributeError(f"module 'tsw' has no attribute {name!r}")

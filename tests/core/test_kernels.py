@@ -751,3 +751,110 @@ def test_s2_angles_gradcheck():
     frames = geo._frames(trees)[0][None].clone().requires_grad_()
     Z = torch.randn(2, 5, 3, generator=g, dtype=F64).requires_grad_()
     assert torch.autograd.gradcheck(lambda Z, F: _angles.S2Angles.apply(Z, F), (Z, frames))
+
+
+# --------------------------------------------------------------------------- Flowtree
+
+
+def _flowtree_case(seed: int, d: int, kind: str, words: int):
+    """Trees on a support of 60 points and two sets of sparse histograms on it (CSR)."""
+    import numpy as np
+
+    from tsw.support._flowmatch import FlowtreeTrees, csr
+
+    rng = np.random.default_rng(seed)
+    X = torch.as_tensor(rng.normal(size=(60, d)))
+    X[40:50] = X[:10].clone()  # duplicate points: shared cells
+    if kind == "quadtree":
+        trees = tsw.sample_quadtrees(X, 2, max_depth=None if seed % 2 else 3, seed=seed)
+    else:
+        trees = tsw.sample_cluster_trees(X, 2, n_clusters=3, depth=3, seed=seed)
+    sets = []
+    for k in (7, 5):
+        H = np.zeros((k, 60))
+        for r in range(k):
+            H[r, rng.choice(60, words, replace=False)] = rng.random(words) + 0.05
+        sets.append(csr(2.5 * H / H.sum(1, keepdims=True)))  # unnormalised equal totals
+    return FlowtreeTrees.of(trees), sets[0], sets[1]
+
+
+@pytest.mark.parametrize("kind", ["quadtree", "cluster"])
+@pytest.mark.parametrize("d", [1, 2, 4])
+@pytest.mark.parametrize(
+    ("metric", "p"),
+    [("euclidean", 2.0), ("sqeuclidean", 2.0), ("cityblock", 1.0), ("minkowski", 3.0)],
+)
+def test_flowtree_costs_compiled_equal_the_fallback(kind, d, metric, p, monkeypatch):
+    """The same entries: the costs agree to the rounding of their sums (of up to 2s terms)."""
+    from tsw.support._flowmatch import flowtree_costs
+
+    assert _kernels.warm_up()
+    prepared, s, t = _flowtree_case(d, d, kind, words=9)
+    results = []
+    for compiled in (True, False):
+        with monkeypatch.context() as mp:
+            if not compiled:
+                mp.setattr(_kernels, "trees_usable", lambda: False)
+            pair = flowtree_costs(prepared, s, t, metric=metric, p=p, per_tree=True)
+            one = flowtree_costs(prepared, s, metric=metric, p=p, per_tree=True)
+            results.append((pair, one))
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(torch.as_tensor(a), torch.as_tensor(b), rtol=1e-14, atol=0)
+        assert (a > 0).any()
+
+
+def test_flowtree_sort_rows_equals_numpy():
+    import numpy as np
+
+    from tsw.support._flowmatch import _sort_rows
+
+    assert _kernels.warm_up()
+    prepared, s, _ = _flowtree_case(0, 2, "quadtree", words=13)
+    key = prepared.order[0]
+    ptr, idx, val = s
+    _, out_idx, out_val = _sort_rows(s, key)
+    row = np.repeat(np.arange(ptr.size - 1), np.diff(ptr))
+    perm = np.lexsort((key[idx], row))
+    assert np.array_equal(out_idx, idx[perm])
+    assert np.array_equal(out_val, val[perm])
+
+
+def test_flowtree_threads_give_the_same_bits(monkeypatch):
+    """Rows shared among threads (work above the threshold) give one thread's bits."""
+    from tsw.core import _threads
+    from tsw.support._flowmatch import flowtree_costs
+
+    assert _kernels.warm_up()
+    prepared, s, t = _flowtree_case(3, 2, "quadtree", words=9)
+    threads = torch.get_num_threads()
+    out = []
+    try:
+        monkeypatch.setattr(_threads, "PARALLEL_MIN", 1)
+        for n in (1, 3):
+            torch.set_num_threads(n)
+            out.append((flowtree_costs(prepared, s, t), flowtree_costs(prepared, s)))
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip(*out, strict=True):
+        assert (a == b).all()
+
+
+@pytest.mark.parametrize("d", [1, 3])
+def test_flowtree_plans_compiled_equal_the_fallback(d, monkeypatch):
+    """tsw.flowtree between point clouds: the same plan and cost, bit for bit, either way."""
+    assert _kernels.warm_up()
+    g = torch.Generator().manual_seed(d)
+    X = torch.randn(2, 13, d, generator=g, dtype=F64)
+    Y = torch.randn(2, 17, d, generator=g, dtype=F64)
+    a = torch.rand(2, 13, generator=g, dtype=F64)
+    b = torch.rand(2, 17, generator=g, dtype=F64)
+    a, b = 3 * a / a.sum(-1, keepdim=True), 3 * b / b.sum(-1, keepdim=True)
+    results = []
+    for compiled in (True, False):
+        with monkeypatch.context() as mp:
+            if not compiled:
+                mp.setattr(_kernels, "trees_usable", lambda: False)
+            plan, cost, log = tsw.flowtree(X, Y, a, b, n_trees=3, seed=0, dense=True, log=True)
+            results.append((plan, cost, log["per_tree"]))
+    for u, v in zip(*results, strict=True):
+        assert torch.equal(u, v)

@@ -299,3 +299,197 @@ def test_pairwise_errors():
         pairwise_flowtree(h, h.numpy(), trees=trees)
     with pytest.raises(TypeError, match="hists_t must have the same dtype as hists_s"):
         pairwise_flowtree(h, h.float(), trees=trees)
+
+
+# --------------------------------------------------------------------------- the matching
+
+
+def _entries(rows, cols, vals):
+    return sorted(
+        zip(
+            np.asarray(rows).tolist(),
+            np.asarray(cols).tolist(),
+            np.asarray(vals).tolist(),
+            strict=True,
+        )
+    )
+
+
+def _tree_plan_entries(par, cells, ms, mt):
+    """The independent matching: tsw.tree_plan's on the tree with each point a leaf."""
+    from tsw.core.tree_plan import match_on_tree
+
+    V = par.shape[0]
+    zeros = np.zeros(V)
+    rows, cols, vals = match_on_tree(
+        np.concatenate([par, cells]), np.concatenate([zeros, ms]), np.concatenate([zeros, mt])
+    )
+    return rows - V, cols - V, vals
+
+
+def _random_matching_problem(seed):
+    """A tree (quadtree or cluster tree, some with shared cells), points and masses."""
+    rng = np.random.default_rng(seed)
+    n, d = int(rng.integers(2, 40)), int(rng.integers(1, 4))
+    X = torch.as_tensor(rng.normal(size=(n, d)))
+    if seed % 5 == 4:  # duplicates: several points on one cell
+        X[n // 2 :] = X[: n - n // 2].clone()
+    if seed % 3 == 0:
+        trees = tsw.sample_cluster_trees(X, 1, n_clusters=3, depth=2, seed=seed)
+    else:
+        trees = tsw.sample_quadtrees(X, 1, max_depth=[None, 2, 4][seed % 3], seed=seed)
+    tree = trees[0]
+    total = float(rng.uniform(0.1, 10.0))  # unnormalised equal totals
+    ms = rng.random(n) * (rng.random(n) < 0.6)
+    mt = rng.random(n) * (rng.random(n) < 0.6)
+    ms[0] += 0.1
+    mt[-1] += 0.1
+    return tree, total * ms / ms.sum(), total * mt / mt.sum(), total
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_matching_is_tree_plans_on_the_points_leaves(seed, monkeypatch):
+    """Entry for entry tsw.tree_plan's matching (every point its own leaf), compiled or not.
+
+    The sweep keeps what reaches the root unmatched (the rounding gap of the totals,
+    at most a few ulps here) as one more entry, where tree_plan's matching leaves it out:
+    tree_plan's entries are all there, bit for bit, and the others are that gap.
+    """
+    from tsw.core import _kernels
+    from tsw.support._flowmatch import match_points, matching_order, tree_arrays
+
+    tree, ms, mt, total = _random_matching_problem(seed)
+    par, depth = tree_arrays(tree.parents)
+    cells = tree.leaves.numpy()
+    expected = _entries(*_tree_plan_entries(par, cells, ms, mt))
+    order = np.argsort(matching_order(par, cells))
+    results = []
+    for compiled in (True, False):
+        with monkeypatch.context() as mp:
+            if not compiled:
+                mp.setattr(_kernels, "trees_usable", lambda: False)
+            elif not _kernels.warm_up():
+                continue
+            r, c, v = match_points(cells[order], ms[order], mt[order], par, depth, 1e-13)
+            results.append((order[r], order[c], v))
+    got = _entries(*results[0])
+    if len(results) == 2:  # the kernel and the fallback: the same entries in the same order
+        for a, b in zip(results[0], results[1], strict=True):
+            assert np.array_equal(a, b)
+    rest = list(got)
+    for entry in expected:
+        rest.remove(entry)  # raises if missing
+    assert len(rest) <= 1
+    assert all(m <= 1e-13 * total for _, _, m in rest)
+    # a coupling of the masses: marginals to rounding
+    plan = np.zeros((ms.size, mt.size))
+    np.add.at(plan, (results[0][0], results[0][1]), results[0][2])
+    np.testing.assert_allclose(plan.sum(1), ms, rtol=0, atol=1e-14 * total)
+    np.testing.assert_allclose(plan.sum(0), mt, rtol=0, atol=1e-14 * total)
+
+
+def test_order_puts_a_nodes_points_before_its_subtrees():
+    """Hand-checked: root 0 with children 1 and 2, node 3 under 1; points on 0, 1, 3, 2."""
+    from tsw.support._flowmatch import matching_order
+
+    par = np.array([-1, 0, 0, 1])
+    cells = np.array([3, 0, 1, 2, 1])
+    # pre-order, a node's children in decreasing label (points first, the last first):
+    # 0: point 1; then node 2: point 3; then node 1: point 4, point 2, node 3: point 0
+    assert matching_order(par, cells).argsort().tolist() == [1, 3, 4, 2, 0]
+
+
+def _star_support():
+    """Three points on a line: a source 1 at 0, a source 1e-20 at 1e20, a target 1 at 1."""
+    return torch.tensor([[0.0], [1e20], [1.0]], dtype=F64)
+
+
+def test_a_tiny_mass_far_away_is_moved():
+    """A mass of 1e-20 at distance 1e20 contributes 1e-20 (1e20 - 1), i.e. 1: the cost is 2.
+
+    The target's 1 and the first source's 1 share the quadtree's finest cell (52 levels of
+    a root cell of side 2e20 cannot separate 0 and 1), where they meet first: the tiny
+    mass reaches the root unmatched, as the rounding gap of the totals 1 + 1e-20 and 1.
+    Left out, the value was 1 and the plan's first marginal lost the tiny mass. (POT's
+    ot.emd2 on these masses gives 1 as well: the reference is the hand value.)
+    """
+    support = _star_support()
+    trees = tsw.sample_quadtrees(support, seed=0)
+    s = torch.tensor([1.0, 1e-20, 0.0], dtype=F64)
+    t = torch.tensor([0.0, 0.0, 1.0], dtype=F64)
+    hand = 1.0 * 1.0 + 1e-20 * (1e20 - 1.0)
+    assert float(pairwise_flowtree(s, t, trees=trees)) == hand
+    assert float(pairwise_flowtree(t, s, trees=trees)) == hand
+    X, Y = support[:2], support[2:]
+    a, b = s[:2], t[2:]
+    plan, cost = flowtree(X, Y, a, b, seed=0, dense=True)
+    assert float(cost) == hand
+    assert torch.equal(plan.sum(1), a)  # the tiny mass is in the plan, exactly
+    assert torch.equal(plan.sum(0), b)
+
+
+@pytest.mark.parametrize("kind", ["quadtree", "cluster"])
+def test_one_set_is_exactly_symmetric_with_a_zero_diagonal(kind):
+    support = _cloud(50, 3, 4)
+    if kind == "quadtree":
+        trees = tsw.sample_quadtrees(support, n_trees=3, seed=1)
+    else:
+        trees = tsw.sample_cluster_trees(support, n_trees=3, n_clusters=3, depth=3, seed=1)
+    h = _hists(9, 50, 5)
+    S = pairwise_flowtree(h, trees=trees)
+    assert torch.equal(S, S.T)
+    assert bool((S.diagonal() == 0).all())
+    torch.testing.assert_close(S, pairwise_flowtree(h, h.clone(), trees=trees), rtol=1e-14, atol=0)
+
+
+def test_histograms_requiring_grad_are_refused():
+    support = _cloud(8, 2, 0)
+    trees = tsw.sample_quadtrees(support, seed=0)
+    h = _hists(2, 8, 0).requires_grad_()
+    with pytest.raises(ValueError, match=r"pairwise_flowtree is not differentiable.*hists_s"):
+        pairwise_flowtree(h, trees=trees)
+    with pytest.raises(ValueError, match="hists_t with requires_grad=True"):
+        pairwise_flowtree(h.detach(), h, trees=trees)
+    with torch.no_grad():  # nothing to record: computed
+        assert pairwise_flowtree(h, trees=trees).shape == (2, 2)
+
+
+def test_verbose_shows_the_rows_of_every_tree(capsys, monkeypatch):
+    import tsw.core._progress as progress
+
+    support = _cloud(20, 2, 0)
+    trees = tsw.sample_quadtrees(support, n_trees=2, seed=0)
+    h = _hists(4, 20, 1)
+    quiet = pairwise_flowtree(h, trees=trees)
+    assert capsys.readouterr() == ("", "")
+    # without tqdm, a printed line: the rows done over the trees' rows
+    monkeypatch.setitem(__import__("sys").modules, "tqdm.auto", None)
+    assert progress.Progress(True, 1, "x")._bar is None
+    loud = pairwise_flowtree(h, trees=trees, verbose=True)
+    assert "pairwise_flowtree: 8/8 row" in capsys.readouterr().out
+    assert torch.equal(quiet, loud)
+
+
+def test_flowtree_costs_on_prepared_trees():
+    """Chosen rows, per-tree costs and a pickled preparation give the matrix's entries."""
+    import pickle
+
+    from tsw.support._flowmatch import FlowtreeTrees, csr, flowtree_costs
+
+    support = _cloud(30, 2, 3)
+    trees = tsw.sample_quadtrees(support, n_trees=3, seed=2)
+    hs, ht = _hists(5, 30, 6), _hists(7, 30, 7)
+    full = pairwise_flowtree(hs, ht, trees=trees).numpy()
+    prepared = pickle.loads(pickle.dumps(FlowtreeTrees.of(trees)))
+    s, t = csr(hs.numpy()), csr(ht.numpy())
+    np.testing.assert_allclose(flowtree_costs(prepared, s, t), full, rtol=1e-15, atol=0)
+    rows = np.array([4, 1])
+    np.testing.assert_allclose(flowtree_costs(prepared, s, t, rows=rows), full[rows], rtol=1e-15)
+    per = flowtree_costs(prepared, s, t, per_tree=True)
+    assert per.shape == (3, 5, 7)
+    np.testing.assert_allclose(per.mean(0), full, rtol=1e-14)
+    for i, tree in enumerate(trees):  # each tree's cost is one tree's Flowtree
+        one = tsw.SupportTrees(trees.support, (tree,), trees.kind)
+        np.testing.assert_allclose(per[i], pairwise_flowtree(hs, ht, trees=one), rtol=1e-15)
+    with pytest.raises(ValueError, match="rows= only with a second set"):
+        flowtree_costs(prepared, s, rows=rows)

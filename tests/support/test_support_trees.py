@@ -231,3 +231,20 @@ def test_repr_is_a_summary():
     assert "tensor" not in text
     assert repr(trees[0]).startswith("SupportTree(quadtree, n_nodes=")
     assert "cluster tree" in repr(tsw.sample_cluster_trees(X, seed=0)[0])
+
+
+def test_a_support_requiring_grad_is_read_without_its_graph():
+    """No warning about converting a tensor that requires grad; the same trees."""
+    import warnings
+
+    X = torch.randn(30, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    plain = tsw.sample_quadtrees(X, n_trees=2, seed=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trees = tsw.sample_quadtrees(X.clone().requires_grad_(), n_trees=2, seed=4)
+    assert not trees.support.requires_grad
+    assert torch.equal(trees.support, X)
+    for a, b in zip(trees, plain, strict=True):
+        assert torch.equal(a.parents, b.parents)
+        assert torch.equal(a.leaves, b.leaves)
+        assert torch.equal(a.edge_lengths, b.edge_lengths)

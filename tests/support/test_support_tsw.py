@@ -219,7 +219,7 @@ def test_errors():
         tsw.support_tsw(X, Y, tree="octree")
     with pytest.raises(ValueError, match="depth must be an int >= 1; got 0"):
         tsw.support_tsw(X, Y, tree="cluster", depth=0)
-    with pytest.raises(ValueError, match="n_clusters must be an int >= 1; got 0"):
+    with pytest.raises(ValueError, match=r"n_clusters must be an int >= 2 .*got 0"):
         tsw.support_tsw(X, Y, tree="cluster", n_clusters=0)
     with pytest.raises(ValueError, match="n_trees must be an int >= 1; got 0"):
         tsw.support_tsw(X, Y, n_trees=0)

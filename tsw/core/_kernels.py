@@ -1,12 +1,13 @@
 """Compiled CPU kernels (Numba): the one seam between the library and compiled code.
 
 Only core's closed form (:mod:`tsw.core.tree_wasserstein`), tree plan
-(:mod:`tsw.core.tree_plan`), splits (:mod:`tsw.core.splits`), sort (:mod:`tsw.core._sort`)
-and S^2 angles (:mod:`tsw.core._angles`) call this module; each of them chooses the
-compiled or the torch implementation with :func:`usable` (:func:`trees_usable` for the
-tree kernels), and the method packages never see the difference. The functions here
-take tensors and return tensors (no autograd; the tree kernels take NumPy arrays): the
-autograd functions that call them live with the mathematics they compute.
+(:mod:`tsw.core.tree_plan`), splits (:mod:`tsw.core.splits`), sort (:mod:`tsw.core._sort`),
+S^2 angles (:mod:`tsw.core._angles`) and Flowtree (:mod:`tsw.support._flowmatch`) call this
+module; each of them chooses the compiled or the torch implementation with :func:`usable`
+(:func:`trees_usable` for the tree kernels), and the method packages never see the
+difference. The functions here take tensors and return tensors (no autograd; the tree
+kernels take NumPy arrays): the autograd functions that call them live with the
+mathematics they compute.
 
 * :func:`line_cost_forward` / :func:`line_cost_backward`: the closed form on rooted lines
   after the sort (a gather, two cumulative sums, the cost; both gradients straight to
@@ -23,6 +24,8 @@ autograd functions that call them live with the mathematics they compute.
 * :func:`tree_euler_tour` / :func:`tree_match`: the pre-order of a rooted tree and the
   bottom-up matching of its exact transport plan (:mod:`tsw.core.tree_plan`), gated by
   :func:`trees_usable`.
+* :func:`tree_kernel`: Flowtree's kernels (``_numba_trees.flow_*``), wrapped in
+  :mod:`tsw.support._flowmatch`, gated by :func:`trees_usable`.
 
 Used when Numba (an optional dependency: ``pip install torch-tsw[fast]``) can be
 imported, the tensors are float32 or float64 on the CPU, ``p`` is 1 or 2, no graph is
@@ -68,6 +71,7 @@ __all__ = [
     "split_line_backward",
     "split_line_forward",
     "tree_euler_tour",
+    "tree_kernel",
     "tree_match",
     "trees_usable",
     "usable",
@@ -313,6 +317,7 @@ def _exercise(dtype: torch.dtype) -> None:
         star = np.array([-1, 0, 0], dtype=np.int64)
         _, end, _ = tree_euler_tour(star)
         tree_match(end, np.array([0.0, 1.0, 0.0]), np.array([0.0, 0.0, 1.0]))
+        _compiled["flow_warm"]()  # the Flowtree kernels (tsw.support._flowmatch)
 
 
 def _as_rows(x: Tensor, *shape: int) -> Any:
@@ -762,12 +767,17 @@ def packed_argsort(rows: Any, out: Any) -> None:
 
 
 #: the compiled tree functions (tsw.core._numba_trees), loaded with the float64 kernels
-_TREE_NAMES = ("euler_tour", "match")
+_TREE_NAMES = ("euler_tour", "match", "flow_match", "flow_sort_rows", "flow_costs", "flow_warm")
 
 
 def trees_usable() -> bool:
     """Whether the tree kernels may run: ready with the float64 kernels, not traced."""
     return not torch.compiler.is_compiling() and _load(torch.float64) and "match" in _compiled
+
+
+def tree_kernel(name: str) -> Any:
+    """Return the compiled tree function ``name`` of ``_numba_trees`` (once usable)."""
+    return _compiled[name]
 
 
 def tree_euler_tour(parents: Any) -> tuple[Any, Any, int]:

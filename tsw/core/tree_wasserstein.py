@@ -673,7 +673,7 @@ def tree_wasserstein(
     Numba when it is installed, in NumPy and Python otherwise; no recursion, so paths of
     any depth are fine); subtree masses are then differences of one prefix sum in
     pre-order, O(V) per measure, in torch operations (differentiable). Timings against a
-    sort of as many floats are in ``benchmarks/RESULTS.md``, "Transport plans".
+    sort of as many floats are in ``benchmarks/results/plans.md``.
 
     References
     ----------

@@ -12,12 +12,16 @@ support costs one embedding per histogram. Re-exported by :mod:`tsw`:
   (:func:`sample_cluster_trees`, high dimensions);
 * ``_embedding``: the edge matrix and embedding (:func:`tree_embedding`) and distance
   matrices between histograms (:func:`pairwise_tsw`);
-* ``_pairwise``: L1 distance matrices between sparse embeddings (the columns shared by
-  few histograms summed pair by pair, the others through ``torch.cdist``);
+* ``_pairwise``: L1 distance matrices between sparse embeddings, never formed densely
+  (the columns shared by few histograms summed pair by pair through an inverted index,
+  the others through ``torch.cdist``);
 * ``_support_tsw``: the distance between two measures, on trees built on the union of
   their supports (:func:`support_tsw`);
 * ``_flowtree``: Flowtree, the tree's optimal flow charged at the ground distances
   (:func:`flowtree` between point clouds, :func:`pairwise_flowtree` between histograms);
+  ``_flowmatch``: its matching (one pass over the points in a pre-order of the tree,
+  compiled behind :mod:`tsw.core._kernels` or in Python) and the costs between sparse
+  histograms on prepared trees;
 * ``_fit``: edge lengths fitted to the ground metric (:func:`fit_edge_lengths`).
 """
 

@@ -19,9 +19,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tsw.core._plans import check_metric, numpy_costs
+from tsw.core._plans import check_metric
+from tsw.core._progress import Progress
 from tsw.core._random import refuse_tracing, resolve_sampler
-from tsw.core._validation import check_nonnegative_float, check_positive_int
+from tsw.core._ranges import power_of_two
+from tsw.core._validation import check_bool, check_nonnegative_float, check_positive_int
+from tsw.support._cluster import row_norms
 from tsw.support._flowtree import _Tree
 from tsw.support._trees import check_support, check_trees
 
@@ -43,6 +46,29 @@ def _pairs(n: int, n_pairs: int, generator: torch.Generator) -> np.ndarray:
     second = torch.randint(0, n - 1, (n_pairs,), generator=generator)
     second = second + (second >= first).long()  # uniform over j != i
     return torch.stack([first, second], dim=1).numpy().astype(np.int64)
+
+
+def ground_costs(diff: Tensor, metric: str, p: float) -> Tensor:
+    """Return the costs ``c(x_i, x_j)`` (P,) of the rows ``x_i - x_j`` of ``diff``.
+
+    Norms formed without overflow or underflow (:func:`row_norms`): a row is exact to
+    rounding wherever its cost is representable, at any Minkowski ``p`` (the plain
+    ``sum |x|^p`` reads 0 for entries below ``tiny^(1/p)``: 0.24 at ``p = 500`` in
+    float64).
+    """
+    if metric == "sqeuclidean":
+        return row_norms(diff, 2.0).square()
+    return row_norms(diff, p)
+
+
+def _range_error(X: Tensor, metric: str, dtype: torch.dtype, way: str) -> ValueError:
+    """Return the ``ValueError`` for fitted lengths that leave ``dtype``'s range."""
+    wider = " or use torch.float64" if dtype != torch.float64 else ""
+    return ValueError(
+        f"support has entries of magnitude up to {float(X.abs().amax()):.3g}: in {dtype} "
+        f"the fitted lengths (ground costs for metric={metric!r}) {way}. Rescale the data "
+        f"(the lengths are in the units of the costs){wider}"
+    )
 
 
 class Paths:
@@ -183,6 +209,7 @@ def fit_edge_lengths(
     tol: float = 1e-7,
     seed: Any = None,
     generator: torch.Generator | None = None,
+    verbose: bool = False,
 ) -> Any:
     r"""Fit non-negative edge lengths so that tree path lengths match ground distances.
 
@@ -232,6 +259,9 @@ def fit_edge_lengths(
     seed, generator
         Randomness of the sampled pairs (the library's seeding contract); no
         randomness is used when all pairs are taken.
+    verbose : bool, default False
+        Show a progress bar over the trees (``tqdm`` when installed, else a line every
+        tenth of the run), with the iterations of each tree's solver.
 
     Returns
     -------
@@ -247,12 +277,17 @@ def fit_edge_lengths(
     ValueError
         For a ``support`` of another number of points, non-finite points, a negative
         ``lam`` or ``tol``, a non-positive ``n_pairs`` or ``max_iter``, an unknown
-        ``metric``, or fewer than two support points.
+        ``metric``, fewer than two support points, or fitted lengths that overflow the
+        trees' dtype (or all underflow to 0 in it).
 
     Notes
     -----
     The fit runs in float64 on the CPU with a sparse (P, V) design matrix of at most
     ``2 L`` entries per row (``L`` the depth); each iteration is two sparse products.
+    The ground costs are formed on the points divided by the power of two nearest to
+    their largest entry, as norms that neither overflow nor underflow, so the fit of
+    ``c X`` is that of ``X`` with lengths times ``c`` (``c^2`` for ``"sqeuclidean"``) at
+    every representable scale and every Minkowski ``p``.
     With all points distinct and the path metric able to equal the ground metric (a
     tree metric), ``lam = 0`` recovers it on the pairs. The positive edges' least-squares
     problem is then solved exactly when there are at most 2048 of them and the result
@@ -294,20 +329,37 @@ def fit_edge_lengths(
     lam = check_nonnegative_float(lam, "lam")
     tol = check_nonnegative_float(tol, "tol")
     metric, p = check_metric(metric, p)
+    verbose = check_bool(verbose, "verbose")
     rng = resolve_sampler(seed, generator, dtype=torch.float64, device="cpu")
-    X = X.detach().cpu().to(torch.float64).numpy()
+    X = X.detach().cpu().to(torch.float64)
+    unit = power_of_two(X.abs().amax())  # the costs of X / unit: no overflow, exactly scaled
+    power = 2 if metric == "sqeuclidean" else 1
+    Xu = X / unit
     like = trees.support
     lengths = []
-    for tree_t in trees.trees:
-        V = int(tree_t.parents.shape[0])
-        tree = _Tree(tree_t.parents)
-        leaves = tree_t.leaves.detach().cpu().numpy().astype(np.int64)
-        pairs = _pairs(n, n_pairs, rng.generator)
-        d = torch.from_numpy(numpy_costs(X[pairs[:, 0]] - X[pairs[:, 1]], metric, p))
-        s = float(d.max())
-        if s <= 0:
-            lengths.append(torch.zeros(V, dtype=like.dtype, device=like.device))
-            continue
-        w, _ = nonnegative_lasso(Paths(tree, leaves, pairs), d / s, lam, max_iter=max_iter, tol=tol)
-        lengths.append((w[tree.rank] * s).to(like.device, like.dtype))
+    with Progress(verbose, trees.n_trees, "fit_edge_lengths", unit="tree") as bar:
+        for tree_t in trees.trees:
+            V = int(tree_t.parents.shape[0])
+            tree = _Tree(tree_t.parents)
+            leaves = tree_t.leaves.detach().cpu().numpy().astype(np.int64)
+            pairs = torch.from_numpy(_pairs(n, n_pairs, rng.generator))
+            d = ground_costs(Xu[pairs[:, 0]] - Xu[pairs[:, 1]], metric, p)
+            s = float(d.max())
+            if s <= 0:
+                lengths.append(torch.zeros(V, dtype=like.dtype, device=like.device))
+                bar.update(1, iterations=0)
+                continue
+            Z = Paths(tree, leaves, pairs.numpy())
+            w, it = nonnegative_lasso(Z, d / s, lam, max_iter=max_iter, tol=tol)
+            w = w[tree.rank] * s
+            out = w
+            for _ in range(power):
+                out = out * unit
+            out = out.to(like.device, like.dtype)
+            if not bool(torch.isfinite(out).all()):
+                raise _range_error(X, metric, like.dtype, "overflow to Inf")
+            if bool((w > 0).any()) and not bool((out > 0).any()):
+                raise _range_error(X, metric, like.dtype, "all underflow to 0")
+            lengths.append(out)
+            bar.update(1, iterations=it)
     return trees.with_edge_lengths(lengths)

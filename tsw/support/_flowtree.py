@@ -12,8 +12,8 @@ Every point gets its own leaf (of length zero) under its cell, so that points sh
 cell are matched as separate points. :func:`flowtree` takes two point clouds (a quadtree
 built on their union, or given trees on which the points are placed);
 :func:`pairwise_flowtree` takes histograms on the support of given trees (one query
-against many documents, or all pairs), and restricts each pair's matching to the
-subtree spanned by the two histograms' support points.
+against many documents, or all pairs), and matches each pair over the support
+points of the two histograms (:mod:`tsw.support._flowmatch`).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from tsw.core._plans import (
     Accumulator,
     check_metric,
     grouped_plan_costs,
-    numpy_costs,
     plan_problem,
 )
 from tsw.core._problem import from_numpy, to_numpy
+from tsw.core._progress import Progress
 from tsw.core._random import refuse_tracing
 from tsw.core._validation import (
     check_bool,
@@ -40,50 +40,31 @@ from tsw.core._validation import (
     check_positive_int,
     check_same_device_dtype,
     check_tensor,
+    mass_rtol,
 )
-from tsw.core.tree_plan import match_on_tree
+from tsw.support._flowmatch import (
+    FlowtreeTrees,
+    csr,
+    flowtree_costs,
+    match_points,
+    matching_order,
+    tree_arrays,
+)
 from tsw.support._trees import check_trees, sample_quadtrees
 
 __all__ = ["flowtree", "pairwise_flowtree"]
 
-#: (points x depth) entries of the ancestor table of :func:`pairwise_flowtree` above
-#: which each pair is matched on the whole tree instead of its spanned subtree
-ANCESTOR_ENTRIES = 1 << 26
-
-
-# --------------------------------------------------------------------------- matching
-
-
-def _depths(par: np.ndarray) -> np.ndarray:
-    """Every node's number of edges to the root, by pointer jumping (O(V log depth)).
-
-    ``par`` must be a rooted tree (one -1, node indices otherwise): the trees of
-    :class:`tsw.SupportTrees` are checked when built.
-    """
-    n = par.shape[0]
-    depth = (par >= 0).astype(np.int64)
-    up = par.copy()
-    for _ in range(int(np.log2(max(n, 2))) + 2):
-        going = up >= 0
-        if not going.any():
-            return depth
-        safe = np.maximum(up, 0)
-        depth = depth + np.where(going, depth[safe], 0)
-        up = np.where(going, up[safe], -1)
-    raise ValueError("parents must describe a rooted tree (acyclic, one root)")
-
 
 class _Tree:
-    """One tree relabelled so that parents precede children (pre-order ranks).
+    """One tree relabelled so that parents precede children (level-order ranks).
 
     ``par[r]`` is the rank of the parent of the node of rank ``r`` (-1 for the root,
-    rank 0); ``rank[v]`` is the rank of node ``v``.
+    rank 0); ``rank[v]`` is the rank of node ``v``. Read by the fitted edge lengths
+    (:mod:`tsw.support._fit`).
     """
 
     def __init__(self, parents: Tensor | np.ndarray):
-        par = parents.detach().cpu().numpy() if isinstance(parents, Tensor) else parents
-        par = np.asarray(par, dtype=np.int64)
-        depth = _depths(par)
+        par, depth = tree_arrays(parents)
         pre = np.argsort(depth, kind="stable")  # parents before children
         self.rank = np.empty(par.shape[0], dtype=np.int64)
         self.rank[pre] = np.arange(par.shape[0])
@@ -107,38 +88,8 @@ class _Tree:
             cols.append(cur)
         return np.stack(cols, axis=1)
 
-    def match(
-        self, cells: np.ndarray, ms: np.ndarray, mt: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Match point masses ``ms`` and ``mt`` (K,) hung as own leaves under ``cells`` (ranks).
 
-        Returns the entries as (source point, target point, mass), point indices in [0, K).
-        """
-        V = self.size
-        parents = np.concatenate([self.par, cells])
-        zeros = np.zeros(V)
-        rows, cols, vals = match_on_tree(
-            parents, np.concatenate([zeros, ms]), np.concatenate([zeros, mt])
-        )
-        return rows - V, cols - V, vals
-
-    def match_spanned(
-        self, anc: np.ndarray, ms: np.ndarray, mt: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`match` on the subtree spanned by the points' ancestor rows ``anc`` (K, L)."""
-        active = np.unique(anc[anc >= 0])  # sorted ranks: parents precede children
-        up = self.par[active]
-        sub = np.where(up >= 0, np.searchsorted(active, np.maximum(up, 0)), -1)
-        cells = np.searchsorted(active, anc[:, 0])
-        S = active.shape[0]
-        zeros = np.zeros(S)
-        rows, cols, vals = match_on_tree(
-            np.concatenate([sub, cells]), np.concatenate([zeros, ms]), np.concatenate([zeros, mt])
-        )
-        return rows - S, cols - S, vals
-
-
-# --------------------------------------------------------------------------- arguments
+# --------------------------------------------------------------------------- clouds
 
 
 def flowtree(
@@ -235,9 +186,13 @@ def flowtree(
 
     Notes
     -----
-    Each tree is matched in one pass over its nodes and the ``N + M`` points' leaves
-    (O(V + N + M), at most ``2 (V + N + M)`` entries), on the CPU; the cost gathers each
-    entry's two points once. The plan is not differentiable.
+    Each tree is matched on the CPU: the ``N + M`` points are ordered by a pre-order of
+    the tree (one pass over its ``V`` nodes), then matched in one sweep over them
+    (:mod:`tsw.support._flowmatch`, compiled with Numba when it is installed, the same
+    entries in Python otherwise), at most ``2 (N + M)`` entries; the cost gathers each
+    entry's two points once. What reaches the root unmatched, the rounding gap of the
+    totals, joins the last point of the other side matched, so that a mass below the
+    totals' resolution is still moved. The plan is not differentiable.
 
     References
     ----------
@@ -278,8 +233,9 @@ def flowtree(
     acc = Accumulator(B, N, M, m.X_s, dense=dense, batched=m.batched, numpy=problem.numpy)
     ms = m.a.detach().cpu().to(torch.float64).numpy()
     mt = m.b.detach().cpu().to(torch.float64).numpy()
-    # given trees are shared by every item: relabel them once
-    given = None if trees is None else [_Tree(tree.parents) for tree in trees.trees]
+    rtol = mass_rtol(m.X_s.dtype)
+    # given trees are shared by every item: their arrays are read once
+    given = None if trees is None else [tree_arrays(tree.parents) for tree in trees.trees]
     used, parts = [], []
     for i in range(B):
         Xs, Xt = m.X_s[i].detach(), m.X_t[i].detach()
@@ -298,13 +254,16 @@ def flowtree(
         w_s = np.concatenate([ms[i], np.zeros(M)])
         w_t = np.concatenate([np.zeros(N), mt[i]])
         for t in range(T):
-            tree = _Tree(item_trees.trees[t].parents) if given is None else given[t]
-            cells = tree.rank[nodes[t]]
-            rows, cols, vals = tree.match(cells, w_s, w_t)
-            parts.append((i, t, rows, cols - N, vals))
+            par, depth = tree_arrays(item_trees.trees[t].parents) if given is None else given[t]
+            order = np.argsort(matching_order(par, nodes[t]))
+            rows, cols, vals = match_points(
+                nodes[t][order], w_s[order], w_t[order], par, depth, rtol
+            )
+            rows, cols = order[rows], order[cols] - N
+            parts.append((i, t, rows, cols, vals))
             acc.add(
                 torch.from_numpy(rows).to(m.X_s.device),
-                torch.from_numpy(cols - N).to(m.X_s.device),
+                torch.from_numpy(cols).to(m.X_s.device),
                 torch.from_numpy(vals / T).to(m.X_s.device),
                 item=i,
             )
@@ -367,6 +326,7 @@ def pairwise_flowtree(
     metric: str = "euclidean",
     p: float = 2,
     validate: bool = True,
+    verbose: bool = False,
 ) -> Any:
     r"""Flowtree costs between histograms on the support of given trees, all pairs.
 
@@ -398,12 +358,17 @@ def pairwise_flowtree(
         Order of ``"minkowski"``; ignored otherwise.
     validate : bool, default True
         Run the value checks (finite, non-negative, positive and equal totals).
+    verbose : bool, default False
+        Show a progress bar (``tqdm`` when installed, else a printed line), over the
+        rows of every tree.
 
     Returns
     -------
     Tensor or ndarray of shape (k, m), (m,), (k,) or ()
         The costs (a leading or trailing 1-D input drops its axis), in the dtype and on
-        the device of ``hists_s``; not differentiable.
+        the device of ``hists_s``. Without ``hists_t`` the matrix is exactly symmetric
+        with a zero diagonal (each pair is matched once). Not differentiable: histograms
+        that require a gradient are refused.
 
     Raises
     ------
@@ -413,14 +378,23 @@ def pairwise_flowtree(
         :class:`SupportTrees`.
     ValueError
         For histograms whose last axis is not the support's size, on different devices,
-        negative or non-finite entries, or a pair of unequal totals.
+        negative or non-finite entries, a pair of unequal totals, or histograms that
+        require a gradient while autograd records.
 
     Notes
     -----
-    Each pair is matched on the subtree spanned by the support points of its two
-    histograms (their ancestors), on the CPU in one pass; the work per pair is
-    O(s L), ``s`` the number of support points in either histogram and ``L`` the
-    trees' depth.
+    Each pair is matched on the CPU in one pass over the support points of its two
+    histograms, in a pre-order of the tree (each histogram's points sorted once per
+    tree): a stack keeps the nodes where their paths meet, and at each such node the
+    supply and demand left in its subtrees meet. The work per pair is O(s + the nodes
+    walked between consecutive points), ``s`` the points in either histogram, at most
+    O(s L) for trees of depth ``L``, with no pass over the tree. Compiled with Numba
+    when it is installed (``pip install torch-tsw[fast]``; rows shared among
+    ``torch.get_num_threads()`` threads), otherwise the same matching runs in Python,
+    with the same entries, one to two orders of magnitude slower. The values do not
+    depend on the number of threads. A mass below the rounding of the totals (say
+    ``1e-20`` beside a total of 1) is still moved: what reaches the root unmatched
+    joins the last point of the other side matched there.
 
     References
     ----------
@@ -441,7 +415,9 @@ def pairwise_flowtree(
     trees = check_trees(trees)
     metric, p = check_metric(metric, p)
     validate = check_bool(validate, "validate")
-    if hists_t is None:
+    verbose = check_bool(verbose, "verbose")
+    same = hists_t is None
+    if same:
         hists_t = hists_s
     numpy = isinstance(hists_s, np.ndarray)
     if numpy != isinstance(hists_t, np.ndarray):
@@ -453,6 +429,13 @@ def pairwise_flowtree(
     hs, one_s = _check_hists(hists_s, "hists_s", n)
     ht, one_t = _check_hists(hists_t, "hists_t", n)
     check_same_device_dtype(hs, "hists_s", ht, "hists_t")
+    for h, name in ((hs, "hists_s"), (ht, "hists_t")):
+        if h.requires_grad and torch.is_grad_enabled():
+            raise ValueError(
+                f"pairwise_flowtree is not differentiable: its plans are matched on the CPU "
+                f"and their masses are not tracked; got {name} with requires_grad=True (pass "
+                f"{name}.detach(), or use tsw.pairwise_tsw, differentiable in the histograms)"
+            )
     hs2, ht2 = hs.reshape(-1, n), ht.reshape(-1, n)
     if validate:
         for h, name in ((hs2, "hists_s"), (ht2, "hists_t")):
@@ -470,27 +453,18 @@ def pairwise_flowtree(
             why=" (every pair)",
             batched=True,
         )
-    X = trees.support.detach().cpu().to(torch.float64).numpy()
-    out = np.zeros((S.shape[0], Tg.shape[0]))
-    nz_s = [np.flatnonzero(row) for row in S]
-    nz_t = [np.flatnonzero(row) for row in Tg]
-    for tree_t in trees.trees:
-        tree = _Tree(tree_t.parents)
-        leaves = tree.rank[tree_t.leaves.detach().cpu().numpy().astype(np.int64)]
-        spanned = n * (tree.max_depth + 1) <= ANCESTOR_ENTRIES
-        anc = tree.ancestors(leaves) if spanned else None
-        for i in range(S.shape[0]):
-            for j in range(Tg.shape[0]):
-                idx = np.union1d(nz_s[i], nz_t[j])
-                if idx.size == 0:  # two empty histograms (validate=False): nothing moves
-                    continue
-                if anc is not None:
-                    rows, cols, vals = tree.match_spanned(anc[idx], S[i, idx], Tg[j, idx])
-                else:
-                    rows, cols, vals = tree.match(leaves[idx], S[i, idx], Tg[j, idx])
-                rows, cols = idx[rows], idx[cols]
-                out[i, j] += vals @ numpy_costs(X[rows] - X[cols], metric, p)
-    out /= len(trees.trees)
+    prepared = FlowtreeTrees.of(trees)
+    sym = same and not one_s  # one matrix of the rows of hists_s: each pair matched once
+    with Progress(verbose, len(trees) * S.shape[0], "pairwise_flowtree", unit="row") as bar:
+        out = flowtree_costs(
+            prepared,
+            csr(S),
+            None if sym else csr(Tg),
+            metric=metric,
+            p=p,
+            rtol=mass_rtol(hs.dtype),
+            progress=bar,
+        )
     if one_s:
         out = out[0]
     if one_t:

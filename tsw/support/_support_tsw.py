@@ -18,7 +18,7 @@ from tsw.core._output import Evaluation
 from tsw.core._problem import Problem
 from tsw.core._random import Sampler
 from tsw.core._validation import check_choice, check_positive_int
-from tsw.support._cluster import METHODS, build_cluster_trees
+from tsw.support._cluster import METHODS, build_cluster_trees, check_n_clusters
 from tsw.support._embedding import subtree_sums
 from tsw.support._trees import SupportTrees, quadtrees
 
@@ -120,7 +120,7 @@ def _check_given(trees: SupportTrees, X: Tensor) -> None:
         "trees": _check_trees,
         "tree": lambda v, name: check_choice(v, name, TREES),
         "n_trees": check_positive_int,
-        "n_clusters": check_positive_int,
+        "n_clusters": check_n_clusters,
         "depth": check_positive_int,
         "max_depth": _optional_positive,
         "method": lambda v, name: check_choice(v, name, METHODS),

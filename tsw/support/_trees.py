@@ -23,7 +23,8 @@ import torch
 from torch import Tensor
 
 from tsw.core._problem import from_numpy
-from tsw.core._random import Sampler, Seed, resolve_sampler
+from tsw.core._random import Sampler, Seed, refuse_tracing, resolve_sampler
+from tsw.core._ranges import power_of_two
 from tsw.core._validation import (
     check_dtype_device,
     check_finite,
@@ -266,7 +267,14 @@ class SupportTrees:
         Returns
         -------
         LongTensor of shape (T, N)
+
+        Raises
+        ------
+        RuntimeError
+            Under ``torch.jit.trace``: the cells found for the example points would be
+            recorded as constants.
         """
+        refuse_tracing("tsw.SupportTrees.place")
         X = check_support(X, "X", dim=self.dim)
         check_same_device_dtype(self.support, "the trees' support", X, "X")
         if self.kind == "quadtree":
@@ -310,6 +318,11 @@ def place_cluster(tree: SupportTree, X: Tensor, match: Tensor) -> Tensor:
     n = tree.leaves.shape[0]
     V = tree.n_nodes
     clusters = V - n  # nodes 0 .. clusters-1 are the clusters, then the leaves
+    # the build's scale (a power of two, from the leaves' centres: the support points), so
+    # that no squared distance overflows or underflows and a support point takes the
+    # build's path
+    scale = power_of_two(centers[clusters:].detach().abs().amax())
+    X, centers = X / scale, centers / scale
     par = tree.parents[1:clusters]
     # children of each cluster in the order they were made (that of their labels)
     count = torch.bincount(par, minlength=clusters)
@@ -519,7 +532,9 @@ def sample_quadtrees(
     Parameters
     ----------
     support : Tensor or numpy array of shape (n, d)
-        Finite points, float32 or float64 (numpy arrays are converted to tensors).
+        Finite points, float32 or float64 (numpy arrays are converted to tensors). The
+        trees are piecewise constant in the points: a support that requires a gradient
+        is detached (``SupportTrees.support`` holds it without its graph).
     n_trees : int, default 1
         Number of trees ``T``.
     max_depth : int, optional
@@ -564,7 +579,9 @@ def sample_quadtrees(
     >>> torch.equal(trees.place(X), torch.stack([t.leaves for t in trees]))
     True
     """
-    X = check_support(support, "support")
+    # the trees are piecewise constant in the points: a support that requires grad is
+    # read without its graph
+    X = check_support(support, "support").detach()
     n_trees, max_depth = check_tree_options(n_trees, max_depth)
     sampler = resolve_sampler(seed, generator, dtype=torch.float64, device=X.device)
     return quadtrees(X, n_trees, max_depth, sampler)
