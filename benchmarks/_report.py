@@ -114,3 +114,24 @@ def plot_curves(
     fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
+
+
+def save_with_legend(fig, handles: dict, path: Path, ncol: int, bottom: float) -> None:
+    """Save ``fig`` with one legend of ``handles`` (label -> artist) below its panels.
+
+    ``bottom`` is the share of the figure's height kept for the legend.
+    """
+    import matplotlib.pyplot as plt
+
+    fig.legend(
+        list(handles.values()),
+        list(handles),
+        loc="lower center",
+        ncol=ncol,
+        fontsize=7.5,
+        frameon=False,
+        bbox_to_anchor=(0.5, 0.0),
+    )
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    fig.savefig(path, dpi=130)
+    plt.close(fig)

@@ -37,7 +37,8 @@ recall@10 of the exact-W1 neighbours, Spearman rank correlation with exact W1 (p
 averaged), and seconds per query (wall time of the method over all its queries, divided
 by their number; building or fitting the trees, done once per data set, is reported
 apart as ``setup``). Output under ``--out``: ``retrieval_<data>.csv``, ``retrieval.json``
-and ``retrieval.png`` (accuracy against seconds per query).
+and ``retrieval.png`` (kNN accuracy and recall@10 against seconds per query; ``--plot-from
+retrieval.json`` draws it again from a saved run).
 
 Example: ``python -m benchmarks.retrieval`` (``--smoke`` for a few seconds).
 """
@@ -57,7 +58,7 @@ import ot
 import torch
 
 import tsw
-from benchmarks._report import prepare, print_table, write_csv
+from benchmarks._report import prepare, print_table, save_with_legend, write_csv
 
 F64 = torch.float64
 
@@ -350,29 +351,75 @@ def evaluate(name: str, H, X, y, args) -> list[dict]:
     return results
 
 
+#: one colour and marker per method: quadtrees blue, cluster trees cyan, a circle for one
+#: tree and a square for ten; fitted trees, Flowtree and the baselines apart
+STYLE = {
+    "exact": ("black", "*"),
+    "sinkhorn": ("tab:gray", "P"),
+    "quad1": ("tab:blue", "o"),
+    "quad10": ("tab:blue", "s"),
+    "clus1": ("tab:cyan", "o"),
+    "clus10": ("tab:cyan", "s"),
+    "flow-quad": ("tab:green", "^"),
+    "flow-clus": ("tab:olive", "v"),
+    "fit-quad10": ("tab:purple", "D"),
+    "fit-clus10": ("tab:pink", "D"),
+    "sw": ("tab:orange", "X"),
+    "dbtsw": ("tab:red", "h"),
+}
+
+
 def plot(results: list[dict], path: Path) -> None:
+    """kNN accuracy and recall@10 against seconds per query, one column per data set.
+
+    Every method has its own colour and marker and one entry in a legend shared by the
+    panels (below them), so no label is written on the data.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     datasets = sorted({r["data"] for r in results})
-    fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.2))
-    axes = np.atleast_1d(axes)
-    for ax, data in zip(axes, datasets, strict=True):
+    metrics = (("knn_acc", "kNN accuracy"), ("recall10", "recall@10 of the exact-W1 neighbours"))
+    fig, axes = plt.subplots(
+        len(metrics), len(datasets), figsize=(5.2 * len(datasets), 7.2), squeeze=False
+    )
+    handles: dict[str, object] = {}
+    most_of = {d: max(r["queries"] for r in results if r["data"] == d) for d in datasets}
+    for col, data in enumerate(datasets):
         sub = [r for r in results if r["data"] == data]
         most = max(r["queries"] for r in sub)
-        for r in sub:
-            label = r["key"] if r["queries"] == most else f"{r['key']} ({r['queries']} queries)"
-            ax.scatter(r["s_per_query"], r["knn_acc"], s=30)
-            ax.annotate(label, (r["s_per_query"], r["knn_acc"]), fontsize=7)
-        ax.set_xscale("log")
-        ax.set_xlabel("seconds per query (against the whole database)")
-        ax.set_ylabel(f"kNN accuracy over {most} queries")
-        ax.set_title(f"{data}: database of {sub[0]['database']}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        for row, (key, name) in enumerate(metrics):
+            ax = axes[row, col]
+            for r in sub:
+                colour, marker = STYLE.get(r["key"], ("tab:brown", "o"))
+                label = r["method"]
+                fewer = sorted({(x["data"], x["queries"]) for x in results if x["key"] == r["key"]})
+                fewer = [f"{d}: {q} queries" for d, q in fewer if q != most_of[d]]
+                if fewer:
+                    label += f" ({', '.join(fewer)})"
+                handles[label] = ax.scatter(
+                    r["s_per_query"],
+                    r[key],
+                    s=70,
+                    c=colour,
+                    marker=marker,
+                    alpha=0.85,
+                    edgecolors="white" if marker != "*" else "none",
+                    linewidths=0.6,
+                    label=label,
+                    zorder=3,
+                )
+            ax.set_xscale("log")
+            ax.grid(True, which="major", lw=0.4, alpha=0.5)
+            ax.set_ylabel(f"{name}\n({most} queries)", fontsize=8)
+            if row == len(metrics) - 1:
+                ax.set_xlabel("seconds per query against the whole database (log)", fontsize=8)
+            if row == 0:
+                ax.set_title(f"{data}: database of {sub[0]['database']}", fontsize=9)
+            ax.tick_params(labelsize=7)
+    save_with_legend(fig, handles, path, ncol=3, bottom=0.13)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -391,7 +438,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--out", default="benchmarks/out/retrieval", help="output folder")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes (seconds), for CI")
+    ap.add_argument(
+        "--plot-from", default=None, help="draw retrieval.png from a saved retrieval.json only"
+    )
     args = ap.parse_args(argv)
+    if args.plot_from:
+        saved = json.loads(Path(args.plot_from).read_text())
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        plot(saved["rows"], out / "retrieval.png")
+        print(f"figure written to {(out / 'retrieval.png').resolve()}")
+        return 0
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     bad = [m for m in args.methods if m not in ALL]
     if bad:

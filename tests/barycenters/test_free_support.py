@@ -280,3 +280,148 @@ def test_few_directions_in_high_dimension_warn_and_the_default_is_stable():
     assert log["objective"][-1] < 0.1 * log["objective"][0]  # 64 directions: one frame
     with pytest.warns(UserWarning, match="n_projections=10 < d/2"):
         tsw.free_support_barycenter([Y], X_init=X0, numItermax=1, seed=0, n_projections=10)
+
+
+@pytest.mark.parametrize("scale", [1e-6, 1e-3, 1e3, 1e6])
+def test_the_stopping_rule_is_scale_free(scale):
+    """Translates at any scale: the same steps, the same stop, the shape at the mean shift."""
+    S = _gauss(50, 2, [0.0, 0.0], 1.0, 3)
+    shifts = torch.tensor([[0.0, 0.0], [4.0, 0.0], [0.0, 3.0]], dtype=F64)
+    w = torch.tensor([0.5, 0.25, 0.25], dtype=F64)
+    X1, log1 = tsw.free_support_barycenter([S + s for s in shifts], weights=w, seed=0, log=True)
+    Ys = [(S + s) * scale for s in shifts]
+    X, log = tsw.free_support_barycenter(Ys, weights=w, seed=0, log=True)
+    assert log["n_iter"] == log1["n_iter"] < 100  # stopped by the rule, not numItermax
+    assert torch.allclose(X / scale, X1, rtol=1e-9, atol=1e-9)
+    target = (S + w @ shifts) * scale
+    assert _w2sq(X, target) < 1e-8 * scale**2 * _spread(S) ** 2
+
+
+def _pot(Ys, weights=None, X_init=None):
+    a = [np.full(len(Y), 1 / len(Y)) for Y in Ys]
+    return ot.lp.free_support_barycenter(
+        [Y.numpy() for Y in Ys], a, X_init, weights=None if weights is None else weights.numpy()
+    )
+
+
+def test_one_atom_is_pot_s_mean():
+    Ys = [_gauss(40, 2, [0.0, 0.0], 1.0, 0), _gauss(30, 2, [3.0, 1.0], 2.0, 1)]
+    w = torch.tensor([0.3, 0.7], dtype=F64)
+    X = tsw.free_support_barycenter(Ys, weights=w, n_points=1, seed=0)
+    expected = _pot(Ys, w, np.zeros((1, 2)))
+    np.testing.assert_allclose(X.numpy(), expected, rtol=0, atol=1e-10)
+
+
+def test_a_start_of_identical_atoms_reaches_pot_s_barycenter():
+    """Affine images of one cloud: the SW_2 barycenter is the W2 one (POT's)."""
+    S = _gauss(50, 2, [0.0, 0.0], 1.0, 3)
+    Ys = [S, 2 * S + 3]
+    w = torch.tensor([0.3, 0.7], dtype=F64)
+    X = tsw.free_support_barycenter(Ys, X_init=torch.zeros(50, 2, dtype=F64), weights=w, seed=0)
+    expected = _pot(Ys, w, np.zeros((50, 2)))
+    assert _w2sq(X, expected) < 1e-10 * _spread(S) ** 2
+
+
+def test_one_point_measures_give_pot_s_weighted_midpoint():
+    Ys = [torch.tensor([[0.0, 1.0]], dtype=F64), torch.tensor([[4.0, -1.0]], dtype=F64)]
+    Ys.append(torch.tensor([[1.0, 5.0]], dtype=F64))
+    w = torch.tensor([0.5, 0.25, 0.25], dtype=F64)
+    X = tsw.free_support_barycenter(Ys, weights=w, seed=0)
+    np.testing.assert_allclose(X.numpy(), _pot(Ys, w, np.zeros((1, 2))), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(X.numpy(), [[1.25, 1.5]], rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["db_tsw", "tsw_sl", "ts_sobolev", "max_sw"])
+def test_degenerate_starts_run_for_tree_sliced_distances(name):
+    S = _gauss(20, 2, [0.0, 0.0], 1.0, 3)
+    for kwargs in (
+        {"measures_locations": [S, S + 3], "n_points": 1},
+        {"measures_locations": [S, S + 3], "X_init": torch.zeros(20, 2, dtype=F64)},
+        {"measures_locations": [S[:1], S[1:2]]},
+    ):
+        X, log = tsw.free_support_barycenter(**kwargs, distance=name, numItermax=5, log=True)
+        assert torch.isfinite(X).all()
+        assert log["gain"] > 0
+
+
+def _matched(X, Y, b, a):
+    """A deterministic cost: sum_i b_i |x_i - y_i|^2 (atoms matched by index)."""
+    return (b * ((X - Y) ** 2).sum(-1)).sum()
+
+
+def test_one_step_with_fairness_is_the_documented_step():
+    """x_i <- x_i - lr gain / (1 + 2 lam) grad_i F / (2 b_i), F = sum w C + lam * pairs."""
+    g = torch.Generator().manual_seed(0)
+    Ys = [torch.randn(6, 2, generator=g, dtype=F64) + 3 * k for k in range(4)]
+    X0 = torch.randn(6, 2, generator=g, dtype=F64)
+    b = torch.rand(6, generator=g, dtype=F64) + 0.1
+    b = b / b.sum()
+    w = torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=F64)
+    lam, lr = 0.7, 0.8
+    X, log = tsw.free_support_barycenter(
+        Ys,
+        X_init=X0,
+        b=b,
+        weights=w,
+        distance=_matched,
+        fairness=lam,
+        lr=lr,
+        numItermax=1,
+        log=True,
+    )
+    assert abs(log["gain"] - 1) < 1e-12  # the matched cost's slope: a step of 1 undoes a move
+    x, y, bn, wn = X0.numpy(), [Y.numpy() for Y in Ys], b.numpy(), w.numpy()
+    C = [float((bn * ((x - yk) ** 2).sum(1)).sum()) for yk in y]
+    grads = [2 * bn[:, None] * (x - yk) for yk in y]  # d C_k / d x
+    grad = sum(wk * gk for wk, gk in zip(wn, grads, strict=True))
+    pairs = [(i, j) for i in range(4) for j in range(i + 1, 4)]
+    grad = grad + lam * 2 / (4 * 3) * sum(
+        np.sign(C[i] - C[j]) * (grads[i] - grads[j]) for i, j in pairs
+    )
+    expected = x - lr * 1.0 / (1 + 2 * lam) * grad / (2 * bn[:, None])
+    np.testing.assert_allclose(X.numpy(), expected, rtol=0, atol=1e-12)
+
+
+def test_the_average_over_the_second_half_includes_its_first_iterate():
+    """lr = 1/2 on a matched cost: X_k = Y + 2^-k (X_0 - Y); six steps average X_4..X_6."""
+    g = torch.Generator().manual_seed(1)
+    Y, X0 = torch.randn(5, 2, generator=g, dtype=F64), torch.randn(5, 2, generator=g, dtype=F64)
+    X = tsw.free_support_barycenter(
+        [Y], X_init=X0, distance=_matched, lr=0.5, numItermax=6, stopThr=0
+    )
+    factor = (0.5**4 + 0.5**5 + 0.5**6) / 3
+    assert torch.allclose(X, Y + factor * (X0 - Y), rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_initial_atoms_are_drawn_without_replacement_when_just_enough(seed):
+    """One measure of n atoms and n points: the start is a permutation of its atoms."""
+    Y = _gauss(40, 2, [0.0, 0.0], 1.0, seed)
+    X = tsw.free_support_barycenter([Y], numItermax=0, seed=seed)
+    assert torch.equal(torch.sort(X[:, 0]).values, torch.sort(Y[:, 0]).values)
+    assert torch.equal(torch.unique(X, dim=0), torch.unique(Y, dim=0))
+
+
+def test_the_initial_atoms_follow_the_weights_of_the_measures():
+    """Weights (0.1, 0.9); the first measure's mass: 0.9 on 5 atoms, 0.1 on 45, 0 on 50."""
+    Y1 = _gauss(100, 2, [0.0, 0.0], 1.0, 0)
+    Y2 = _gauss(100, 2, [50.0, 0.0], 1.0, 1)
+    a1 = torch.zeros(100, dtype=F64)
+    a1[:5] = 0.9 / 5
+    a1[5:50] = 0.1 / 45
+    a2 = torch.full((100,), 1 / 100, dtype=F64)
+    w = torch.tensor([0.1, 0.9], dtype=F64)
+    first = heavy = 0
+    for seed in range(10):
+        X = tsw.free_support_barycenter(
+            [Y1, Y2], [a1, a2], weights=w, n_points=20, numItermax=0, seed=seed
+        )
+        from1 = X[:, 0] < 25
+        first += int(from1.sum())
+        # every atom of the first measure is one of its 50 atoms of positive mass
+        d = (X[from1, None] - Y1[None]).abs().sum(-1)
+        assert bool((d.min(1).values == 0).all())
+        assert bool((d.argmin(1) < 50).all())
+        heavy += int((d.argmin(1) < 5).sum())
+    assert 8 <= first <= 35  # 10% of 200 draws (without replacement: about 21)
+    assert heavy >= 0.5 * first  # 90% of the first measure's mass (10% of its atoms)

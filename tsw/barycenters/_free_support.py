@@ -173,22 +173,46 @@ def _precondition(grad: Tensor, b: Tensor, X: Tensor, sphere: bool) -> Tensor:
     return _tangent(G, X) if sphere else G
 
 
+def _pooled(Ys: list[Tensor], As: list[Tensor], weights: Tensor) -> tuple[Tensor, Tensor]:
+    """Return the mean (d,) and the variance () of the mixture ``sum_k w_k mu_k``."""
+    parts = zip(weights, As, Ys, strict=True)
+    mean = torch.stack([w * (a @ Y) for w, a, Y in parts]).sum(0)
+    parts = zip(weights, As, Ys, strict=True)
+    var = torch.stack([w * (a * ((Y - mean) ** 2).sum(-1)).sum() for w, a, Y in parts]).sum()
+    return mean, var
+
+
+def _length(X0: Tensor, b: Tensor, mean: Tensor, var: Tensor) -> Tensor:
+    """Return a length of the problem: the spread of ``X0``, else of the measures.
+
+    A start of identical atoms (one atom, or ``X_init`` of copies) has no spread; the
+    measures' spread, else the distance from the start to their mean, else 1 (every
+    point the same) takes its place.
+    """
+    centre = (b[:, None] * X0).sum(0)
+    spread = ((X0 - centre) ** 2 * b[:, None]).sum().sqrt()
+    gap = torch.linalg.vector_norm(centre - mean)
+    fallback = torch.where(var > 0, var.sqrt(), torch.where(gap > 0, gap, torch.ones_like(gap)))
+    return torch.where(spread > 0, spread, fallback)
+
+
 def _calibrate(
     cost: Callable[[Tensor, Tensor], Tensor],
     X0: Tensor,
     b: Tensor,
+    length: Tensor,
     sphere: bool,
     gen: torch.Generator,
 ) -> float:
     """Return the gain that makes a step of size 1 undo a small rigid move of a copy of ``X0``.
 
-    ``X0`` is moved by a translation (a rotation on the sphere) of 1% of its spread; the
-    preconditioned gradient ``G`` of ``cost(X, X0)`` at the moved copy ``X`` then points
-    back along ``X - X0`` with a slope ``1 / gain``: ``gain = sum b |X - X0|^2 /
-    sum b <G, X - X0>``, both sums taken over a few random moves (one host sync in all).
+    ``X0`` is moved by a translation of 1% of ``length`` (its spread; see
+    :func:`_length`), or a rotation by 0.01 radians on the sphere; the preconditioned
+    gradient ``G`` of ``cost(X, X0)`` at the moved copy ``X`` then points back along ``X -
+    X0`` with a slope ``1 / gain``: ``gain = sum b |X - X0|^2 / sum b <G, X - X0>``, both
+    sums taken over a few random moves (one host sync in all).
     """
     d = X0.shape[-1]
-    spread = ((X0 - (b[:, None] * X0).sum(0)) ** 2 * b[:, None]).sum().sqrt()
     num = den = X0.new_zeros((), dtype=torch.float64)
     for _ in range(_CALIBRATION_DRAWS):
         u = torch.randn(d, generator=gen, dtype=torch.float64, device=gen.device).to(X0)
@@ -203,7 +227,7 @@ def _calibrate(
             X = X0 + ((math.cos(t) - 1) * cu - math.sin(t) * cv)[:, None] * u
             X = X + (math.sin(t) * cu + (math.cos(t) - 1) * cv)[:, None] * v
         else:
-            X = X0 + _CALIBRATION_MOVE * spread.clamp_min(torch.finfo(X0.dtype).tiny) * u
+            X = X0 + _CALIBRATION_MOVE * length * u
         X = X.detach().requires_grad_(True)
         with torch.enable_grad():
             (grad,) = torch.autograd.grad(cost(X, X0), X)
@@ -276,13 +300,17 @@ def free_support_barycenter(
     matched target on direction :math:`\theta_l`, and :math:`\gamma \approx d`: ``lr=1``
     is then Bonneel et al.'s step, which moves every atom to its matched targets averaged
     over the directions. The rule is scale-free (rescaling the data rescales the steps)
-    and works for every distance, callables included. On the sphere (``"stsw"``,
-    ``"spatial_stsw"``, ``"ssw"``, ``"s3w"``) the step is taken in the tangent space and
-    the atoms are put back on the sphere (a retraction). The iterates of the second half
-    of the run are averaged (Polyak-Ruppert; renormalised on the sphere), which removes
-    most of the Monte-Carlo jitter of single steps; a run that stops early (a step whose
-    squared size, summed over the atoms, is at most ``stopThr``, POT's criterion) returns
-    its last iterate.
+    and works for every distance, callables included. A start of identical atoms (one
+    atom, or an ``X_init`` of copies) is calibrated on atoms drawn from the measures
+    instead, and a small move is then 1% of the measures' spread. On the sphere
+    (``"stsw"``, ``"spatial_stsw"``, ``"ssw"``, ``"s3w"``) the step is taken in the
+    tangent space and the atoms are put back on the sphere (a retraction). The iterates
+    of the second half of the run are averaged (Polyak-Ruppert; renormalised on the
+    sphere), which removes most of the Monte-Carlo jitter of single steps. A run that
+    stops early returns its last iterate: it stops when the squared size of a step,
+    summed over the atoms (POT's ``displacement_square_norms``), is at most ``stopThr``
+    times ``n`` times the variance of the mixture :math:`\sum_k w_k \mu_k`, so that the
+    same data at any scale takes the same steps.
 
     Parameters
     ----------
@@ -300,7 +328,8 @@ def free_support_barycenter(
     numItermax : int, default 100
         The number of steps.
     stopThr : float, default 1e-7
-        Stop when the squared size of a step, summed over the atoms, is at most this.
+        Stop when the mean squared move of the atoms in a step is at most this times the
+        variance of the mixture of the measures (relative: scale-free).
     verbose : bool, default False
         Show a progress bar (``tqdm`` when installed, else a line every tenth of the run).
     log : bool, default False
@@ -507,7 +536,16 @@ def free_support_barycenter(
             F = F + fairness * (C[pair_i] - C[pair_j]).abs().sum() / n_pairs
         return F
 
-    gain = _calibrate(lambda Xc, Y: cost(Xc, Y, b_t), X, b_t, sphere, gen)
+    pooled_mean, pooled_var = _pooled(Ys, As, weights_t)
+    probe = X
+    if n > 1 and bool((X[0] == X).all()):
+        # a start of identical atoms: calibrate on atoms drawn from the measures instead
+        probe = _initial(Ys, As, weights_t, n, gen)
+    length = _length(probe, b_t, pooled_mean, pooled_var)
+    gain = _calibrate(lambda Xc, Y: cost(Xc, Y, b_t), probe, b_t, length, sphere, gen)
+    # POT's rule on the squared moves, relative to the squared size of the data: the same
+    # steps at every scale
+    threshold = stopThr * n * float(pooled_var)
     # the curvature of F is at most sum_k w_k + 2 fairness times that of one C
     scale = lr_value * gain / 2 / (1 + 2 * fairness)
     history: list[float] = []
@@ -541,7 +579,7 @@ def free_support_barycenter(
             count += 1
             mean += (X - mean) / count
         bar.update(1, objective=history[-1], step2=move)
-        if move <= stopThr:
+        if move <= threshold:
             stopped = True
             break
     bar.close()
