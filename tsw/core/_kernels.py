@@ -21,7 +21,9 @@ autograd functions that call them live with the mathematics they compute.
 * :func:`packed_argsort`: float32 rows sorted as packed 64-bit keys (the value's
   order-preserving 32 bits above its index), the permutation of NumPy's stable argsort.
 * :func:`tree_euler_tour` / :func:`tree_match`: the pre-order of a rooted tree and the
-  bottom-up matching of its exact transport plan (:mod:`tsw.core.tree_plan`), gated by
+  bottom-up matching of its exact transport plan (:mod:`tsw.core.tree_plan`);
+  :func:`tree_subtree_sums` / :func:`tree_path_sums`: sums over every subtree and over
+  every path to the root (:func:`tsw.tree_wasserstein`); all gated by
   :func:`trees_usable`.
 
 Used when Numba (an optional dependency: ``pip install torch-tsw[fast]``) can be
@@ -69,6 +71,8 @@ __all__ = [
     "split_line_forward",
     "tree_euler_tour",
     "tree_match",
+    "tree_path_sums",
+    "tree_subtree_sums",
     "trees_usable",
     "usable",
     "warm_up",
@@ -313,6 +317,7 @@ def _exercise(dtype: torch.dtype) -> None:
         star = np.array([-1, 0, 0], dtype=np.int64)
         _, end, _ = tree_euler_tour(star)
         tree_match(end, np.array([0.0, 1.0, 0.0]), np.array([0.0, 0.0, 1.0]))
+        tree_path_sums(end, tree_subtree_sums(end, np.ones((1, 3))))
 
 
 def _as_rows(x: Tensor, *shape: int) -> Any:
@@ -762,7 +767,7 @@ def packed_argsort(rows: Any, out: Any) -> None:
 
 
 #: the compiled tree functions (tsw.core._numba_trees), loaded with the float64 kernels
-_TREE_NAMES = ("euler_tour", "match")
+_TREE_NAMES = ("euler_tour", "match", "subtree_sums", "path_sums")
 
 
 def trees_usable() -> bool:
@@ -785,3 +790,28 @@ def tree_match(end: Any, ms: Any, mt: Any) -> tuple[Any, Any, Any, Any]:
     vals, flow = np.empty(2 * end.shape[0]), np.empty(end.shape[0])
     e = _compiled["match"](end, ms, mt, rows, cols, vals, flow)
     return rows[:e], cols[:e], vals[:e], flow
+
+
+def tree_subtree_sums(end: Any, x: Any) -> Any:
+    """Return the sums of the float64 rows ``x`` (rows, V) over every subtree, bottom up.
+
+    The nodes are labelled in pre-order with subtree ends ``end``
+    (``_numba_trees.subtree_sums``).
+    """
+    end = np.ascontiguousarray(end, dtype=np.int64)
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    out = np.empty_like(x)
+    _compiled["subtree_sums"](end, x, out)
+    return out
+
+
+def tree_path_sums(end: Any, g: Any) -> Any:
+    """Return the sums of the float64 rows ``g`` (rows, V) over every path to the root.
+
+    The transpose of :func:`tree_subtree_sums` (``_numba_trees.path_sums``).
+    """
+    end = np.ascontiguousarray(end, dtype=np.int64)
+    g = np.ascontiguousarray(g, dtype=np.float64)
+    out = np.empty_like(g)
+    _compiled["path_sums"](end, g, out)
+    return out

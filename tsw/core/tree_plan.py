@@ -23,21 +23,28 @@ from tsw.core._plans import Accumulator
 from tsw.core._problem import to_numpy
 from tsw.core._random import refuse_tracing
 from tsw.core._validation import check_bool
-from tsw.core.tree_wasserstein import euler_tour, parents_array, tree_inputs
+from tsw.core.tree_wasserstein import (
+    euler_tour,
+    parents_array,
+    preorder_parents,
+    subtree_sums_torch,
+    tree_inputs,
+)
 
 __all__ = ["tree_plan"]
 
 
 def _match_python(
-    end: np.ndarray, ms: np.ndarray, mt: np.ndarray
+    end: np.ndarray, up: np.ndarray, ms: np.ndarray, mt: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Match bottom-up without Numba (``_numba_trees.match``, step for step).
 
-    On a tree labelled in pre-order, node ``v``'s subtree ``v .. end[v] - 1``. Each node's
-    unmatched remainder is a linked list of pieces (node, mass) of one sign, so that
-    concatenating the children's lists costs O(1); every match removes at least one
-    piece, so the pass is O(V) with at most 2V - 1 entries. Returns the source nodes,
-    target nodes and masses of the entries, and the mass they move across each edge.
+    On a tree labelled in pre-order, node ``v``'s subtree ``v .. end[v] - 1`` and its
+    parent ``up[v]``. Each node's unmatched remainder is a linked list of pieces (node,
+    mass) of one sign, so that concatenating the children's lists costs O(1); every
+    match removes at least one piece, so the pass is O(V) with at most 2V - 1 entries.
+    Returns the source nodes, target nodes and masses of the entries, and the mass they
+    move across each edge.
     """
     V = len(end)
     ends = end.tolist()
@@ -112,30 +119,39 @@ def _match_python(
         index(rows, dtype=np.int64),
         index(cols, dtype=np.int64),
         index(vals, dtype=np.float64),
-        _subtree_sums(index(g, dtype=np.float64), end),
+        _flows(index(g, dtype=np.float64), up),
     )
 
 
-def _subtree_sums(g: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Return the sums of ``g`` over every subtree (``k .. end[k] - 1``), in pre-order.
+def _flows(g: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """Return the sums of ``g`` over every subtree: the mass the plan moves across each edge.
 
     With ``g`` holding ``+m`` at both nodes of every entry of mass ``m`` and ``-2 m`` at
     the node where it is matched (their lowest common ancestor), the sum over ``v``'s
     subtree is the mass the entries move across the edge above ``v``: an entry crosses it
-    if and only if one of its nodes lies in the subtree and the other does not. The
-    kernel (``_numba_trees.match``) sums in the same order.
+    if and only if one of its nodes lies in the subtree and the other does not. Summed
+    bottom up (:func:`tsw.core.tree_wasserstein.subtree_sums_torch`; the kernel in one
+    pass), so that a small flow keeps its digits beside large ones.
     """
-    csum = np.concatenate([[0.0], np.cumsum(g)])
-    return csum[end] - csum[:-1]
+    return subtree_sums_torch(torch.from_numpy(g), up).numpy()
+
+
+def _fallback_parents(parents: np.ndarray, pre: np.ndarray) -> np.ndarray | None:
+    """None where the compiled matching runs, else the parents in pre-order labels."""
+    return None if _kernels.trees_usable() else preorder_parents(parents, pre)
 
 
 def _match_preorder(
-    end: np.ndarray, ms: np.ndarray, mt: np.ndarray
+    end: np.ndarray, up: np.ndarray | None, ms: np.ndarray, mt: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Match on a tree labelled in pre-order (subtree ends ``end``): compiled if it can."""
-    if _kernels.trees_usable():
+    """Match on a tree labelled in pre-order (subtree ends ``end``).
+
+    Compiled where ``up`` is None (:func:`_fallback_parents`), else in Python with the
+    parents ``up`` in pre-order labels.
+    """
+    if up is None:
         return _kernels.tree_match(end, ms, mt)
-    return _match_python(end, ms, mt)
+    return _match_python(end, up, ms, mt)
 
 
 def match_on_tree(
@@ -163,7 +179,7 @@ def match_on_tree(
             f"mass_s and mass_t must have shape (V,) with V={par.shape[0]}; got "
             f"mass_s.shape={ms.shape} and mass_t.shape={mt.shape}"
         )
-    rows, cols, vals, _ = _match_preorder(end, ms[pre], mt[pre])
+    rows, cols, vals, _ = _match_preorder(end, _fallback_parents(par, pre), ms[pre], mt[pre])
     return pre[rows], pre[cols], vals
 
 
@@ -278,8 +294,9 @@ def tree_plan(
     # it reads its lists in order
     flows = np.empty((B, V))
     dev = mass_s.device
+    up = _fallback_parents(par, pre)
     for i in range(B):
-        rows, cols, vals, flows[i] = _match_preorder(end, ms[i], mt[i])
+        rows, cols, vals, flows[i] = _match_preorder(end, up, ms[i], mt[i])
         acc.add(
             torch.from_numpy(pre[rows]).to(dev),
             torch.from_numpy(pre[cols]).to(dev),

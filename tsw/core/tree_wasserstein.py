@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
@@ -541,6 +542,85 @@ def euler_tour(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
+def preorder_parents(parents: np.ndarray, pre: np.ndarray) -> np.ndarray:
+    """Return every node's parent in pre-order labels (node ``pre[k]`` is ``k``); -1: the root."""
+    order = np.empty_like(pre)
+    order[pre] = np.arange(pre.shape[0])
+    up = parents[pre]
+    return np.where(up >= 0, order[np.maximum(up, 0)], -1)
+
+
+def subtree_sums_torch(x: Tensor, up: np.ndarray) -> Tensor:
+    """Sum ``x`` (..., V) over every subtree by doubling the jumps to the ancestors.
+
+    ``x`` is in pre-order labels and ``up`` (:func:`preorder_parents`) the parent of each
+    node. Round ``j`` adds each node's partial sum to its ``2^j``-th ancestor: after it,
+    a node holds the sum over its descendants less than ``2^(j + 1)`` levels below (the
+    jumps of 1, 2, 4, ... levels write every depth in binary once), so
+    ``ceil(log2(depth + 1))`` rounds of ``index_add`` (differentiable, on any device)
+    finish it. Every partial sum holds terms of the node's own subtree only: no
+    difference of prefix sums, whose rounding would lose a small subtree's mass.
+    """
+    jump = up
+    out = x
+    while True:
+        nodes = np.flatnonzero(jump >= 0)
+        if nodes.size == 0:
+            return out
+        src = torch.as_tensor(nodes, device=x.device)
+        dst = torch.as_tensor(jump[nodes], device=x.device)
+        out = out.index_add(-1, dst, out.index_select(-1, src))
+        jump = jump[np.maximum(jump, 0)]  # the root's entry is -1: beyond it stays -1
+
+
+def _tree_rows(fn: Any, x: Tensor, end: np.ndarray) -> Tensor:
+    """Run the tree kernel ``fn`` on the rows of ``x`` (..., V) in float64; ``x``'s dtype out."""
+    rows = x.detach().reshape(-1, x.shape[-1]).to(torch.float64).numpy()
+    return torch.from_numpy(fn(end, rows)).to(x.dtype).view(x.shape)
+
+
+class _SubtreeSums(torch.autograd.Function):
+    """Sums over every subtree, bottom up, compiled (:func:`tsw.core._kernels.tree_subtree_sums`).
+
+    Linear, with the path sums (:class:`_PathSums`) as its transpose: its gradient, to
+    any order.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, end: np.ndarray) -> Tensor:  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        ctx.end = end
+        return _tree_rows(_kernels.tree_subtree_sums, x, end)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        return _PathSums.apply(grad, ctx.end), None
+
+
+class _PathSums(torch.autograd.Function):
+    """Sums over every path to the root, top down: the gradient of :class:`_SubtreeSums`."""
+
+    @staticmethod
+    def forward(ctx, g: Tensor, end: np.ndarray) -> Tensor:  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        ctx.end = end
+        return _tree_rows(_kernels.tree_path_sums, g, end)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        return _SubtreeSums.apply(grad, ctx.end), None
+
+
+def subtree_sums(x: Tensor, parents: np.ndarray, pre: np.ndarray, end: np.ndarray) -> Tensor:
+    """Sum ``x`` (..., V) over every subtree, bottom up; differentiable.
+
+    ``x`` is in pre-order labels (``pre`` and ``end`` from :func:`euler_tour` of
+    ``parents``). Compiled on the CPU (:func:`tsw.core._kernels.trees_usable`: one pass,
+    children before parents, in float64), :func:`subtree_sums_torch` otherwise.
+    """
+    if x.device.type == "cpu" and _kernels.trees_usable():
+        return _SubtreeSums.apply(x, end)
+    return subtree_sums_torch(x, preorder_parents(parents, pre))
+
+
 def _as_input(x: object, name: str, like: object) -> Tensor:
     """``x`` as a tensor: a list in the kind and dtype of ``like`` (float64 NumPy if None)."""
     if isinstance(x, list | tuple):
@@ -671,9 +751,13 @@ def tree_wasserstein(
     -----
     The tree structure is read on the CPU in one depth-first pass, O(V) (compiled with
     Numba when it is installed, in NumPy and Python otherwise; no recursion, so paths of
-    any depth are fine); subtree masses are then differences of one prefix sum in
-    pre-order, O(V) per measure, in torch operations (differentiable). Timings against a
-    sort of as many floats are in ``benchmarks/RESULTS.md``, "Transport plans".
+    any depth are fine). The subtree masses are then accumulated bottom up, each from
+    its children's, so that a small subtree keeps its mass beside large ones elsewhere
+    (a difference of prefix sums would lose it): one compiled pass on the CPU, O(V) per
+    measure (in float64), otherwise ``ceil(log2(depth + 1))`` rounds of ``index_add``
+    on the masses' device, each adding partial sums to the ancestors ``2^j`` levels up.
+    Both are differentiable. Timings against a sort of as many floats are in
+    ``benchmarks/RESULTS.md``, "Transport plans".
 
     References
     ----------
@@ -701,9 +785,8 @@ def tree_wasserstein(
     dev = mass_s.device
     pre_t = torch.as_tensor(pre[1:], device=dev)  # the nodes but the root, in pre-order
     diff = (mass_s - mass_t).index_select(-1, torch.as_tensor(pre, device=dev))
-    csum = torch.cat([torch.zeros_like(diff[..., :1]), diff.cumsum(-1)], dim=-1)
-    # the subtree masses: node pre[k]'s subtree is pre[k:end[k]]
-    sub = csum.index_select(-1, torch.as_tensor(end[1:], device=dev)) - csum[..., 1:n]
+    # the subtree masses, bottom up (node pre[k]'s subtree is pre[k:end[k]])
+    sub = subtree_sums(diff, par, pre, end)[..., 1:]
     lengths = edge_lengths.index_select(-1, pre_t)
     if power or p == 1:
         cost = (lengths * sub.abs().pow(p)).sum(-1)
