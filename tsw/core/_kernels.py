@@ -347,13 +347,14 @@ def _work_index(dtype: torch.dtype) -> np.dtype[Any]:
 def line_cost_forward(
     coords: Tensor, idx: Tensor, masses: Tensor, p: float, rays: bool
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Cost, prefix sums and sorted coordinates of the line cost.
+    """Cost, masses beyond the atoms and sorted coordinates of the line cost.
 
     ``coords`` and ``idx`` (the coordinates and the permutation that sorts them, shape
     (..., n) with size 1 on the axes of shared coordinates) broadcast with ``masses``
-    (..., n). Returns the cost (...,), the prefix sums in sorted order (shaped as
-    ``masses``) and the sorted coordinates (shaped as ``coords``; without shared
-    coordinates they are gathered in the kernel's loop).
+    (..., n). Returns the cost (...,), the mass beyond each atom seen from the root in
+    sorted order (prefix sums below the root, suffix sums above it, each from the far
+    end; shaped as ``masses``) and the sorted coordinates (shaped as ``coords``; without
+    shared coordinates they are gathered in the kernel).
     """
     m = _as_rows(masses)
     xn, ixn = _as_rows(coords), _as_rows(idx)
@@ -497,7 +498,7 @@ def split_line_forward(
     The distances as :func:`split_forward` takes them, ``x`` (B, T, k, n) the coordinates
     on the lines (``t`` itself for ``COORDINATES``) and ``idx`` the permutation sorting
     them. Returns the cost of every line (B, T, k) and what :func:`split_line_backward`
-    reads: the sorted coordinates, the prefix sums and the split.
+    reads: the sorted coordinates, the masses beyond the atoms and the split.
     """
     B, T, k, n = t.shape
     alpha, c, prefix = (torch.empty((B, T, k, n), dtype=t.dtype) for _ in range(3))
