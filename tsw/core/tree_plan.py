@@ -27,6 +27,7 @@ from tsw.core.tree_wasserstein import (
     euler_tour,
     parents_array,
     preorder_parents,
+    subtree_masses,
     subtree_sums_torch,
     tree_inputs,
 )
@@ -235,7 +236,11 @@ def tree_plan(
     cost : Tensor or ndarray of shape (...)
         :math:`\sum_{u, v} P_{uv}\, d_T(u, v)`, summed over the plan's entries (each
         entry's path length), equal to :func:`tsw.tree_wasserstein` at ``p = 1`` up to
-        rounding; differentiable with respect to ``edge_lengths``. NumPy for NumPy
+        rounding; differentiable with respect to ``edge_lengths`` (the plan held fixed:
+        the mass it moves across each edge) and to the masses (the gradient of the
+        tree Wasserstein-1 distance, which the optimal plan's cost is: for ``mass_s``,
+        :math:`\sum_{v \neq r,\, u \in \Gamma(v)} w_v\, \mathrm{sign}(\mu(\Gamma(v))
+        - \nu(\Gamma(v)))` at node ``u``, its negative for ``mass_t``). NumPy for NumPy
         inputs.
 
     Raises
@@ -307,5 +312,11 @@ def tree_plan(
     flow = torch.from_numpy(flows[:, 1:]).to(device=dev, dtype=mass_s.dtype)
     lengths = edge_lengths.index_select(-1, torch.as_tensor(pre[1:], device=dev))
     cost = (lengths * flow.reshape(*lead, V - 1)).sum(-1)
+    if torch.is_grad_enabled() and (mass_s.requires_grad or mass_t.requires_grad):
+        # the plan is optimal, so its cost is the tree W1 of the masses: the cost takes
+        # that function's gradient with respect to the masses (the dual potentials)
+        sub = subtree_masses(mass_s, mass_t, par, pre, end)
+        w1 = (lengths.detach() * sub.abs()).sum(-1)
+        cost = cost + (w1 - w1.detach())
     plan = acc.result()
     return (plan, to_numpy(cost)) if numpy else (plan, cost)

@@ -430,6 +430,14 @@ def system_cost(coords: Tensor, masses: Tensor, attachments: Tensor | None, p: f
 
 def parents_array(parents: object) -> np.ndarray:
     """``parents`` (a tensor, a NumPy array or a sequence of ints) as a 1-D int64 array."""
+    shape = tuple(parents.shape) if isinstance(parents, Tensor) else np.shape(parents)
+    if shape == (0,):  # read as floats (an empty list): say so before the dtype
+        raise ValueError(
+            "parents is empty: a tree has at least one node, its root (parent -1); got "
+            "parents of shape (0,)"
+        )
+    if 0 in shape or len(shape) != 1:
+        raise ValueError(f"parents must have shape (V,) with V >= 1; got shape {shape}")
     if isinstance(parents, Tensor):
         if parents.dtype.is_floating_point or parents.dtype == torch.bool:
             raise TypeError(f"parents must hold integers; got dtype {parents.dtype}")
@@ -439,8 +447,6 @@ def parents_array(parents: object) -> np.ndarray:
         if par.dtype.kind not in "iu":
             raise TypeError(f"parents must hold integers; got {par.dtype}")
         par = par.astype(np.int64)
-    if par.ndim != 1 or par.shape[0] == 0:
-        raise ValueError(f"parents must have shape (V,) with V >= 1; got shape {par.shape}")
     return par
 
 
@@ -586,6 +592,18 @@ def subtree_sums(x: Tensor, parents: np.ndarray, pre: np.ndarray, end: np.ndarra
     if x.device.type == "cpu" and _kernels.trees_usable():
         return _SubtreeSums.apply(x, end)
     return subtree_sums_torch(x, preorder_parents(parents, pre))
+
+
+def subtree_masses(
+    mass_s: Tensor, mass_t: Tensor, parents: np.ndarray, pre: np.ndarray, end: np.ndarray
+) -> Tensor:
+    """``mu(subtree) - nu(subtree)`` (..., V - 1) of every node but the root, in pre-order.
+
+    Node ``pre[k]``'s subtree is ``pre[k:end[k]]`` (:func:`euler_tour`); its mass is
+    summed bottom up (:func:`subtree_sums`). Differentiable.
+    """
+    order = torch.as_tensor(pre, device=mass_s.device)
+    return subtree_sums((mass_s - mass_t).index_select(-1, order), parents, pre, end)[..., 1:]
 
 
 def _as_input(x: object, name: str, like: object) -> Tensor:
@@ -749,12 +767,8 @@ def tree_wasserstein(
     )
     n = par.shape[0]
     pre, end = euler_tour(par)
-    dev = mass_s.device
-    pre_t = torch.as_tensor(pre[1:], device=dev)  # the nodes but the root, in pre-order
-    diff = (mass_s - mass_t).index_select(-1, torch.as_tensor(pre, device=dev))
-    # the subtree masses, bottom up (node pre[k]'s subtree is pre[k:end[k]])
-    sub = subtree_sums(diff, par, pre, end)[..., 1:]
-    lengths = edge_lengths.index_select(-1, pre_t)
+    sub = subtree_masses(mass_s, mass_t, par, pre, end)
+    lengths = edge_lengths.index_select(-1, torch.as_tensor(pre[1:], device=mass_s.device))
     if power or p == 1:
         cost = (lengths * sub.abs().pow(p)).sum(-1)
         out = cost if power else safe_root(cost, p)
