@@ -122,10 +122,11 @@ def test_deterministic_algorithms_never_switch(monkeypatch):
     """Under deterministic algorithms the first call that could use the kernels waits for them."""
     switch = Switch(monkeypatch)
     switch.hide()
-    monkeypatch.setenv("TSW_NUMBA", "1")  # background compilation ...
+    monkeypatch.setenv("TSW_NUMBA", "1")  # a cache that misses, a child's compilation ...
     started = []
     monkeypatch.setattr(_kernels, "_pending", {})
-    monkeypatch.setattr(_kernels, "_prepare_in_background", started.append)  # ... never done
+    monkeypatch.setattr(_kernels, "_exercise_cached", lambda dtype: False)
+    monkeypatch.setattr(_kernels, "_build_in_background", started.append)  # ... never done
     X, Y = _data()
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
     assert _kernels.usable(X.detach())

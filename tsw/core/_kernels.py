@@ -29,14 +29,19 @@ autograd functions that call them live with the mathematics they compute.
 Used when Numba (an optional dependency: ``pip install torch-tsw[fast]``) can be
 imported, the tensors are float32 or float64 on the CPU, ``p`` is 1 or 2, no graph is
 being traced, and the environment variable ``TSW_NUMBA`` is not ``0``. No call waits for
-the compiler: the first call that could use the kernels of a dtype starts a background
-thread, which has a child process compile them into Numba's disk cache and then loads
-them from it; the torch operators serve until they are ready; ``TSW_NUMBA=wait``
-compiles them in the calling thread instead, so that every call takes the compiled path,
-and :func:`warm_up` compiles them all at once. The kernels follow the torch formulas,
-with differences of rounding only (sums over a line accumulate in float64). Rows are
-shared among ``torch.get_num_threads()`` threads, each row written by one thread, so the
-result does not depend on the number of threads.
+the compiler. The first call that could use the kernels of a dtype loads them from
+Numba's disk cache in the calling thread (about 0.6 s on a 2-core machine, most of it
+the imports of Numba and of ``scipy.linalg``, which Numba reads; nothing is compiled in
+this process): the call and every later one take the compiled path. Where the cache
+does not hold them, a child process compiles them into it, at the lowest scheduling
+priority, while the torch operators serve; the first call after the child is done loads
+them. No thread of this process compiles or loads beside the calls, where it would hold
+the interpreter lock that the calls' Python needs between torch operators.
+``TSW_NUMBA=wait`` compiles them in the calling thread instead, so that every call
+takes the compiled path, and :func:`warm_up` compiles them all at once. The kernels
+follow the torch formulas, with differences of rounding only (sums over a line
+accumulate in float64). Rows are shared among ``torch.get_num_threads()`` threads, each
+row written by one thread, so the result does not depend on the number of threads.
 """
 
 from __future__ import annotations
@@ -96,10 +101,12 @@ _NAMES = (
 _compiled: dict[str, Any] = {}
 #: the dtypes whose specialisations are compiled (or loaded from Numba's disk cache)
 _ready: set[torch.dtype] = set()
-#: the background compilations under way, by dtype
+#: the compilations under way in a child process (or, without one, here), by dtype
 _pending: dict[torch.dtype, threading.Thread] = {}
+#: the dtypes whose kernels a child process has compiled into the disk cache
+_built: set[torch.dtype] = set()
 _failed = False
-#: held while a thread compiles (one compilation at a time), and while one is started
+#: held while a thread compiles or loads (one at a time), and while one is started
 _compiling = threading.Lock()
 _starting = threading.Lock()
 #: the dtypes the kernels take
@@ -153,40 +160,93 @@ def _import() -> bool:
 
 def _prepare(dtype: torch.dtype) -> None:
     """Compile (or load from the disk cache) every kernel's specialisations for ``dtype``."""
-    global _failed
     with _compiling:
-        if dtype in _ready or not _import():
-            return
+        _prepare_locked(dtype, cached_only=False)
+
+
+def _prepare_locked(dtype: torch.dtype, cached_only: bool) -> bool:
+    """:func:`_prepare` with :data:`_compiling` held; ``cached_only``: load, never compile.
+
+    Returns whether the kernels of ``dtype`` are ready. With ``cached_only`` a kernel that
+    Numba's disk cache does not hold stops the load (:func:`_exercise_cached`), and the
+    kernels loaded so far stay loaded.
+    """
+    global _failed
+    if dtype in _ready:
+        return True
+    if not _import():
+        return False
+    try:
+        if cached_only:
+            if not _exercise_cached(dtype):
+                return False
+        else:
+            _exercise(dtype)
+    except Exception as err:  # a kernel that does not compile or load here: say so, once
+        _failed = True
+        warn(
+            f"tsw: the compiled CPU kernels could not be compiled ({type(err).__name__}: "
+            f"{err}); the torch operators run instead (set TSW_NUMBA=0 to silence this)",
+            RuntimeWarning,
+        )
+        return False
+    _ready.add(dtype)
+    return True
+
+
+class _CacheMissError(Exception):
+    """A kernel that Numba's disk cache does not hold would be compiled: stop the load."""
+
+
+def _exercise_cached(dtype: torch.dtype) -> bool:
+    """:func:`_exercise` loading from Numba's disk cache only; False at the first miss.
+
+    Numba announces every compilation (after its cache missed) with a ``numba:compile``
+    event: a listener stops those of this thread before they start.
+    """
+    from numba.core import event as numba_event
+
+    me = threading.get_ident()
+
+    class Refuse(numba_event.Listener):
+        def on_start(self, event: Any) -> None:
+            if threading.get_ident() == me:
+                raise _CacheMissError
+
+        def on_end(self, event: Any) -> None:
+            pass
+
+    with numba_event.install_listener("numba:compile", Refuse()):
         try:
             _exercise(dtype)
-        except Exception as err:  # a kernel that does not compile here: say so, once
-            _failed = True
-            warn(
-                f"tsw: the compiled CPU kernels could not be compiled ({type(err).__name__}: "
-                f"{err}); the torch operators run instead (set TSW_NUMBA=0 to silence this)",
-                RuntimeWarning,
-            )
-            return
-        _ready.add(dtype)
+        except _CacheMissError:
+            return False
+    return True
 
 
-def _prepare_in_background(dtype: torch.dtype) -> None:
-    """:func:`_prepare`, after a child process has compiled the kernels when it can.
+def _build_in_background(dtype: torch.dtype) -> None:
+    """Have a child process compile the kernels of ``dtype`` into Numba's disk cache.
 
-    Numba holds the interpreter lock while it compiles, which slows the calling thread's
-    Python between torch operators (a first Db-TSW call took 2x, the second 3x the time
-    of the torch operators). A child interpreter compiles into Numba's disk cache
-    instead (:func:`_compile_in_child`), and this process then loads the kernels from
-    it. If the child fails (no writable cache, no interpreter to start), this process
-    compiles them itself.
+    Numba holds the interpreter lock while it compiles (and while it loads), which slows
+    the calling thread's Python between torch operators: a child interpreter compiles
+    instead, at the lowest scheduling priority, and the next call that wants the
+    kernels loads them (:func:`_load`). If no child can run (no interpreter to start),
+    this thread compiles them itself.
     """
-    _compile_in_child(dtype)
-    _prepare(dtype)
+    if _compile_in_child(dtype):
+        _built.add(dtype)
+    else:
+        _prepare(dtype)
 
 
 def _compile_in_child(dtype: torch.dtype) -> bool:
     """Compile the kernels of ``dtype`` into the disk cache in a child; whether it ran."""
-    code = f"import torch; from tsw.core import _kernels; _kernels._prepare({dtype})"
+    code = (
+        "import os\n"
+        "if hasattr(os, 'nice'):\n"
+        "    os.nice(19)  # the lowest priority: the parent's calls come first\n"
+        f"import torch; from tsw.core import _kernels; _kernels._prepare({dtype})"
+    )
     try:
         done = subprocess.run(
             [sys.executable, "-c", code],
@@ -202,14 +262,25 @@ def _compile_in_child(dtype: torch.dtype) -> bool:
     return done.returncode == 0
 
 
-def _load(dtype: torch.dtype = torch.float32) -> bool:
-    """Whether the kernels for ``dtype`` are ready; if not, start preparing them.
+def _start(dtype: torch.dtype, target: Any) -> None:
+    """Run ``target(dtype)`` in a daemon thread, recorded in :data:`_pending`."""
+    thread = threading.Thread(
+        target=target, args=(dtype,), name=f"tsw-kernels-{dtype}", daemon=True
+    )
+    _pending[dtype] = thread
+    thread.start()
 
-    By default they are compiled in a background thread, and the torch operators serve
-    until they are ready (no call waits for the compiler); with ``TSW_NUMBA=wait``, and
-    under ``torch.use_deterministic_algorithms(True)`` (whose calls must not switch
-    from one implementation to the other mid-process), the calling thread compiles them
-    first.
+
+def _load(dtype: torch.dtype = torch.float32) -> bool:
+    """Whether the kernels for ``dtype`` are ready; if not, load or start compiling them.
+
+    The first call loads them from Numba's disk cache in the calling thread; where the
+    cache misses, a child process compiles them (:func:`_build_in_background`) and the
+    torch operators serve until the first call after it is done, which loads them. A
+    call never waits for another thread's load (it takes the torch operators). With
+    ``TSW_NUMBA=wait``, and under ``torch.use_deterministic_algorithms(True)`` (whose
+    calls must not switch from one implementation to the other mid-process), the
+    calling thread compiles them first.
     """
     if dtype in _ready:
         return True
@@ -219,28 +290,36 @@ def _load(dtype: torch.dtype = torch.float32) -> bool:
     if mode == "wait" or torch.are_deterministic_algorithms_enabled():
         _prepare(dtype)
         return dtype in _ready
-    with _starting:
-        if dtype not in _pending and dtype not in _ready:
-            thread = threading.Thread(
-                target=_prepare_in_background,
-                args=(dtype,),
-                name=f"tsw-kernels-{dtype}",
-                daemon=True,
-            )
-            _pending[dtype] = thread
-            thread.start()
-    return dtype in _ready
+    if dtype in _pending and dtype not in _built:  # a compilation under way
+        return False
+    if not _compiling.acquire(blocking=False):  # another thread loads or compiles
+        return False
+    try:
+        if _prepare_locked(dtype, cached_only=True):
+            return True
+        if _failed:
+            return False
+        with _starting:
+            if dtype in _built:  # built, yet the cache misses (not visible here): compile
+                _built.discard(dtype)
+                _start(dtype, _prepare)
+            elif dtype not in _pending:
+                _start(dtype, _build_in_background)
+    finally:
+        _compiling.release()
+    return False
 
 
 def _forget_pending() -> None:
     """After a fork: a compilation under way in the parent has no thread in the child.
 
     Its locks may be held by that thread, so the child never compiles: the kernels
-    ready in the parent stay usable, the others take the torch operators.
+    ready in the parent stay usable, those a child process has built load from the
+    cache, the others take the torch operators.
     """
     global _failed, _compiling, _starting
     _compiling, _starting = threading.Lock(), threading.Lock()
-    if _pending and any(dtype not in _ready for dtype in _pending):
+    if any(dtype not in _ready and dtype not in _built for dtype in _pending):
         _failed = True
     _pending.clear()
 
@@ -329,9 +408,13 @@ def _as_rows(x: Tensor, *shape: int) -> Any:
 
 
 def _row_map(c_shape: torch.Size, m_shape: torch.Size) -> Any:
-    """For each row of ``m_shape``, the row of ``c_shape`` (broadcast to it) it reads."""
+    """For each row of ``m_shape``, the row of ``c_shape`` (broadcast to it) it reads.
+
+    A contiguous array (a broadcast one has stride 0), so that the kernels see the layout
+    :func:`_exercise` compiles them for.
+    """
     rows = torch.arange(c_shape[:-1].numel()).view(c_shape[:-1])
-    return rows.expand(m_shape[:-1]).reshape(-1).numpy()
+    return np.ascontiguousarray(rows.expand(m_shape[:-1]).reshape(-1).numpy())
 
 
 def _run(part: Any, n_rows: int, size: int) -> None:
@@ -469,7 +552,8 @@ def split_backward(
     gsq = torch.empty((B, T, 1, n), dtype=alpha.dtype) if coordinates else None
     gt = torch.empty((B, T, k, n), dtype=alpha.dtype)
     gtn = gt.view(-1, k, n).numpy()
-    gsn = gsq.view(-1, n).numpy() if gsq is not None else gtn[:, 0]
+    # (a contiguous placeholder where the form writes no gsq: the layout _exercise compiles)
+    gsn = gsq.view(-1, n).numpy() if gsq is not None else np.empty((gtn.shape[0], 0), gtn.dtype)
     tiny = float(torch.finfo(alpha.dtype).tiny)
     kernel = _compiled["split_backward"]
 

@@ -430,7 +430,8 @@ def system_cost(coords: Tensor, masses: Tensor, attachments: Tensor | None, p: f
 
 def parents_array(parents: object) -> np.ndarray:
     """``parents`` (a tensor, a NumPy array or a sequence of ints) as a 1-D int64 array."""
-    shape = tuple(parents.shape) if isinstance(parents, Tensor) else np.shape(parents)
+    given: Any = parents
+    shape = tuple(given.shape) if isinstance(given, Tensor) else np.shape(given)
     if shape == (0,):  # read as floats (an empty list): say so before the dtype
         raise ValueError(
             "parents is empty: a tree has at least one node, its root (parent -1); got "
