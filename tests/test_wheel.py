@@ -46,8 +46,11 @@ def _site_dirs() -> list[str]:
     """The running interpreter's site directories (where its packages are installed).
 
     Only directories named ``site-packages`` or ``dist-packages``: never the repository
-    (on ``sys.path`` in the tests), so that the wheel is the only ``tsw`` and the
-    repository's ``benchmarks`` stays out of reach.
+    itself (on ``sys.path`` in the tests), so that the wheel is the only ``tsw`` and the
+    repository's ``benchmarks`` stays out of reach. A virtual environment inside the
+    clone (``python -m venv .venv``) is a site directory like any other: the ``.pth``
+    file lists the directory, and Python does not read the ``.pth`` files within it (an
+    editable install's), so the repository stays out of reach there too.
     """
     candidates = [*site.getsitepackages(), *sys.path]
     if site.ENABLE_USER_SITE:
@@ -56,7 +59,7 @@ def _site_dirs() -> list[str]:
     for entry in candidates:
         path = Path(entry or ".").resolve()
         wanted = path.name in ("site-packages", "dist-packages") and path.is_dir()
-        if wanted and str(path) not in dirs and not path.is_relative_to(ROOT):
+        if wanted and str(path) not in dirs and path != ROOT:
             dirs.append(str(path))
     return dirs
 
