@@ -98,7 +98,7 @@ import sys, time
 import numpy as np
 import torch
 import tsw
-from tsw.core import _kernels
+from tsw.core import _kernel_loading
 
 torch.set_num_threads(1)
 kind, seconds, n = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
@@ -129,7 +129,7 @@ while time.perf_counter() - start < seconds and compiled_calls < 10:
     t = time.perf_counter()
     call()
     done = time.perf_counter()
-    compiled = group in _kernels._ready  # loaded at the call's start at the latest
+    compiled = _kernel_loading.ready(group)  # loaded at the call's start at the latest
     compiled_calls += compiled
     print(t - start, done - t, int(compiled), flush=True)
 """

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import tsw
+from tsw.core import _kernel_loading as loading
 from tsw.core import _kernels
 
 pytest.importorskip("numba")
@@ -32,18 +33,18 @@ def background(monkeypatch):
     monkeypatch.setenv("TSW_NUMBA", "1")
     release = threading.Event()
     built = set()
-    real = _kernels._exercise_cached
+    real = loading._exercise_cached
 
     def child(dtype):
         release.wait(timeout=60)
         built.add(dtype)
         return True
 
-    monkeypatch.setattr(_kernels, "_compile_in_child", child)
-    monkeypatch.setattr(_kernels, "_exercise_cached", lambda d: d in built and real(d))
-    monkeypatch.setattr(_kernels, "_ready", set())
-    monkeypatch.setattr(_kernels, "_pending", {})
-    monkeypatch.setattr(_kernels, "_built", set())
+    monkeypatch.setattr(loading, "compile_in_child", child)
+    monkeypatch.setattr(loading, "_exercise_cached", lambda d, ex: d in built and real(d, ex))
+    monkeypatch.setattr(loading, "_ready", set())
+    monkeypatch.setattr(loading, "_pending", {})
+    monkeypatch.setattr(loading, "_built", set())
     return release
 
 
@@ -55,15 +56,15 @@ def _data():
 def test_calls_take_the_torch_path_until_the_kernels_are_ready(background, monkeypatch):
     X, Y = _data()
     first = tsw.db_tsw(X, Y, n_trees=6, seed=0)
-    assert torch.float32 in _kernels._pending
+    assert torch.float32 in loading._pending
     assert not _kernels.usable(X)
     with monkeypatch.context() as mp:  # the torch operators alone
         mp.setattr(_kernels, "usable", lambda *t, **k: False)
         torch_only = tsw.db_tsw(X, Y, n_trees=6, seed=0)
     assert torch.equal(first, torch_only)
     background.set()
-    _kernels._pending[torch.float32].join(timeout=300)
-    assert torch.float32 in _kernels._built
+    loading._pending[torch.float32].join(timeout=300)
+    assert torch.float32 in loading._built
     assert _kernels.usable(X)  # the first call after the child loads them
     compiled = tsw.db_tsw(X, Y, n_trees=6, seed=0)
     torch.testing.assert_close(compiled, first, rtol=1e-5, atol=1e-6)
@@ -74,14 +75,14 @@ def test_one_compilation_per_dtype(background):
     for _ in range(3):
         tsw.db_tsw(X, Y, n_trees=3, seed=0)
     tsw.db_tsw(X.double(), Y.double(), n_trees=3, seed=0)
-    assert set(_kernels._pending) == {torch.float32, torch.float64}
+    assert set(loading._pending) == {torch.float32, torch.float64}
     background.set()
-    for thread in _kernels._pending.values():
+    for thread in loading._pending.values():
         thread.join(timeout=300)
-    assert _kernels._built == {torch.float32, torch.float64}
+    assert loading._built == {torch.float32, torch.float64}
     tsw.db_tsw(X, Y, n_trees=3, seed=0)
     tsw.db_tsw(X.double(), Y.double(), n_trees=3, seed=0)
-    assert _kernels._ready == {torch.float32, torch.float64}
+    assert loading._ready == {torch.float32, torch.float64}
 
 
 def _child(queue):  # runs in a forked process
@@ -121,12 +122,12 @@ def test_wait_mode_compiles_before_the_first_call(monkeypatch):
 def test_without_a_child_this_process_compiles(monkeypatch):
     """No interpreter to start: the child reports failure and the kernels compile here."""
     monkeypatch.setattr(sys, "executable", "/nonexistent/python")
-    assert not _kernels._compile_in_child(torch.float64)
-    monkeypatch.setattr(_kernels, "_ready", set())
-    monkeypatch.setattr(_kernels, "_built", set())
-    _kernels._build_in_background(torch.float64)
-    assert torch.float64 in _kernels._ready
-    assert torch.float64 not in _kernels._built
+    assert not loading.compile_in_child(torch.float64)
+    monkeypatch.setattr(loading, "_ready", set())
+    monkeypatch.setattr(loading, "_built", set())
+    loading._build_in_background(_kernels._import, _kernels._exercise, torch.float64)
+    assert torch.float64 in loading._ready
+    assert torch.float64 not in loading._built
 
 
 def test_a_warm_cache_serves_the_first_call(monkeypatch):
@@ -134,23 +135,23 @@ def test_a_warm_cache_serves_the_first_call(monkeypatch):
     that could use them, in the calling thread: no thread, no child."""
     monkeypatch.setenv("TSW_NUMBA", "1")
     assert _kernels.warm_up()
-    monkeypatch.setattr(_kernels, "_ready", set())
-    monkeypatch.setattr(_kernels, "_pending", {})
-    monkeypatch.setattr(_kernels, "_compile_in_child", lambda dtype: pytest.fail("a child"))
+    monkeypatch.setattr(loading, "_ready", set())
+    monkeypatch.setattr(loading, "_pending", {})
+    monkeypatch.setattr(loading, "compile_in_child", lambda dtype: pytest.fail("a child"))
     X, _ = _data()
     assert _kernels.usable(X)
     assert _kernels.trees_usable()
-    assert not _kernels._pending
-    assert _kernels._ready == {torch.float32, torch.float64}
+    assert not loading._pending
+    assert loading._ready == {torch.float32, torch.float64}
 
 
 def test_a_call_never_waits_for_another_threads_load(background):
     """While a thread holds the load (or a compilation here), a call takes the torch
     operators at once and starts nothing."""
     X, _ = _data()
-    with _kernels._compiling:
+    with loading._compiling:
         assert not _kernels.usable(X)
-    assert not _kernels._pending
+    assert not loading._pending
     background.set()
 
 
@@ -171,10 +172,11 @@ def test_an_empty_cache_is_a_miss_compiled_by_nobody_here(tmp_path):
     compiled in this process and nothing is written to the cache."""
     code = (
         "import time, torch\n"
-        "from tsw.core import _kernels\n"
+        "from tsw.core import _kernel_loading as loading, _kernels\n"
         "assert _kernels._import()\n"
         "t = time.perf_counter()\n"
-        "print(_kernels._exercise_cached(torch.float64), time.perf_counter() - t)\n"
+        "hit = loading._exercise_cached(torch.float64, _kernels._exercise)\n"
+        "print(hit, time.perf_counter() - t)\n"
     )
     hit, seconds = _fresh(code, tmp_path).split()
     assert hit == "False"
@@ -229,5 +231,5 @@ def test_the_calls_use_the_specialisations_warm_up_prepares():
 def test_a_child_compiles_into_the_disk_cache(monkeypatch, tmp_path):
     """On an empty cache the child leaves the compiled kernels there for this process."""
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
-    assert _kernels._compile_in_child(torch.float64)
+    assert loading.compile_in_child(torch.float64)
     assert list(tmp_path.rglob("*.nbi"))

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import tsw
+from tsw.core import _kernel_loading as loading
 from tsw.core import _kernels
 
 F64 = torch.float64
@@ -32,14 +33,14 @@ class Switch:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.mp = monkeypatch
-        self.ready = set(_kernels._ready)
+        self.ready = set(loading._ready)
 
     def hide(self) -> None:
-        self.mp.setattr(_kernels, "_ready", set())
+        self.mp.setattr(loading, "_ready", set())
         self.mp.setenv("TSW_NUMBA", "0")
 
     def show(self) -> None:
-        self.mp.setattr(_kernels, "_ready", set(self.ready))
+        self.mp.setattr(loading, "_ready", set(self.ready))
         self.mp.setenv("TSW_NUMBA", "wait")
 
 
@@ -124,9 +125,9 @@ def test_deterministic_algorithms_never_switch(monkeypatch):
     switch.hide()
     monkeypatch.setenv("TSW_NUMBA", "1")  # a cache that misses, a child's compilation ...
     started = []
-    monkeypatch.setattr(_kernels, "_pending", {})
-    monkeypatch.setattr(_kernels, "_exercise_cached", lambda dtype: False)
-    monkeypatch.setattr(_kernels, "_build_in_background", started.append)  # ... never done
+    monkeypatch.setattr(loading, "_pending", {})
+    monkeypatch.setattr(loading, "_exercise_cached", lambda dtype, exercise: False)
+    monkeypatch.setattr(loading, "_build_in_background", lambda *args: started.append(args))
     X, Y = _data()
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
     assert _kernels.usable(X.detach())
@@ -134,6 +135,6 @@ def test_deterministic_algorithms_never_switch(monkeypatch):
     assert torch.equal(first, tsw.db_tsw(X.detach(), Y, seed=0))
     assert not started
     # without them, the call takes the torch operators until the compilation is done
-    monkeypatch.setattr(_kernels, "_ready", set())
+    monkeypatch.setattr(loading, "_ready", set())
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: False)
     assert not _kernels.usable(X.detach())

@@ -28,38 +28,27 @@ autograd functions that call them live with the mathematics they compute.
 
 Used when Numba (an optional dependency: ``pip install torch-tsw[fast]``) can be
 imported, the tensors are float32 or float64 on the CPU, ``p`` is 1 or 2, no graph is
-being traced, and the environment variable ``TSW_NUMBA`` is not ``0``. No call waits for
-the compiler. The first call that could use the kernels of a dtype loads them from
-Numba's disk cache in the calling thread (about 0.6 s on a 2-core machine, most of it
-the imports of Numba and of ``scipy.linalg``, which Numba reads; nothing is compiled in
-this process): the call and every later one take the compiled path. Where the cache
-does not hold them, a child process compiles them into it, at the lowest scheduling
-priority, while the torch operators serve; the first call after the child is done loads
-them. No thread of this process compiles or loads beside the calls, where it would hold
-the interpreter lock that the calls' Python needs between torch operators.
-``TSW_NUMBA=wait`` compiles them in the calling thread instead, so that every call
-takes the compiled path, and :func:`warm_up` compiles them all at once. The kernels
-follow the torch formulas, with differences of rounding only (sums over a line
-accumulate in float64). Rows are shared among ``torch.get_num_threads()`` threads, each
-row written by one thread, so the result does not depend on the number of threads.
+being traced, and the environment variable ``TSW_NUMBA`` is not ``0``. When they are
+prepared (loaded from Numba's disk cache in the first call that can use them; compiled
+in a child process where the cache misses) is :mod:`tsw.core._kernel_loading`'s
+concern; :func:`warm_up` compiles them all at once. The kernels follow the torch
+formulas, with differences of rounding only (sums over a line accumulate in float64).
+Rows are shared among ``torch.get_num_threads()`` threads, each row written by one
+thread, so the result does not depend on the number of threads.
 """
 
 from __future__ import annotations
 
 import enum
-import os
-import subprocess
-import sys
-import threading
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from tsw.core import _kernel_loading as loading
 from tsw.core._pinning import recorded
 from tsw.core._threads import by_rows, threads_for
-from tsw.core._validation import warn
 
 __all__ = [
     "SplitForm",
@@ -99,18 +88,8 @@ _NAMES = (
 )
 #: the compiled functions, by name, once Numba and the kernels are imported
 _compiled: dict[str, Any] = {}
-#: the dtypes whose specialisations are compiled (or loaded from Numba's disk cache)
-_ready: set[torch.dtype] = set()
-#: the compilations under way in a child process (or, without one, here), by dtype
-_pending: dict[torch.dtype, threading.Thread] = {}
-#: the dtypes whose kernels a child process has compiled into the disk cache
-_built: set[torch.dtype] = set()
-_failed = False
-#: held while a thread compiles or loads (one at a time), and while one is started
-_compiling = threading.Lock()
-_starting = threading.Lock()
 #: the dtypes the kernels take
-DTYPES = (torch.float32, torch.float64)
+DTYPES = loading.DTYPES
 
 
 class SplitForm(enum.IntEnum):
@@ -127,213 +106,39 @@ class SplitForm(enum.IntEnum):
     SIGNED = 2
 
 
-def _mode() -> str:
-    """``TSW_NUMBA``: ``"0"`` (off), ``"wait"`` (compile before the first call) or ``"1"``."""
-    mode = os.environ.get("TSW_NUMBA", "1")
-    return mode if mode in ("0", "wait") else "1"
-
-
 def _import() -> bool:
-    """Import Numba and the kernels once; False if Numba is missing or cannot load."""
-    global _failed
+    """Import Numba and the kernels once; False if Numba is not installed.
+
+    Other errors (no writable place for Numba's cache) propagate:
+    :mod:`tsw.core._kernel_loading` reports them once.
+    """
     if _compiled:
         return True
-    if _failed:
-        return False
     try:
         from tsw.core import _numba_kernels, _numba_trees
-    except ImportError:  # Numba is not installed
-        _failed = True
-        return False
-    except Exception as err:  # e.g. no writable place for Numba's cache: say so, once
-        _failed = True
-        warn(
-            f"tsw: the compiled CPU kernels could not be loaded ({type(err).__name__}: "
-            f"{err}); the torch operators run instead (set TSW_NUMBA=0 to silence this)",
-            RuntimeWarning,
-        )
+    except ImportError:
         return False
     _compiled.update({name: getattr(_numba_kernels, name) for name in _NAMES})
     _compiled.update({name: getattr(_numba_trees, name) for name in _TREE_NAMES})
     return True
 
 
-def _prepare(dtype: torch.dtype) -> None:
-    """Compile (or load from the disk cache) every kernel's specialisations for ``dtype``."""
-    with _compiling:
-        _prepare_locked(dtype, cached_only=False)
-
-
-def _prepare_locked(dtype: torch.dtype, cached_only: bool) -> bool:
-    """:func:`_prepare` with :data:`_compiling` held; ``cached_only``: load, never compile.
-
-    Returns whether the kernels of ``dtype`` are ready. With ``cached_only`` a kernel that
-    Numba's disk cache does not hold stops the load (:func:`_exercise_cached`), and the
-    kernels loaded so far stay loaded.
-    """
-    global _failed
-    if dtype in _ready:
-        return True
-    if not _import():
-        return False
-    try:
-        if cached_only:
-            if not _exercise_cached(dtype):
-                return False
-        else:
-            _exercise(dtype)
-    except Exception as err:  # a kernel that does not compile or load here: say so, once
-        _failed = True
-        warn(
-            f"tsw: the compiled CPU kernels could not be compiled ({type(err).__name__}: "
-            f"{err}); the torch operators run instead (set TSW_NUMBA=0 to silence this)",
-            RuntimeWarning,
-        )
-        return False
-    _ready.add(dtype)
-    return True
-
-
-class _CacheMissError(Exception):
-    """A kernel that Numba's disk cache does not hold would be compiled: stop the load."""
-
-
-def _exercise_cached(dtype: torch.dtype) -> bool:
-    """:func:`_exercise` loading from Numba's disk cache only; False at the first miss.
-
-    Numba announces every compilation (after its cache missed) with a ``numba:compile``
-    event: a listener stops those of this thread before they start.
-    """
-    from numba.core import event as numba_event
-
-    me = threading.get_ident()
-
-    class Refuse(numba_event.Listener):
-        def on_start(self, event: Any) -> None:
-            if threading.get_ident() == me:
-                raise _CacheMissError
-
-        def on_end(self, event: Any) -> None:
-            pass
-
-    with numba_event.install_listener("numba:compile", Refuse()):
-        try:
-            _exercise(dtype)
-        except _CacheMissError:
-            return False
-    return True
-
-
-def _build_in_background(dtype: torch.dtype) -> None:
-    """Have a child process compile the kernels of ``dtype`` into Numba's disk cache.
-
-    Numba holds the interpreter lock while it compiles (and while it loads), which slows
-    the calling thread's Python between torch operators: a child interpreter compiles
-    instead, at the lowest scheduling priority, and the next call that wants the
-    kernels loads them (:func:`_load`). If no child can run (no interpreter to start),
-    this thread compiles them itself.
-    """
-    if _compile_in_child(dtype):
-        _built.add(dtype)
-    else:
-        _prepare(dtype)
-
-
-def _compile_in_child(dtype: torch.dtype) -> bool:
-    """Compile the kernels of ``dtype`` into the disk cache in a child; whether it ran."""
-    code = (
-        "import os\n"
-        "if hasattr(os, 'nice'):\n"
-        "    os.nice(19)  # the lowest priority: the parent's calls come first\n"
-        f"import torch; from tsw.core import _kernels; _kernels._prepare({dtype})"
-    )
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", code],
-            env={**os.environ, "TSW_NUMBA": "wait"},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=900,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
-
-
-def _start(dtype: torch.dtype, target: Any) -> None:
-    """Run ``target(dtype)`` in a daemon thread, recorded in :data:`_pending`."""
-    thread = threading.Thread(
-        target=target, args=(dtype,), name=f"tsw-kernels-{dtype}", daemon=True
-    )
-    _pending[dtype] = thread
-    thread.start()
-
-
 def _load(dtype: torch.dtype = torch.float32) -> bool:
-    """Whether the kernels for ``dtype`` are ready; if not, load or start compiling them.
-
-    The first call loads them from Numba's disk cache in the calling thread; where the
-    cache misses, a child process compiles them (:func:`_build_in_background`) and the
-    torch operators serve until the first call after it is done, which loads them. A
-    call never waits for another thread's load (it takes the torch operators). With
-    ``TSW_NUMBA=wait``, and under ``torch.use_deterministic_algorithms(True)`` (whose
-    calls must not switch from one implementation to the other mid-process), the
-    calling thread compiles them first.
-    """
-    if dtype in _ready:
-        return True
-    mode = _mode()
-    if _failed or mode == "0" or dtype not in DTYPES:
-        return False
-    if mode == "wait" or torch.are_deterministic_algorithms_enabled():
-        _prepare(dtype)
-        return dtype in _ready
-    if dtype in _pending and dtype not in _built:  # a compilation under way
-        return False
-    if not _compiling.acquire(blocking=False):  # another thread loads or compiles
-        return False
-    try:
-        if _prepare_locked(dtype, cached_only=True):
-            return True
-        if _failed:
-            return False
-        with _starting:
-            if dtype in _built:  # built, yet the cache misses (not visible here): compile
-                _built.discard(dtype)
-                _start(dtype, _prepare)
-            elif dtype not in _pending:
-                _start(dtype, _build_in_background)
-    finally:
-        _compiling.release()
-    return False
+    """Whether the kernels of ``dtype`` are ready (:func:`tsw.core._kernel_loading.load`)."""
+    return loading.load(dtype, _import, _exercise)
 
 
-def _forget_pending() -> None:
-    """After a fork: a compilation under way in the parent has no thread in the child.
-
-    Its locks may be held by that thread, so the child never compiles: the kernels
-    ready in the parent stay usable, those a child process has built load from the
-    cache, the others take the torch operators.
-    """
-    global _failed, _compiling, _starting
-    _compiling, _starting = threading.Lock(), threading.Lock()
-    if any(dtype not in _ready and dtype not in _built for dtype in _pending):
-        _failed = True
-    _pending.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pending)
+def _prepare(dtype: torch.dtype) -> None:
+    """Compile (or load) the kernels of ``dtype`` now (a child process runs this)."""
+    loading.prepare(dtype, _import, _exercise)
 
 
 def usable(*tensors: Tensor, p: float = 1.0) -> bool:
     """Whether the compiled kernels may run on these tensors (see the module notes).
 
-    Starts their compilation in the background the first time it is asked for a dtype
-    (see :func:`_load`): until it is done, the answer is no. Within
-    :func:`tsw.core._pinning.pinned`, the answer is the one the graph's forward got.
+    Loads (or starts compiling) them the first time it is asked for a dtype
+    (:func:`tsw.core._kernel_loading.load`). Within :func:`tsw.core._pinning.pinned`, the
+    answer is the one the graph's forward got.
     """
     if p not in (1.0, 2.0) or torch.compiler.is_compiling():
         return False
@@ -353,11 +158,11 @@ def warm_up() -> bool:
     compilation, and for runs whose every call should take the compiled path. Returns
     whether the kernels are usable.
     """
-    if _mode() == "0":
+    if loading.mode() == "0":
         return False
     for dtype in DTYPES:
         _prepare(dtype)
-    return all(dtype in _ready for dtype in DTYPES)
+    return all(loading.ready(dtype) for dtype in DTYPES)
 
 
 def _exercise(dtype: torch.dtype) -> None:
