@@ -29,7 +29,7 @@ def minor_faults() -> int:
     for each page, a call reusing retained memory does not. On this project's machine
     writing 64 MiB of fresh pages took 31 ms against 3.5 ms into a retained buffer
     (1.7 us a fault); in db_tsw calls the time lost was 2-7 us a fault
-    (``benchmarks/RESULTS.md``, "Page faults").
+    (``benchmarks/results/runtime.md``, "Page faults").
     """
     return 0 if resource is None else resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 

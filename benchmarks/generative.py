@@ -47,7 +47,7 @@ lines** (``--lines`` = trees x lines per tree = projections, 100 by default):
 * ``circular``: :class:`tsw.nn.CircularTSWLoss` with ``radius = --radius`` (default 0.01,
   the radius of the paper's experiments: small against the data's scale, so close to
   CircularTSW r=0; the typical distance of a digit to the mean image is about 2.1). In
-  64 dimensions it failed at every radius tried (0.01 to 20; ``benchmarks/RESULTS.md``).
+  64 dimensions it failed at every radius tried (0.01 to 20; ``benchmarks/results/generative.md``).
 
 ``--setups swae-sphere``: the SWAE with a spherical latent of the STSW and S3W papers
 (their Table 4 protocol, after Bonet et al.'s SSW paper), on the digits: an MLP encoder

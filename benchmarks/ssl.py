@@ -41,7 +41,7 @@ its uniformity and alignment are those of the L2-normalised pixel vectors).
 
 ``--weights`` sweeps the uniformity weight (the same list for every method); without
 it, every method runs at its default weight (``DEFAULT_WEIGHTS``, chosen from the sweep
-in benchmarks/RESULTS.md). Outputs under ``--out``: ``results.json`` (one record per
+in benchmarks/results/ssl.md). Outputs under ``--out``: ``results.json`` (one record per
 method, weight and seed), ``results.csv`` (mean and std per method and weight, numeric
 columns), ``probe_vs_weight.png`` and, for ``--feat-dim 3``, ``features_s2.png`` (test
 features of seed 0 coloured by class). After the runs (unless ``--timing-rounds 0``):
@@ -88,7 +88,7 @@ from benchmarks._report import (
 )
 from benchmarks._timing import interleaved, median, ratio
 
-#: default uniformity weight of each method (see the sweep in benchmarks/RESULTS.md)
+#: default uniformity weight of each method (see the sweep in benchmarks/results/ssl.md)
 DEFAULT_WEIGHTS = {
     "align": 0.0,
     "wang-isola": 1.0,

@@ -258,7 +258,7 @@ def tree_plan(
     children's unmatched masses (kept as linked lists, one sign each) and the node's own
     masses are matched in order, and the remainder goes up. Every match uses up at least
     one piece of mass, so the work is O(V) per problem and the plan has at most
-    ``2V - 1`` entries (timings in ``benchmarks/RESULTS.md``, "Transport plans"). Each
+    ``2V - 1`` entries (timings in ``benchmarks/results/plans.md``). Each
     match happens at the lowest common ancestor of its two nodes, so its path crosses
     every edge in the direction of the net flow.
 

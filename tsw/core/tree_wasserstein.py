@@ -743,7 +743,7 @@ def tree_wasserstein(
     measure (in float64), otherwise ``ceil(log2(depth + 1))`` rounds of ``index_add``
     on the masses' device, each adding partial sums to the ancestors ``2^j`` levels up.
     Both are differentiable. Timings against a sort of as many floats are in
-    ``benchmarks/RESULTS.md``, "Transport plans".
+    ``benchmarks/results/plans.md``.
 
     References
     ----------
