@@ -15,8 +15,9 @@ not switch implementation mid-process) compiles them in the calling thread inste
 
 The module holds the state (which dtypes are ready, built or under way) and takes from
 :mod:`tsw.core._kernels` the two functions that touch Numba: ``import_kernels``
-(imports the kernels, False without Numba) and ``exercise`` (calls every kernel of a
-dtype once, so that Numba compiles or loads each specialisation the library calls).
+(imports the kernels, False without Numba) and ``exercise(dtype, cached_only)`` (calls
+every kernel of a dtype once, so that Numba compiles or loads each specialisation the
+library calls; with ``cached_only``, False at the first one its disk cache lacks).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import sys
 import threading
 from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 import torch
 
@@ -49,7 +49,7 @@ _compiling = threading.Lock()
 _starting = threading.Lock()
 
 ImportKernels = Callable[[], bool]
-Exercise = Callable[[torch.dtype], None]
+Exercise = Callable[[torch.dtype, bool], bool]
 
 
 def ready(dtype: torch.dtype) -> bool:
@@ -75,7 +75,7 @@ def _prepare_locked(
     """:func:`prepare` with :data:`_compiling` held; ``cached_only``: load, never compile.
 
     Returns whether the kernels of ``dtype`` are ready. With ``cached_only`` a kernel that
-    Numba's disk cache does not hold stops the load (:func:`_exercise_cached`), and the
+    Numba's disk cache does not hold stops the load (``exercise`` returns False), and the
     kernels loaded so far stay loaded.
     """
     global _failed
@@ -96,11 +96,8 @@ def _prepare_locked(
         )
         return False
     try:
-        if cached_only:
-            if not _exercise_cached(dtype, exercise):
-                return False
-        else:
-            exercise(dtype)
+        if not exercise(dtype, cached_only):  # the cache missed: nothing compiled here
+            return False
     except Exception as err:  # a kernel that does not compile here: say so, once
         _failed = True
         warn(
@@ -110,36 +107,6 @@ def _prepare_locked(
         )
         return False
     _ready.add(dtype)
-    return True
-
-
-class _CacheMissError(Exception):
-    """A kernel that Numba's disk cache does not hold would be compiled: stop the load."""
-
-
-def _exercise_cached(dtype: torch.dtype, exercise: Exercise) -> bool:
-    """``exercise(dtype)``, loading from Numba's disk cache only; False at the first miss.
-
-    Numba announces every compilation (after its cache missed) with a ``numba:compile``
-    event: a listener stops those of this thread before they start.
-    """
-    from numba.core import event as numba_event
-
-    me = threading.get_ident()
-
-    class Refuse(numba_event.Listener):
-        def on_start(self, event: Any) -> None:
-            if threading.get_ident() == me:
-                raise _CacheMissError
-
-        def on_end(self, event: Any) -> None:
-            pass
-
-    with numba_event.install_listener("numba:compile", Refuse()):
-        try:
-            exercise(dtype)
-        except _CacheMissError:
-            return False
     return True
 
 

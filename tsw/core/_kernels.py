@@ -88,6 +88,8 @@ _NAMES = (
 )
 #: the compiled functions, by name, once Numba and the kernels are imported
 _compiled: dict[str, Any] = {}
+#: the kernels' module (its ``cache_only`` and ``CacheMissError``), once imported
+_numba: Any = None
 #: the dtypes the kernels take
 DTYPES = loading.DTYPES
 
@@ -112,12 +114,14 @@ def _import() -> bool:
     Other errors (no writable place for Numba's cache) propagate:
     :mod:`tsw.core._kernel_loading` reports them once.
     """
+    global _numba
     if _compiled:
         return True
     try:
         from tsw.core import _numba_kernels, _numba_trees
     except ImportError:
         return False
+    _numba = _numba_kernels
     _compiled.update({name: getattr(_numba_kernels, name) for name in _NAMES})
     _compiled.update({name: getattr(_numba_trees, name) for name in _TREE_NAMES})
     return True
@@ -165,12 +169,20 @@ def warm_up() -> bool:
     return all(loading.ready(dtype) for dtype in DTYPES)
 
 
-def _exercise(dtype: torch.dtype) -> None:
+def _exercise(dtype: torch.dtype, cached_only: bool = False) -> bool:
     """Call every kernel once on tiny inputs of ``dtype``: Numba compiles what a call needs.
 
     The same wrappers, index types and layouts as the library's calls, so that these
-    specialisations are the ones the calls use.
+    specialisations are the ones the calls use. With ``cached_only`` Numba loads them
+    from its disk cache and compiles none: False at the first it lacks.
     """
+    if cached_only:
+        try:
+            with _numba.cache_only():
+                _exercise(dtype)
+        except _numba.CacheMissError:
+            return False
+        return True
     c = torch.tensor([[-1.0, 2.0]], dtype=dtype)
     for index in (torch.int64, torch.int32):
         idx = torch.tensor([[0, 1]], dtype=index)
@@ -202,6 +214,7 @@ def _exercise(dtype: torch.dtype) -> None:
         _, end, _ = tree_euler_tour(star)
         tree_match(end, np.array([0.0, 1.0, 0.0]), np.array([0.0, 0.0, 1.0]))
         tree_path_sums(end, tree_subtree_sums(end, np.ones((1, 3))))
+    return True
 
 
 def _as_rows(x: Tensor, *shape: int) -> Any:

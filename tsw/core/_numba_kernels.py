@@ -22,11 +22,44 @@ processes without compiling again.
 # pyright: reportMissingImports=false
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+
 import numba
+import numba.core.event
 import numba.extending
 import numpy as np
 
 jit = numba.njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
+
+
+class CacheMissError(Exception):
+    """Numba would compile a kernel that its disk cache does not hold (:func:`cache_only`)."""
+
+
+@contextlib.contextmanager
+def cache_only() -> Iterator[None]:
+    """Within: Numba loads kernels from its disk cache, and compiles none in this thread.
+
+    Numba announces every compilation (after its cache missed) with a ``numba:compile``
+    event; a listener raises :class:`CacheMissError` at those of this thread before
+    they start. Other threads compile as usual.
+    """
+    me = threading.get_ident()
+
+    class Refuse(numba.core.event.Listener):
+        def on_start(self, event):
+            if threading.get_ident() == me:
+                raise CacheMissError
+
+        def on_end(self, event):
+            pass
+
+    with numba.core.event.install_listener("numba:compile", Refuse()):
+        yield
+
+
 #: the same, with products and sums fused where the CPU has FMA (``a - b * c`` exactly
 #: rounded, as torch's ``addcmul`` forms it)
 jit_fma = numba.njit(
