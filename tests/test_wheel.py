@@ -64,6 +64,19 @@ def _site_dirs() -> list[str]:
     return dirs
 
 
+def test_a_venv_inside_the_clone_is_a_site_directory(monkeypatch, tmp_path):
+    """``python -m venv .venv`` in the clone: its site-packages holds torch and the rest,
+    so the wheel's venv must list it (it skipped every directory under the repository,
+    and two tests failed there); the repository itself is never listed."""
+    inside = tmp_path / ".venv" / "lib" / "python3" / "site-packages"
+    inside.mkdir(parents=True)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), str(inside), *sys.path])
+    dirs = _site_dirs()
+    assert str(inside.resolve()) in dirs
+    assert str(tmp_path.resolve()) not in dirs
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """(python of a fresh venv holding only the wheel, the wheel's path)."""
