@@ -15,9 +15,21 @@ Each measurement runs in a fresh Python process with its own empty ``NUMBA_CACHE
 The two settings alternate round by round; the report gives the medians over ``--rounds``
 and the ratio of the medians (kernels / torch operators).
 
+``--arrival`` measures when the compiled kernels arrive instead: a fresh process calls
+``tsw.tree_plan`` on a random tree of 1e5 nodes (float64 tensors; its compiled path is
+10-30x faster than its NumPy/Python fallback) and ``tsw.db_tsw`` forward + backward (N = M =
+``--n``, d = 10, float32; compiled 0.7-0.9x of the torch operators) back to back for up
+to ``--seconds``, recording each call's start, duration and path. On a warm Numba cache
+(a directory a warm-up process has filled) and on an empty one, with ``TSW_NUMBA=1``
+and ``TSW_NUMBA=0`` alternately: the first call, the time from the first call's start
+to the first compiled call's end ("arrival"), the median call before the kernels
+arrive against the median call of ``TSW_NUMBA=0`` over the same stretch of the run (the
+slowdown of the calls beside the background work) and the median compiled call.
+
 Examples
 --------
 ``python -m benchmarks.first_call --rounds 5``
+``python -m benchmarks.first_call --arrival --rounds 3 --seconds 90``
 """
 
 from __future__ import annotations
@@ -81,15 +93,112 @@ if __name__ == "__main__":
 """
 
 
-def _run(code: list[str], kernels: str) -> list[float]:
-    """Run ``code`` in a fresh process on an empty Numba cache; return the printed floats."""
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "NUMBA_CACHE_DIR": cache, "TSW_NUMBA": kernels}
+_ARRIVAL = """
+import sys, time
+import numpy as np
+import torch
+import tsw
+
+try:
+    from tsw.core._kernel_loading import ready
+except ImportError:  # a version that loaded the kernels in a background thread
+    from tsw.core import _kernels
+
+    ready = _kernels._ready.__contains__
+torch.set_num_threads(1)
+kind, seconds, n = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+rng = np.random.default_rng(0)
+if kind == "tree_plan":
+    V = 100_000
+    parents = np.concatenate([[-1], (rng.random(V - 1) * np.arange(1, V)).astype(np.int64)])
+    ms, mt = rng.random(V) * (rng.random(V) < 0.5), rng.random(V) * (rng.random(V) < 0.5)
+    # tensors: a sparse torch plan (NumPy inputs would return scipy's, and the first call
+    # would import POT, 1-2 s, whatever the kernels)
+    ms, mt, lengths = (torch.from_numpy(x) for x in (ms / ms.sum(), mt / mt.sum(), rng.random(V)))
+    group = torch.float64
+
+    def call():
+        tsw.tree_plan(parents, lengths, ms, mt)
+
+else:
+    g = torch.Generator().manual_seed(0)
+    X, Y = torch.randn(n, 10, generator=g), torch.randn(n, 10, generator=g) + 0.5
+    group = torch.float32
+
+    def call():
+        tsw.db_tsw(X.clone().requires_grad_(), Y, seed=0).backward()
+
+start = time.perf_counter()
+compiled_calls = 0
+while time.perf_counter() - start < seconds and compiled_calls < 10:
+    t = time.perf_counter()
+    call()
+    done = time.perf_counter()
+    compiled = ready(group)  # loaded at the call's start at the latest
+    compiled_calls += compiled
+    print(t - start, done - t, int(compiled), flush=True)
+"""
+
+
+def _run(code: list[str], kernels: str, cache: str | None = None) -> list[float]:
+    """Run ``code`` in a fresh process; return the printed floats.
+
+    On an empty Numba cache of its own, or on ``cache`` (a directory) if given.
+    """
+    with tempfile.TemporaryDirectory() as empty:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache or empty, "TSW_NUMBA": kernels}
         env["OMP_NUM_THREADS"] = "1"
         out = subprocess.run(
             [sys.executable, *code], capture_output=True, text=True, env=env, check=True
         )
     return [float(v) for v in out.stdout.split()]
+
+
+def arrival(rounds: int, seconds: float, n: int) -> list[dict]:
+    """The arrival of the kernels and the calls beside it (see the module notes)."""
+    rows = []
+    with tempfile.TemporaryDirectory() as warm:
+        fill = "from tsw.core import _kernels; assert _kernels.warm_up()"
+        _run(["-c", fill], "wait", warm)
+        for state in ("warm", "cold"):
+            for kind in ("tree_plan", "db_tsw"):
+                runs: dict[str, list[list[tuple[float, float, int]]]] = {"1": [], "0": []}
+                for _ in range(rounds):
+                    for kernels in ("1", "0"):
+                        cache = warm if state == "warm" else None
+                        code = ["-c", _ARRIVAL, kind, str(seconds), str(n)]
+                        v = _run(code, kernels, cache)
+                        calls = zip(v[::3], v[1::3], map(int, v[2::3]), strict=True)
+                        runs[kernels].append(list(calls))
+                rows.append({"cache": state, "call": kind, **_arrival_stats(runs)})
+    return rows
+
+
+def _arrival_stats(runs: dict[str, list[list[tuple[float, float, int]]]]) -> dict:
+    """Medians over the rounds of the arrival, first call and the calls beside the build."""
+    first, first_off, arrive, before, beside, after = [], [], [], [], [], []
+    for on, off in zip(runs["1"], runs["0"], strict=True):
+        first.append(on[0][1])
+        first_off.append(off[0][1])
+        hit = next((i for i, c in enumerate(on) if c[2]), None)
+        arrive.append(on[hit][0] + on[hit][1] if hit is not None else float("nan"))
+        until = on[hit][0] if hit is not None else on[-1][0] + on[-1][1]
+        waiting = [d for t, d, _ in on[1 : hit if hit is not None else None]]
+        torch_only = [d for t, d, _ in off[1:] if t < until] or [d for _, d, _ in off[1:]]
+        if waiting:
+            before.append(statistics.median(waiting))
+            beside.append(statistics.median(waiting) / statistics.median(torch_only))
+        after.append(statistics.median([d for _, d, c in on if c]) if hit is not None else None)
+    med = statistics.median
+    return {
+        "first call s": med(first),
+        "first call torch s": med(first_off),
+        "arrival s": med(arrive),
+        "calls before arrival s": med(before) if before else None,
+        "beside / torch": med(beside) if beside else None,
+        "compiled call s": med([a for a in after if a is not None]) if any(after) else None,
+        "torch call s": med(statistics.median([d for _, d, _ in off[1:]]) for off in runs["0"]),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,7 +207,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--no-worker", action="store_true", help="skip the DataLoader worker")
+    parser.add_argument("--arrival", action="store_true", help="when the kernels arrive")
+    parser.add_argument("--seconds", type=float, default=90.0, help="--arrival: longest run")
     args = parser.parse_args(argv)
+    if args.arrival:
+        rows = arrival(args.rounds, args.seconds, args.n)
+        print(f"medians of {args.rounds} fresh processes per cell, one torch thread")
+        print("| cache | call | first call: kernels | torch operators | kernels arrive |", end="")
+        print(" calls before: s | / torch operators | compiled call | torch call |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            cells = [r["first call s"], r["first call torch s"], r["arrival s"]]
+            cells += [r["calls before arrival s"], r["beside / torch"], r["compiled call s"]]
+            cells += [r["torch call s"]]
+            text = ["-" if c is None else f"{c:.3g}" for c in cells]
+            print(f"| {r['cache']} | {r['call']} | " + " | ".join(text) + " |")
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         worker = os.path.join(tmp, "worker.py")
         with open(worker, "w") as fh:

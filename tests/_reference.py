@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from fractions import Fraction
 
 import numpy as np
 import ot
@@ -173,6 +174,33 @@ def sobolev_cost_on_tree(parents, lengths, signed_mass, p):
         for v, members in enumerate(subtree_members(parents))
         if parents[v] != -1
     )
+
+
+def sobolev_cost_exact(parents, lengths, signed_mass, p=1):
+    """:func:`sobolev_cost_on_tree` in rational arithmetic (integer ``p``): no rounding.
+
+    Every float is read exactly (``Fraction``; ``signed_mass`` may hold fractions) and
+    the subtree masses are summed exactly, so the value is the mathematics' on the given
+    floats: the reference for inputs whose rounding an implementation must not let
+    through (small masses beside large ones). Returns a ``Fraction``.
+    """
+    mass = [m if isinstance(m, Fraction) else Fraction(float(m)) for m in signed_mass]
+    total = Fraction(0)
+    for v, members in enumerate(subtree_members(parents)):
+        if parents[v] != -1:
+            beyond = sum((mass[u] for u in members), Fraction(0))
+            total += Fraction(float(lengths[v])) * abs(beyond) ** p
+    return total
+
+
+def line_system_exact(coords, signed_mass, attachments=None, p=1):
+    """:func:`line_system_sobolev` in rational arithmetic (:func:`sobolev_cost_exact`)."""
+    parents, lengths, atom_nodes = line_system_tree(coords, attachments)
+    node_mass = [Fraction(0)] * len(parents)
+    masses = np.asarray(signed_mass, dtype=np.float64).reshape(-1)
+    for node, m in zip(atom_nodes.reshape(-1), masses, strict=True):
+        node_mass[node] += Fraction(float(m))
+    return sobolev_cost_exact(parents, lengths, node_mass, p)
 
 
 def line_system_sobolev(coords, signed_mass, attachments=None, p=1):

@@ -141,6 +141,39 @@ def test_tiny_and_huge_masses_keep_the_trees_value(method, precision, total, p):
     assert float(got) == pytest.approx(total * float(want), rel=tol, abs=0)
 
 
+@pytest.mark.parametrize("p", [2.0, 3.0])
+def test_per_tree_costs_are_pth_powers_of_the_masses(p):
+    """At total mass 8 the per-tree costs of ``log=True`` are 8^p times those at total 1.
+
+    At p > 1 the masses are divided by a power of two near their total inside (8 here,
+    exactly) and the costs multiplied back: the per-tree costs are p-th powers (a form
+    of degree p in the masses), the value their mean's root (degree 1). Both against
+    the explicit trees at unit masses (``_reference``, float64), and the standard error
+    of degree 1 as the value.
+    """
+    import _reference as ref
+
+    X, Y, a, b, roots, dirs = _oracle_problem(seed=2)
+    trees = tsw.ConcurrentLines(torch.as_tensor(roots), torch.as_tensor(dirs))
+    unit = [
+        ref.star_oracle(X, Y, a, b, r, th, p=p, delta=2.0)
+        for r, th in zip(roots, dirs, strict=True)
+    ]
+    args = [torch.as_tensor(v) for v in (X, Y)]
+    logs = {}
+    for total in (1.0, 8.0):
+        weights = [torch.as_tensor(w * total) for w in (a, b)]
+        logs[total] = tsw.db_tsw(*args, *weights, trees=trees, p=p, delta=2.0, log=True)
+    (v1, log1), (v8, log8) = logs[1.0], logs[8.0]
+    np.testing.assert_allclose(log1["per_tree"].numpy(), unit, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(
+        log8["per_tree"].numpy(), 8.0**p * np.array(unit), rtol=1e-12, atol=0
+    )
+    assert float(v8) == pytest.approx(8.0 * float(v1), rel=1e-13, abs=0)
+    assert float(log8["std_error"]) == pytest.approx(8.0 * float(log1["std_error"]), rel=1e-12)
+    assert float(log1["std_error"]) > 0
+
+
 @pytest.mark.parametrize(
     "call",
     [

@@ -46,8 +46,11 @@ def _site_dirs() -> list[str]:
     """The running interpreter's site directories (where its packages are installed).
 
     Only directories named ``site-packages`` or ``dist-packages``: never the repository
-    (on ``sys.path`` in the tests), so that the wheel is the only ``tsw`` and the
-    repository's ``benchmarks`` stays out of reach.
+    itself (on ``sys.path`` in the tests), so that the wheel is the only ``tsw`` and the
+    repository's ``benchmarks`` stays out of reach. A virtual environment inside the
+    clone (``python -m venv .venv``) is a site directory like any other: the ``.pth``
+    file lists the directory, and Python does not read the ``.pth`` files within it (an
+    editable install's), so the repository stays out of reach there too.
     """
     candidates = [*site.getsitepackages(), *sys.path]
     if site.ENABLE_USER_SITE:
@@ -56,9 +59,22 @@ def _site_dirs() -> list[str]:
     for entry in candidates:
         path = Path(entry or ".").resolve()
         wanted = path.name in ("site-packages", "dist-packages") and path.is_dir()
-        if wanted and str(path) not in dirs and not path.is_relative_to(ROOT):
+        if wanted and str(path) not in dirs and path != ROOT:
             dirs.append(str(path))
     return dirs
+
+
+def test_a_venv_inside_the_clone_is_a_site_directory(monkeypatch, tmp_path):
+    """``python -m venv .venv`` in the clone: its site-packages holds torch and the rest,
+    so the wheel's venv must list it (it skipped every directory under the repository,
+    and two tests failed there); the repository itself is never listed."""
+    inside = tmp_path / ".venv" / "lib" / "python3" / "site-packages"
+    inside.mkdir(parents=True)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), str(inside), *sys.path])
+    dirs = _site_dirs()
+    assert str(inside.resolve()) in dirs
+    assert str(tmp_path.resolve()) not in dirs
 
 
 @pytest.fixture(scope="module")

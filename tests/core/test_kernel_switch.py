@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import tsw
+from tsw.core import _kernel_loading as loading
 from tsw.core import _kernels
 
 F64 = torch.float64
@@ -32,14 +33,14 @@ class Switch:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.mp = monkeypatch
-        self.ready = set(_kernels._ready)
+        self.ready = set(loading._ready)
 
     def hide(self) -> None:
-        self.mp.setattr(_kernels, "_ready", set())
+        self.mp.setattr(loading, "_ready", set())
         self.mp.setenv("TSW_NUMBA", "0")
 
     def show(self) -> None:
-        self.mp.setattr(_kernels, "_ready", set(self.ready))
+        self.mp.setattr(loading, "_ready", set(self.ready))
         self.mp.setenv("TSW_NUMBA", "wait")
 
 
@@ -122,10 +123,14 @@ def test_deterministic_algorithms_never_switch(monkeypatch):
     """Under deterministic algorithms the first call that could use the kernels waits for them."""
     switch = Switch(monkeypatch)
     switch.hide()
-    monkeypatch.setenv("TSW_NUMBA", "1")  # background compilation ...
+    monkeypatch.setenv("TSW_NUMBA", "1")  # a cache that misses, a child's compilation ...
     started = []
-    monkeypatch.setattr(_kernels, "_pending", {})
-    monkeypatch.setattr(_kernels, "_prepare_in_background", started.append)  # ... never done
+    monkeypatch.setattr(loading, "_pending", {})
+    real = _kernels._exercise
+    monkeypatch.setattr(
+        _kernels, "_exercise", lambda dtype, cached_only=False: not cached_only and real(dtype)
+    )
+    monkeypatch.setattr(loading, "_build_in_background", lambda *args: started.append(args))
     X, Y = _data()
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
     assert _kernels.usable(X.detach())
@@ -133,6 +138,6 @@ def test_deterministic_algorithms_never_switch(monkeypatch):
     assert torch.equal(first, tsw.db_tsw(X.detach(), Y, seed=0))
     assert not started
     # without them, the call takes the torch operators until the compilation is done
-    monkeypatch.setattr(_kernels, "_ready", set())
+    monkeypatch.setattr(loading, "_ready", set())
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: False)
     assert not _kernels.usable(X.detach())

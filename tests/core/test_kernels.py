@@ -22,6 +22,7 @@ import pytest
 import torch
 
 import tsw
+from tsw.core import _kernel_loading as loading
 from tsw.core import _kernels, splits
 from tsw.core.splits import SplitForm
 from tsw.core.tree_wasserstein import line_cost
@@ -171,9 +172,9 @@ def test_a_failing_numba_falls_back_with_a_warning(monkeypatch):
         return real_import(name, globals, locals, fromlist, level)
 
     monkeypatch.setattr(_kernels, "_compiled", {})  # a fresh load: nothing compiled or ready
-    monkeypatch.setattr(_kernels, "_ready", set())
-    monkeypatch.setattr(_kernels, "_pending", {})
-    monkeypatch.setattr(_kernels, "_failed", False)
+    monkeypatch.setattr(loading, "_ready", set())
+    monkeypatch.setattr(loading, "_pending", {})
+    monkeypatch.setattr(loading, "_failed", False)
     monkeypatch.setattr(builtins, "__import__", failing)
     with pytest.warns(RuntimeWarning, match="torch operators run instead"):
         assert not _kernels.usable(torch.zeros(2, 3), torch.zeros(2, 3))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tsw.core import _sort, _threads
+from tsw.core import _kernel_loading, _sort, _threads
 from tsw.core._sort import sort_last
 
 
@@ -231,8 +231,8 @@ def test_packed_sort_only_for_float32_with_the_kernels(monkeypatch):
     assert not _kernels.packs(rows.astype(np.float64))
     monkeypatch.setenv("TSW_NUMBA", "0")
     monkeypatch.setattr(_kernels, "_compiled", {})  # a fresh load: nothing compiled or ready
-    monkeypatch.setattr(_kernels, "_ready", set())
-    monkeypatch.setattr(_kernels, "_pending", {})
+    monkeypatch.setattr(_kernel_loading, "_ready", set())
+    monkeypatch.setattr(_kernel_loading, "_pending", {})
     assert not _kernels.packs(rows)
 
 

@@ -10,6 +10,7 @@ line cost; gradcheck, upstream gradients, and the error of every bad argument.
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import _reference as ref
 import numpy as np
@@ -231,6 +232,99 @@ def test_shared_coordinates_equal_expanded_ones(p):
             assert_close(line_cost(ca, m, p)[i, line], expected)
 
 
+# --------------------------------------------------------------------------- small masses far out
+
+
+@pytest.mark.usefixtures("line_kernel")
+def test_a_small_mass_far_out_on_a_line_keeps_its_cost():
+    """Hand values: 2^-70 at 2^70 beside a mass 1 nearer the root.
+
+    Star: line 0 holds +1 at -1 and +2^-70 at 2^70, line 1 holds -1 at 1 and -2^-70 at
+    0.5: the edges carry 1 (length 1), 2^-70 (length 2^70), 1 + 2^-70 (length 0.5) and 1
+    (length 0.5), 3 + 2^-71 in all, 3.0 in float64. A suffix read as ``total - P`` lost
+    the 2^-70 (the line's total rounds to 1) and gave 2.0. Rays: +1 at 1 and +2^-70 at
+    2^70 cost 1 + 2^-70 + (2^70 - 1) 2^-70 = 2 exactly (it gave 1.0). A chain whose second
+    line holds 2^-70 in all, hung at 2^70 on the first line (which holds 1): 1 + 1 = 2
+    (the mass below the attachment, a sum less the line's own total, was 0 and gave 1.0).
+    """
+    tiny, far = 2.0**-70, 2.0**70
+    coords = torch.tensor([[-1.0, far], [1.0, 0.5]], dtype=F64)
+    masses = torch.tensor([[1.0, tiny], [-1.0, -tiny]], dtype=F64)
+    assert tsw.line_system_cost(coords, masses).item() == 3.0
+    from tsw.core.tree_wasserstein import line_cost
+
+    ray = line_cost(
+        torch.tensor([1.0, far], dtype=F64), torch.tensor([1.0, tiny], dtype=F64), rays=True
+    )
+    assert ray.item() == 2.0
+    chain = tsw.line_system_cost(
+        torch.tensor([[-1.0], [1.0]], dtype=F64),
+        torch.tensor([[1.0], [tiny]], dtype=F64),
+        torch.tensor([0.0, far], dtype=F64),
+    )
+    assert chain.item() == 1.0 + (far * tiny + 1.0 * tiny)  # 1 + the 2^-70 carried 2^70 + 1
+    # float32: 2^-26 at 2^20 beside 1 (1 + 2^-26 is 1 in float32): 1 + 2^-6 + 0.5 (1 +
+    # 2^-26) + 0.5, which rounds to 2 + 2^-6 in float32 (the old sums gave 2.0)
+    c32, m32 = coords.float(), masses.float()
+    c32[0, 1], m32[0, 1], m32[1, 1] = 2.0**20, 2.0**-26, -(2.0**-26)
+    assert tsw.line_system_cost(c32, m32).item() == 2.0 + 2.0**-6
+
+
+def adversarial_line_system(rng, k, n, p):
+    """Signed masses on a grid of 2^-10 and a few of about 2^-60 on coordinates of about
+    2^(60 p - 3), which their p-th powers cross; coordinates on a grid of 2^-4,
+    attachments on the grid or far out. Every value is a float64 number."""
+    coords = rng.integers(-48, 48, (k, n)) / 16
+    masses = rng.integers(-1024, 1024, (k, n)) * (rng.random((k, n)) < 0.7) / 1024
+    far = rng.random((k, n)) < 0.25
+    sign = rng.choice([-1.0, 1.0], (2, far.sum()))
+    coords[far] = sign[0] * rng.integers(1, 4, far.sum()) * 2.0 ** (60 * p - 3)
+    masses[far] = sign[1] * rng.integers(1, 8, far.sum()) * 2.0**-60
+    att = rng.integers(-48, 48, k) / 16
+    att[rng.random(k) < 0.3] = 2.0 ** (60 * p - 3)
+    return coords, masses, att
+
+
+@pytest.mark.usefixtures("line_kernel")
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("structure", ["star", "chain"])
+@pytest.mark.parametrize("seed", range(6))
+def test_masses_of_many_scales_on_lines_against_rational_arithmetic(seed, structure, p):
+    """``line_system_cost`` against the explicit tree's sum in rational arithmetic.
+
+    Small masses far out beside masses of order 1 nearer the root, on stars and chains
+    (lines need not balance, nor the system): the masses beyond the edges, summed from
+    the far ends, keep the small ones, whose long edges then count as much as the rest.
+    """
+    rng = np.random.default_rng(2300 + seed)
+    k, n = int(rng.integers(2, 5)), int(rng.integers(3, 8))
+    coords, masses, att = adversarial_line_system(rng, k, n, p)
+    chain = structure == "chain"
+    got = tsw.line_system_cost(t64(coords), t64(masses), t64(att) if chain else None, p=p)
+    exact = float(ref.line_system_exact(coords, masses, att if chain else None, p))
+    assert_close(got, exact, tol=1e-14)
+
+
+def test_the_fused_split_keeps_a_small_mass_far_out():
+    """Db-TSW's split and line cost in one kernel, against rational arithmetic on the
+    split masses: a point far out (2^60, split evenly) with a small mass (2^-60) beside
+    points of mass about 1 nearer the root, on each of two lines."""
+    from tsw.core import _kernels
+    from tsw.core.splits import LineSplit, SplitForm, split_line_cost
+
+    if not _kernels.warm_up():
+        pytest.skip("the compiled kernels are disabled (TSW_NUMBA=0) or absent")
+    x = torch.tensor([[[[-1.0, 2.0**60, 0.5], [0.5, 2.0**60, -1.0]]]], dtype=F64)
+    dist = torch.tensor([[[[0.0, 0.0, 10.0], [10.0, 0.0, 0.0]]]], dtype=F64)
+    w = torch.tensor([[1.0, 2.0**-60, -1.0]], dtype=F64)
+    split = LineSplit(w, 1.0, None, dist, SplitForm.DISTANCES)
+    exact = float(ref.line_system_exact(x[0, 0], split.masses()[0, 0], None, 1))
+    assert exact > 2.5  # 1 + 1 near the root, 2 x 2^-61 carried over 2^60
+    assert_close(split_line_cost(x, split, 1.0), [[exact]], tol=1e-14)
+    with mock.patch.object(_kernels, "usable", return_value=False):
+        assert_close(split_line_cost(x, split, 1.0), [[exact]], tol=1e-14)
+
+
 # -------------------------------------------------------------------------- checks of the arguments
 
 
@@ -296,7 +390,7 @@ def test_tree_wasserstein_float_parents():
 
 def test_tree_wasserstein_parents_shape():
     lengths, ms, mt = tw_args(3)
-    with pytest.raises(ValueError, match=lit("parents must have shape (V,) with V >= 1")):
+    with pytest.raises(ValueError, match=lit("parents is empty: a tree has at least one node")):
         tsw.tree_wasserstein(torch.zeros(0, dtype=torch.long), lengths[:0], ms[:0], mt[:0])
     with pytest.raises(ValueError, match=lit("parents must have shape (V,) with V >= 1")):
         tsw.tree_wasserstein([[-1, 0, 0]], lengths, ms, mt)

@@ -254,6 +254,7 @@ def test_one_sort_per_tree(monkeypatch, numba):
     (tsw.core.splits._SplitRayCost, which sorts (B, T, n)); with torch operators the
     closed form sorts the (B, T, 1, n) coordinates its rays share.
     """
+    import tsw.core._kernel_loading as loading
     import tsw.core._kernels as kernels
     import tsw.core.splits as splits_module
     import tsw.core.tree_wasserstein as closed_form
@@ -261,9 +262,9 @@ def test_one_sort_per_tree(monkeypatch, numba):
     monkeypatch.setenv("TSW_NUMBA", numba)
     # a fresh load of the kernels in this mode (nothing compiled, nothing ready)
     monkeypatch.setattr(kernels, "_compiled", {})
-    monkeypatch.setattr(kernels, "_ready", set())
-    monkeypatch.setattr(kernels, "_pending", {})
-    monkeypatch.setattr(kernels, "_failed", False)
+    monkeypatch.setattr(loading, "_ready", set())
+    monkeypatch.setattr(loading, "_pending", {})
+    monkeypatch.setattr(loading, "_failed", False)
     shapes = []
     sort = torch.sort
 

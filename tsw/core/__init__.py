@@ -30,8 +30,9 @@ Private modules (no stability promise), in the order a call meets them:
 * ``_gradients``: the products of points and directions, whose gradients go straight
   into the blocks' sums; ``_safe``: primitives with finite subgradients;
 * ``_sort``: the one sort of every closed form; ``_angles``: STSW's angles on S^2;
-* ``_kernels`` (with ``_numba_kernels`` and ``_threads``): the compiled CPU kernels,
-  called only by the closed forms, the splits, the sort and the angles;
+* ``_kernels`` (with ``_numba_kernels``, ``_numba_trees`` and ``_threads``): the
+  compiled CPU kernels, called only by the closed forms, the tree solvers, the splits,
+  the sort and the angles; ``_kernel_loading``: when they are loaded or compiled;
 * ``_plans``: the entries of every transport plan (monotone plans, plans on systems of
   lines, their costs, dense or sparse assembly) and :func:`~tsw.barycentric_map`.
 """

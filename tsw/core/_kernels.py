@@ -22,40 +22,36 @@ mathematics they compute.
 * :func:`packed_argsort`: float32 rows sorted as packed 64-bit keys (the value's
   order-preserving 32 bits above its index), the permutation of NumPy's stable argsort.
 * :func:`tree_euler_tour` / :func:`tree_match`: the pre-order of a rooted tree and the
-  bottom-up matching of its exact transport plan (:mod:`tsw.core.tree_plan`), gated by
+  bottom-up matching of its exact transport plan (:mod:`tsw.core.tree_plan`);
+  :func:`tree_subtree_sums` / :func:`tree_path_sums`: sums over every subtree and over
+  every path to the root (:func:`tsw.tree_wasserstein`); all gated by
   :func:`trees_usable`.
 * :func:`tree_kernel`: Flowtree's kernels (``_numba_trees.flow_*``), wrapped in
   :mod:`tsw.support._flowmatch`, gated by :func:`trees_usable`.
 
 Used when Numba (an optional dependency: ``pip install torch-tsw[fast]``) can be
 imported, the tensors are float32 or float64 on the CPU, ``p`` is 1 or 2, no graph is
-being traced, and the environment variable ``TSW_NUMBA`` is not ``0``. No call waits for
-the compiler: the first call that could use the kernels of a dtype starts a background
-thread, which has a child process compile them into Numba's disk cache and then loads
-them from it; the torch operators serve until they are ready; ``TSW_NUMBA=wait``
-compiles them in the calling thread instead, so that every call takes the compiled path,
-and :func:`warm_up` compiles them all at once. The kernels follow the torch formulas,
-with differences of rounding only (sums over a line accumulate in float64). Rows are
-shared among ``torch.get_num_threads()`` threads, each row written by one thread, so the
-result does not depend on the number of threads.
+being traced, and the environment variable ``TSW_NUMBA`` is not ``0``. When they are
+prepared (loaded from Numba's disk cache in the first call that can use them; compiled
+in a child process where the cache misses) is :mod:`tsw.core._kernel_loading`'s
+concern; :func:`warm_up` compiles them all at once. The kernels follow the torch
+formulas, with differences of rounding only (sums over a line accumulate in float64).
+Rows are shared among ``torch.get_num_threads()`` threads, each row written by one
+thread, so the result does not depend on the number of threads.
 """
 
 from __future__ import annotations
 
 import enum
-import os
-import subprocess
-import sys
-import threading
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from tsw.core import _kernel_loading as loading
 from tsw.core._pinning import recorded
 from tsw.core._threads import by_rows, threads_for
-from tsw.core._validation import warn
 
 __all__ = [
     "SplitForm",
@@ -73,6 +69,8 @@ __all__ = [
     "tree_euler_tour",
     "tree_kernel",
     "tree_match",
+    "tree_path_sums",
+    "tree_subtree_sums",
     "trees_usable",
     "usable",
     "warm_up",
@@ -94,16 +92,10 @@ _NAMES = (
 )
 #: the compiled functions, by name, once Numba and the kernels are imported
 _compiled: dict[str, Any] = {}
-#: the dtypes whose specialisations are compiled (or loaded from Numba's disk cache)
-_ready: set[torch.dtype] = set()
-#: the background compilations under way, by dtype
-_pending: dict[torch.dtype, threading.Thread] = {}
-_failed = False
-#: held while a thread compiles (one compilation at a time), and while one is started
-_compiling = threading.Lock()
-_starting = threading.Lock()
+#: the kernels' module (its ``cache_only`` and ``CacheMissError``), once imported
+_numba: Any = None
 #: the dtypes the kernels take
-DTYPES = (torch.float32, torch.float64)
+DTYPES = loading.DTYPES
 
 
 class SplitForm(enum.IntEnum):
@@ -120,141 +112,41 @@ class SplitForm(enum.IntEnum):
     SIGNED = 2
 
 
-def _mode() -> str:
-    """``TSW_NUMBA``: ``"0"`` (off), ``"wait"`` (compile before the first call) or ``"1"``."""
-    mode = os.environ.get("TSW_NUMBA", "1")
-    return mode if mode in ("0", "wait") else "1"
-
-
 def _import() -> bool:
-    """Import Numba and the kernels once; False if Numba is missing or cannot load."""
-    global _failed
+    """Import Numba and the kernels once; False if Numba is not installed.
+
+    Other errors (no writable place for Numba's cache) propagate:
+    :mod:`tsw.core._kernel_loading` reports them once.
+    """
+    global _numba
     if _compiled:
         return True
-    if _failed:
-        return False
     try:
         from tsw.core import _numba_kernels, _numba_trees
-    except ImportError:  # Numba is not installed
-        _failed = True
+    except ImportError:
         return False
-    except Exception as err:  # e.g. no writable place for Numba's cache: say so, once
-        _failed = True
-        warn(
-            f"tsw: the compiled CPU kernels could not be loaded ({type(err).__name__}: "
-            f"{err}); the torch operators run instead (set TSW_NUMBA=0 to silence this)",
-            RuntimeWarning,
-        )
-        return False
+    _numba = _numba_kernels
     _compiled.update({name: getattr(_numba_kernels, name) for name in _NAMES})
     _compiled.update({name: getattr(_numba_trees, name) for name in _TREE_NAMES})
     return True
 
 
-def _prepare(dtype: torch.dtype) -> None:
-    """Compile (or load from the disk cache) every kernel's specialisations for ``dtype``."""
-    global _failed
-    with _compiling:
-        if dtype in _ready or not _import():
-            return
-        try:
-            _exercise(dtype)
-        except Exception as err:  # a kernel that does not compile here: say so, once
-            _failed = True
-            warn(
-                f"tsw: the compiled CPU kernels could not be compiled ({type(err).__name__}: "
-                f"{err}); the torch operators run instead (set TSW_NUMBA=0 to silence this)",
-                RuntimeWarning,
-            )
-            return
-        _ready.add(dtype)
-
-
-def _prepare_in_background(dtype: torch.dtype) -> None:
-    """:func:`_prepare`, after a child process has compiled the kernels when it can.
-
-    Numba holds the interpreter lock while it compiles, which slows the calling thread's
-    Python between torch operators (a first Db-TSW call took 2x, the second 3x the time
-    of the torch operators). A child interpreter compiles into Numba's disk cache
-    instead (:func:`_compile_in_child`), and this process then loads the kernels from
-    it. If the child fails (no writable cache, no interpreter to start), this process
-    compiles them itself.
-    """
-    _compile_in_child(dtype)
-    _prepare(dtype)
-
-
-def _compile_in_child(dtype: torch.dtype) -> bool:
-    """Compile the kernels of ``dtype`` into the disk cache in a child; whether it ran."""
-    code = f"import torch; from tsw.core import _kernels; _kernels._prepare({dtype})"
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", code],
-            env={**os.environ, "TSW_NUMBA": "wait"},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=900,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
-
-
 def _load(dtype: torch.dtype = torch.float32) -> bool:
-    """Whether the kernels for ``dtype`` are ready; if not, start preparing them.
-
-    By default they are compiled in a background thread, and the torch operators serve
-    until they are ready (no call waits for the compiler); with ``TSW_NUMBA=wait``, and
-    under ``torch.use_deterministic_algorithms(True)`` (whose calls must not switch
-    from one implementation to the other mid-process), the calling thread compiles them
-    first.
-    """
-    if dtype in _ready:
-        return True
-    mode = _mode()
-    if _failed or mode == "0" or dtype not in DTYPES:
-        return False
-    if mode == "wait" or torch.are_deterministic_algorithms_enabled():
-        _prepare(dtype)
-        return dtype in _ready
-    with _starting:
-        if dtype not in _pending and dtype not in _ready:
-            thread = threading.Thread(
-                target=_prepare_in_background,
-                args=(dtype,),
-                name=f"tsw-kernels-{dtype}",
-                daemon=True,
-            )
-            _pending[dtype] = thread
-            thread.start()
-    return dtype in _ready
+    """Whether the kernels of ``dtype`` are ready (:func:`tsw.core._kernel_loading.load`)."""
+    return loading.load(dtype, _import, _exercise)
 
 
-def _forget_pending() -> None:
-    """After a fork: a compilation under way in the parent has no thread in the child.
-
-    Its locks may be held by that thread, so the child never compiles: the kernels
-    ready in the parent stay usable, the others take the torch operators.
-    """
-    global _failed, _compiling, _starting
-    _compiling, _starting = threading.Lock(), threading.Lock()
-    if _pending and any(dtype not in _ready for dtype in _pending):
-        _failed = True
-    _pending.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pending)
+def _prepare(dtype: torch.dtype) -> None:
+    """Compile (or load) the kernels of ``dtype`` now (a child process runs this)."""
+    loading.prepare(dtype, _import, _exercise)
 
 
 def usable(*tensors: Tensor, p: float = 1.0) -> bool:
     """Whether the compiled kernels may run on these tensors (see the module notes).
 
-    Starts their compilation in the background the first time it is asked for a dtype
-    (see :func:`_load`): until it is done, the answer is no. Within
-    :func:`tsw.core._pinning.pinned`, the answer is the one the graph's forward got.
+    Loads (or starts compiling) them the first time it is asked for a dtype
+    (:func:`tsw.core._kernel_loading.load`). Within :func:`tsw.core._pinning.pinned`, the
+    answer is the one the graph's forward got.
     """
     if p not in (1.0, 2.0) or torch.compiler.is_compiling():
         return False
@@ -274,19 +166,27 @@ def warm_up() -> bool:
     compilation, and for runs whose every call should take the compiled path. Returns
     whether the kernels are usable.
     """
-    if _mode() == "0":
+    if loading.mode() == "0":
         return False
     for dtype in DTYPES:
         _prepare(dtype)
-    return all(dtype in _ready for dtype in DTYPES)
+    return all(loading.ready(dtype) for dtype in DTYPES)
 
 
-def _exercise(dtype: torch.dtype) -> None:
+def _exercise(dtype: torch.dtype, cached_only: bool = False) -> bool:
     """Call every kernel once on tiny inputs of ``dtype``: Numba compiles what a call needs.
 
     The same wrappers, index types and layouts as the library's calls, so that these
-    specialisations are the ones the calls use.
+    specialisations are the ones the calls use. With ``cached_only`` Numba loads them
+    from its disk cache and compiles none: False at the first it lacks.
     """
+    if cached_only:
+        try:
+            with _numba.cache_only():
+                _exercise(dtype)
+        except _numba.CacheMissError:
+            return False
+        return True
     c = torch.tensor([[-1.0, 2.0]], dtype=dtype)
     for index in (torch.int64, torch.int32):
         idx = torch.tensor([[0, 1]], dtype=index)
@@ -317,7 +217,9 @@ def _exercise(dtype: torch.dtype) -> None:
         star = np.array([-1, 0, 0], dtype=np.int64)
         _, end, _ = tree_euler_tour(star)
         tree_match(end, np.array([0.0, 1.0, 0.0]), np.array([0.0, 0.0, 1.0]))
+        tree_path_sums(end, tree_subtree_sums(end, np.ones((1, 3))))
         _compiled["flow_warm"]()  # the Flowtree kernels (tsw.support._flowmatch)
+    return True
 
 
 def _as_rows(x: Tensor, *shape: int) -> Any:
@@ -329,9 +231,13 @@ def _as_rows(x: Tensor, *shape: int) -> Any:
 
 
 def _row_map(c_shape: torch.Size, m_shape: torch.Size) -> Any:
-    """For each row of ``m_shape``, the row of ``c_shape`` (broadcast to it) it reads."""
+    """For each row of ``m_shape``, the row of ``c_shape`` (broadcast to it) it reads.
+
+    A contiguous array (a broadcast one has stride 0), so that the kernels see the layout
+    :func:`_exercise` compiles them for.
+    """
     rows = torch.arange(c_shape[:-1].numel()).view(c_shape[:-1])
-    return rows.expand(m_shape[:-1]).reshape(-1).numpy()
+    return np.ascontiguousarray(rows.expand(m_shape[:-1]).reshape(-1).numpy())
 
 
 def _run(part: Any, n_rows: int, size: int) -> None:
@@ -347,13 +253,14 @@ def _work_index(dtype: torch.dtype) -> np.dtype[Any]:
 def line_cost_forward(
     coords: Tensor, idx: Tensor, masses: Tensor, p: float, rays: bool
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Cost, prefix sums and sorted coordinates of the line cost.
+    """Cost, masses beyond the atoms and sorted coordinates of the line cost.
 
     ``coords`` and ``idx`` (the coordinates and the permutation that sorts them, shape
     (..., n) with size 1 on the axes of shared coordinates) broadcast with ``masses``
-    (..., n). Returns the cost (...,), the prefix sums in sorted order (shaped as
-    ``masses``) and the sorted coordinates (shaped as ``coords``; without shared
-    coordinates they are gathered in the kernel's loop).
+    (..., n). Returns the cost (...,), the mass beyond each atom seen from the root in
+    sorted order (prefix sums below the root, suffix sums above it, each from the far
+    end; shaped as ``masses``) and the sorted coordinates (shaped as ``coords``; without
+    shared coordinates they are gathered in the kernel).
     """
     m = _as_rows(masses)
     xn, ixn = _as_rows(coords), _as_rows(idx)
@@ -468,7 +375,8 @@ def split_backward(
     gsq = torch.empty((B, T, 1, n), dtype=alpha.dtype) if coordinates else None
     gt = torch.empty((B, T, k, n), dtype=alpha.dtype)
     gtn = gt.view(-1, k, n).numpy()
-    gsn = gsq.view(-1, n).numpy() if gsq is not None else gtn[:, 0]
+    # (a contiguous placeholder where the form writes no gsq: the layout _exercise compiles)
+    gsn = gsq.view(-1, n).numpy() if gsq is not None else np.empty((gtn.shape[0], 0), gtn.dtype)
     tiny = float(torch.finfo(alpha.dtype).tiny)
     kernel = _compiled["split_backward"]
 
@@ -497,7 +405,7 @@ def split_line_forward(
     The distances as :func:`split_forward` takes them, ``x`` (B, T, k, n) the coordinates
     on the lines (``t`` itself for ``COORDINATES``) and ``idx`` the permutation sorting
     them. Returns the cost of every line (B, T, k) and what :func:`split_line_backward`
-    reads: the sorted coordinates, the prefix sums and the split.
+    reads: the sorted coordinates, the masses beyond the atoms and the split.
     """
     B, T, k, n = t.shape
     alpha, c, prefix = (torch.empty((B, T, k, n), dtype=t.dtype) for _ in range(3))
@@ -767,7 +675,16 @@ def packed_argsort(rows: Any, out: Any) -> None:
 
 
 #: the compiled tree functions (tsw.core._numba_trees), loaded with the float64 kernels
-_TREE_NAMES = ("euler_tour", "match", "flow_match", "flow_sort_rows", "flow_costs", "flow_warm")
+_TREE_NAMES = (
+    "euler_tour",
+    "match",
+    "subtree_sums",
+    "path_sums",
+    "flow_match",
+    "flow_sort_rows",
+    "flow_costs",
+    "flow_warm",
+)
 
 
 def trees_usable() -> bool:
@@ -795,3 +712,28 @@ def tree_match(end: Any, ms: Any, mt: Any) -> tuple[Any, Any, Any, Any]:
     vals, flow = np.empty(2 * end.shape[0]), np.empty(end.shape[0])
     e = _compiled["match"](end, ms, mt, rows, cols, vals, flow)
     return rows[:e], cols[:e], vals[:e], flow
+
+
+def tree_subtree_sums(end: Any, x: Any) -> Any:
+    """Return the sums of the float64 rows ``x`` (rows, V) over every subtree, bottom up.
+
+    The nodes are labelled in pre-order with subtree ends ``end``
+    (``_numba_trees.subtree_sums``).
+    """
+    end = np.ascontiguousarray(end, dtype=np.int64)
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    out = np.empty_like(x)
+    _compiled["subtree_sums"](end, x, out)
+    return out
+
+
+def tree_path_sums(end: Any, g: Any) -> Any:
+    """Return the sums of the float64 rows ``g`` (rows, V) over every path to the root.
+
+    The transpose of :func:`tree_subtree_sums` (``_numba_trees.path_sums``).
+    """
+    end = np.ascontiguousarray(end, dtype=np.int64)
+    g = np.ascontiguousarray(g, dtype=np.float64)
+    out = np.empty_like(g)
+    _compiled["path_sums"](end, g, out)
+    return out

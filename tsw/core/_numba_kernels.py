@@ -22,11 +22,44 @@ processes without compiling again.
 # pyright: reportMissingImports=false
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+
 import numba
+import numba.core.event
 import numba.extending
 import numpy as np
 
 jit = numba.njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
+
+
+class CacheMissError(Exception):
+    """Numba would compile a kernel that its disk cache does not hold (:func:`cache_only`)."""
+
+
+@contextlib.contextmanager
+def cache_only() -> Iterator[None]:
+    """Within: Numba loads kernels from its disk cache, and compiles none in this thread.
+
+    Numba announces every compilation (after its cache missed) with a ``numba:compile``
+    event; a listener raises :class:`CacheMissError` at those of this thread before
+    they start. Other threads compile as usual.
+    """
+    me = threading.get_ident()
+
+    class Refuse(numba.core.event.Listener):
+        def on_start(self, event):
+            if threading.get_ident() == me:
+                raise CacheMissError
+
+        def on_end(self, event):
+            pass
+
+    with numba.core.event.install_listener("numba:compile", Refuse()):
+        yield
+
+
 #: the same, with products and sums fused where the CPU has FMA (``a - b * c`` exactly
 #: rounded, as torch's ``addcmul`` forms it)
 jit_fma = numba.njit(
@@ -71,11 +104,16 @@ def first_nonnegative(cr, n):
 
 @jit
 def forward(x, c, idx, cmap, m, prefix, cost, sq, rays, sort_c):
-    """Per row: the prefix sums ``P_j = sum_{i <= j} m[idx[i]]`` and the cost.
+    """Per row: the mass beyond every atom, seen from the root, and the cost.
 
-    The cost is ``sum_e w_e |mass beyond e|^p`` over the edges of the line rooted at 0.
-    With ``sort_c`` (one row of coordinates per row of masses: ``cmap[r] = r``), the
-    sorted coordinates ``c[r, j] = x[r, idx[r, j]]`` are formed in the same loop.
+    ``prefix[r, j]`` receives the mass beyond the edge on atom ``j``'s root side: below
+    the root (``c_j < 0``) the prefix sum ``P_j = sum_{i <= j} m[idx[i]]``, above it the
+    suffix sum ``S_j = sum_{i >= j} m[idx[i]]``, each summed from the far end of its side
+    (a suffix read as ``total - P_{j-1}`` would lose a small mass far out beside a large
+    one near the root). The cost is ``sum_e w_e |mass beyond e|^p`` over the edges of the
+    line rooted at 0. With ``sort_c`` (one row of coordinates per row of masses:
+    ``cmap[r] = r``), the sorted coordinates ``c[r, j] = x[r, idx[r, j]]`` are formed
+    first.
     """
     n = m.shape[1]
     for r in range(m.shape[0]):
@@ -83,42 +121,29 @@ def forward(x, c, idx, cmap, m, prefix, cost, sq, rays, sort_c):
         ir = idx[cmap[r]]
         mr = m[r]
         pr = prefix[r]
-        acc = 0.0
         if sort_c:
             xr = x[r]
             for j in range(n):
-                k = ir[j]
-                cr[j] = xr[k]
-                acc += mr[k]
-                pr[j] = acc
-        else:
-            for j in range(n):
-                acc += mr[ir[j]]
-                pr[j] = acc
-        total = pr[n - 1]
+                cr[j] = xr[ir[j]]
+        z = 0 if rays else first_nonnegative(cr, n)  # atoms 0..z-1 lie below the root
+        acc = 0.0
+        for j in range(z):
+            acc += mr[ir[j]]
+            pr[j] = acc
+        acc = 0.0
+        for j in range(n - 1, z - 1, -1):
+            acc += mr[ir[j]]
+            pr[j] = acc
         s = 0.0
-        S = total  # S_j = total - P_{j-1}: the mass at and beyond atom j
-        if rays:  # every coordinate >= 0: the edge (c_{j-1}, c_j) carries S_j, c_{-1} = 0
-            prev = 0.0
-            for j in range(n):
-                cj = cr[j]
-                s += (cj - prev) * pw(S, sq)
-                prev = cj
-                S = total - pr[j]
-            cost[r] = s
-            continue
-        z = first_nonnegative(cr, n)  # atoms 0..z-1 lie below the root
         if z > 0:  # the edge from c_j to c_{j+1} (to 0 for the last) carries P_j
             for j in range(z - 1):
                 s += (cr[j + 1] - cr[j]) * pw(pr[j], sq)
             s -= cr[z - 1] * pw(pr[z - 1], sq)
-            S = total - pr[z - 1]
         prev = 0.0
         for j in range(z, n):  # the edge from c_{j-1} (from 0 for the first) carries S_j
             cj = cr[j]
-            s += (cj - prev) * pw(S, sq)
+            s += (cj - prev) * pw(pr[j], sq)
             prev = cj
-            S = total - pr[j]
         cost[r] = s
 
 
@@ -126,12 +151,14 @@ def forward(x, c, idx, cmap, m, prefix, cost, sq, rays, sort_c):
 def backward(c, idx, cmap, prefix, g, gm, gc, sq, rays, want_m, want_c):
     """Per row: the gradients of the masses (``gm``) and coordinates (``gc``), times ``g``.
 
-    Both are written in input order (to the atom's place ``idx[j]``).
+    ``prefix`` is :func:`forward`'s: ``P_j`` below the root, ``S_j`` above it. Both
+    gradients are written in input order (to the atom's place ``idx[j]``).
     """
     # in sorted order:
     # dC/dm_i = sum_{i <= j < z} dn_j d|P_j|^p + sum_{z <= j <= i} dp_j d|S_j|^p
     # dC/dc_j = |P_{j-1}|^p - |P_j|^p below the root, |S_j|^p - |S_{j+1}|^p above it
     n = prefix.shape[1]
+    zero = prefix.dtype.type(0.0)  # S_n, in the masses' type (as S_j: |S|^p in one type)
     for r in range(prefix.shape[0]):
         cr = c[cmap[r]]
         ir = idx[cmap[r]]
@@ -139,14 +166,13 @@ def backward(c, idx, cmap, prefix, g, gm, gc, sq, rays, want_m, want_c):
         gmr = gm[r]
         gcr = gc[r]
         gr = g[r]
-        total = pr[n - 1]
-        S = total
         A = 0.0
         prev = 0.0
         if rays:
             for j in range(n):
                 cj = cr[j]
-                Sn = total - pr[j] if j + 1 < n else 0.0
+                S = pr[j]
+                Sn = pr[j + 1] if j + 1 < n else zero
                 k = ir[j]
                 if want_m:
                     A += (cj - prev) * dpw(S, sq)
@@ -154,7 +180,6 @@ def backward(c, idx, cmap, prefix, g, gm, gc, sq, rays, want_m, want_c):
                 if want_c:
                     gcr[k] = gr * (pw(S, sq) - pw(Sn, sq))
                 prev = cj
-                S = Sn
             continue
         z = first_nonnegative(cr, n)
         B = 0.0  # below the root, right to left
@@ -169,11 +194,10 @@ def backward(c, idx, cmap, prefix, g, gm, gc, sq, rays, want_m, want_c):
             if want_c:
                 gcr[k] = gr * ((pw(pr[j - 1], sq) if j > 0 else 0.0) - pw(pj, sq))
             nxt = cj
-        if z > 0:
-            S = total - pr[z - 1]
         for j in range(z, n):  # above the root (c_j >= 0), left to right
             cj = cr[j]
-            Sn = total - pr[j] if j + 1 < n else 0.0
+            S = pr[j]
+            Sn = pr[j + 1] if j + 1 < n else zero
             k = ir[j]
             if want_m:
                 A += (cj - prev) * dpw(S, sq)
@@ -181,7 +205,6 @@ def backward(c, idx, cmap, prefix, g, gm, gc, sq, rays, want_m, want_c):
             if want_c:  # an atom at the root (c_j = 0) gets 0, as in the torch path
                 gcr[k] = gr * (pw(S, sq) - pw(Sn, sq)) if cj > 0.0 else 0.0
             prev = cj
-            S = Sn
 
 
 @jit_fma
@@ -252,7 +275,8 @@ def split_line_forward(sq, t, x, w, wrow, delta, mode, idx, sq_p, alpha, c, pref
     ``idx`` the permutations that sort them; ``w[wrow[r]]`` (n,) the signed masses. The
     tree's masses go to a (k, n) work space, read at once by the line cost while in the
     cache, instead of a (trees, k, n) array written and read back. Writes the split
-    ``alpha``, the sorted coordinates ``c``, the prefix sums and the cost (trees, k):
+    ``alpha``, the sorted coordinates ``c``, the masses beyond the atoms (:func:`forward`)
+    and the cost (trees, k):
     the same values as the two kernels one after the other.
     """
     k, n = t.shape[1], t.shape[2]

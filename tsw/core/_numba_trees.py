@@ -1,15 +1,21 @@
 """The Numba kernels of rooted trees, behind :mod:`tsw.core._kernels` (imported there only).
 
 Module-level functions, so that Numba's on-disk cache (``cache=True``) serves later
-processes without compiling again. Both follow, step for step, the NumPy/Python code they
-replace (``tsw.core.tree_wasserstein._euler_tour_numpy`` and
-``tsw.core.tree_plan._match_python``), so that both give the same orders and entries.
+processes without compiling again. The traversal and the matching follow, step for step,
+the NumPy/Python code they replace (``tsw.core.tree_wasserstein._euler_tour_numpy`` and
+``tsw.core.tree_plan._match_python``), so that both give the same orders and entries; the
+sums over subtrees replace ``tsw.core.tree_wasserstein.subtree_sums_torch`` (the same sums,
+accumulated in another order).
 
 * ``euler_tour``: the pre-order of a parent array (children pushed on a stack in
   increasing label order, so visited in decreasing order) and the end of every subtree in
   it, with a status code for parent arrays that are not trees.
 * ``match``: the bottom-up matching of an optimal transport plan on a tree whose nodes
   are labelled in pre-order.
+* ``subtree_sums`` / ``path_sums``: the sums of a function of the nodes over every subtree
+  (bottom up) and over every path to the root (top down), on a tree labelled in pre-order:
+  the two are each other's transpose (the subtree masses of ``tsw.tree_wasserstein`` and
+  their gradient).
 """
 
 # pyright: reportMissingImports=false
@@ -103,8 +109,8 @@ def match(end, ms, mt, rows, cols, vals, flow):
     O(1); at every node they and the node's own masses (its supply after the children's,
     then its demand) are matched in order. ``rows``, ``cols``, ``vals`` receive the
     entries (source node, target node, mass), each with room for ``2 V`` entries, and
-    ``flow`` (V,) the mass they move across the edge above each node (see
-    ``tsw.core.tree_plan._subtree_sums``).
+    ``flow`` (V,) the mass they move across the edge above each node: the subtree sums
+    of ``+m`` at an entry's two nodes and ``-2 m`` at the node where it is matched.
     """
     V = end.shape[0]
     g = np.zeros(V, dtype=np.float64)
@@ -173,13 +179,7 @@ def match(end, ms, mt, rows, cols, vals, flow):
             head[v], tail[v], sign[v] = sh, st, 1
         elif dh >= 0:
             head[v], tail[v], sign[v] = dh, dt, -1
-    total = 0.0  # subtree sums of g: differences of its prefix sums (np.cumsum's order)
-    for k in range(V):
-        flow[k] = total
-        total += g[k]
-    for k in range(V):
-        j = end[k]
-        flow[k] = (total if j == V else flow[j]) - flow[k]
+    _subtree_row(end, g, flow)  # bottom up: a small subtree's flow is not lost
     return e
 
 
@@ -498,3 +498,49 @@ def flow_warm():
     s = (ptr, out_idx, out_val)
     rows = np.arange(2, dtype=np.int64)
     flow_costs(*s, *s, rows, True, cell, cell, par, depth, X, 2, 2.0, 1e-13, out)
+
+
+@jit
+def _subtree_row(end, x, out):
+    """``out[v] = x[v] + sum of out[c]`` over the children ``c`` of ``v``, children first.
+
+    The sum of ``x`` over every subtree of a tree labelled in pre-order, accumulated
+    bottom up: each node's sum holds only the terms of its own subtree, so that a small
+    subtree's sum keeps its digits next to large ones elsewhere (a difference of prefix
+    sums in pre-order loses them).
+    """
+    for v in range(end.shape[0] - 1, -1, -1):
+        acc = x[v]
+        c = v + 1
+        while c < end[v]:  # the children: v + 1, then each at its previous one's end
+            acc += out[c]
+            c = end[c]
+        out[v] = acc
+
+
+@jit
+def subtree_sums(end, x, out):
+    """Per row: ``out[r, v]``, the sum of ``x[r]`` over the subtree of ``v`` (bottom up)."""
+    for r in range(x.shape[0]):
+        _subtree_row(end, x[r], out[r])
+
+
+@jit
+def path_sums(end, g, out):
+    """Per row: ``out[r, v]``, the sum of ``g[r]`` over ``v`` and its ancestors (top down).
+
+    The transpose of :func:`subtree_sums` (its gradient): node ``u`` is in the subtree of
+    ``v`` if and only if ``v`` is on the path from ``u`` to the root.
+    """
+    V = end.shape[0]
+    for r in range(g.shape[0]):
+        gr = g[r]
+        orow = out[r]
+        if V > 0:
+            orow[0] = gr[0]
+        for v in range(V):
+            c = v + 1
+            top = orow[v]
+            while c < end[v]:
+                orow[c] = top + gr[c]
+                c = end[c]

@@ -1,8 +1,9 @@
 """The compiled kernels' choice made once per graph: a backward takes its forward's.
 
-By default the compiled kernels (:mod:`tsw.core._kernels`) compile in the background and
-the torch operators serve until they are ready, so that within one process calls switch
-from one implementation to the other; the two differ by rounding. A backward pass that
+Where Numba's disk cache misses, the compiled kernels (:mod:`tsw.core._kernels`) compile
+in a child process and the torch operators serve until they are ready, so that within
+one process calls switch from one implementation to the other; the two differ by
+rounding. A backward pass that
 computes its forward again (the blocks' second pass through a retained graph,
 :mod:`tsw.core._blocks`; activation checkpointing; the S^2 angles' backward,
 :mod:`tsw.core._angles`) must take the implementation its forward took, or a second

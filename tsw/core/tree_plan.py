@@ -23,21 +23,29 @@ from tsw.core._plans import Accumulator
 from tsw.core._problem import to_numpy
 from tsw.core._random import refuse_tracing
 from tsw.core._validation import check_bool
-from tsw.core.tree_wasserstein import euler_tour, parents_array, tree_inputs
+from tsw.core.tree_wasserstein import (
+    euler_tour,
+    parents_array,
+    preorder_parents,
+    subtree_masses,
+    subtree_sums_torch,
+    tree_inputs,
+)
 
 __all__ = ["tree_plan"]
 
 
 def _match_python(
-    end: np.ndarray, ms: np.ndarray, mt: np.ndarray
+    end: np.ndarray, up: np.ndarray, ms: np.ndarray, mt: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Match bottom-up without Numba (``_numba_trees.match``, step for step).
 
-    On a tree labelled in pre-order, node ``v``'s subtree ``v .. end[v] - 1``. Each node's
-    unmatched remainder is a linked list of pieces (node, mass) of one sign, so that
-    concatenating the children's lists costs O(1); every match removes at least one
-    piece, so the pass is O(V) with at most 2V - 1 entries. Returns the source nodes,
-    target nodes and masses of the entries, and the mass they move across each edge.
+    On a tree labelled in pre-order, node ``v``'s subtree ``v .. end[v] - 1`` and its
+    parent ``up[v]``. Each node's unmatched remainder is a linked list of pieces (node,
+    mass) of one sign, so that concatenating the children's lists costs O(1); every
+    match removes at least one piece, so the pass is O(V) with at most 2V - 1 entries.
+    Returns the source nodes, target nodes and masses of the entries, and the mass they
+    move across each edge.
     """
     V = len(end)
     ends = end.tolist()
@@ -112,30 +120,39 @@ def _match_python(
         index(rows, dtype=np.int64),
         index(cols, dtype=np.int64),
         index(vals, dtype=np.float64),
-        _subtree_sums(index(g, dtype=np.float64), end),
+        _flows(index(g, dtype=np.float64), up),
     )
 
 
-def _subtree_sums(g: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Return the sums of ``g`` over every subtree (``k .. end[k] - 1``), in pre-order.
+def _flows(g: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """Return the sums of ``g`` over every subtree: the mass the plan moves across each edge.
 
     With ``g`` holding ``+m`` at both nodes of every entry of mass ``m`` and ``-2 m`` at
     the node where it is matched (their lowest common ancestor), the sum over ``v``'s
     subtree is the mass the entries move across the edge above ``v``: an entry crosses it
-    if and only if one of its nodes lies in the subtree and the other does not. The
-    kernel (``_numba_trees.match``) sums in the same order.
+    if and only if one of its nodes lies in the subtree and the other does not. Summed
+    bottom up (:func:`tsw.core.tree_wasserstein.subtree_sums_torch`; the kernel in one
+    pass), so that a small flow keeps its digits beside large ones.
     """
-    csum = np.concatenate([[0.0], np.cumsum(g)])
-    return csum[end] - csum[:-1]
+    return subtree_sums_torch(torch.from_numpy(g), up).numpy()
+
+
+def _fallback_parents(parents: np.ndarray, pre: np.ndarray) -> np.ndarray | None:
+    """None where the compiled matching runs, else the parents in pre-order labels."""
+    return None if _kernels.trees_usable() else preorder_parents(parents, pre)
 
 
 def _match_preorder(
-    end: np.ndarray, ms: np.ndarray, mt: np.ndarray
+    end: np.ndarray, up: np.ndarray | None, ms: np.ndarray, mt: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Match on a tree labelled in pre-order (subtree ends ``end``): compiled if it can."""
-    if _kernels.trees_usable():
+    """Match on a tree labelled in pre-order (subtree ends ``end``).
+
+    Compiled where ``up`` is None (:func:`_fallback_parents`), else in Python with the
+    parents ``up`` in pre-order labels.
+    """
+    if up is None:
         return _kernels.tree_match(end, ms, mt)
-    return _match_python(end, ms, mt)
+    return _match_python(end, up, ms, mt)
 
 
 def match_on_tree(
@@ -163,7 +180,7 @@ def match_on_tree(
             f"mass_s and mass_t must have shape (V,) with V={par.shape[0]}; got "
             f"mass_s.shape={ms.shape} and mass_t.shape={mt.shape}"
         )
-    rows, cols, vals, _ = _match_preorder(end, ms[pre], mt[pre])
+    rows, cols, vals, _ = _match_preorder(end, _fallback_parents(par, pre), ms[pre], mt[pre])
     return pre[rows], pre[cols], vals
 
 
@@ -219,7 +236,11 @@ def tree_plan(
     cost : Tensor or ndarray of shape (...)
         :math:`\sum_{u, v} P_{uv}\, d_T(u, v)`, summed over the plan's entries (each
         entry's path length), equal to :func:`tsw.tree_wasserstein` at ``p = 1`` up to
-        rounding; differentiable with respect to ``edge_lengths``. NumPy for NumPy
+        rounding; differentiable with respect to ``edge_lengths`` (the plan held fixed:
+        the mass it moves across each edge) and to the masses (the gradient of the
+        tree Wasserstein-1 distance, which the optimal plan's cost is: for ``mass_s``,
+        :math:`\sum_{v \neq r,\, u \in \Gamma(v)} w_v\, \mathrm{sign}(\mu(\Gamma(v))
+        - \nu(\Gamma(v)))` at node ``u``, its negative for ``mass_t``). NumPy for NumPy
         inputs.
 
     Raises
@@ -278,8 +299,9 @@ def tree_plan(
     # it reads its lists in order
     flows = np.empty((B, V))
     dev = mass_s.device
+    up = _fallback_parents(par, pre)
     for i in range(B):
-        rows, cols, vals, flows[i] = _match_preorder(end, ms[i], mt[i])
+        rows, cols, vals, flows[i] = _match_preorder(end, up, ms[i], mt[i])
         acc.add(
             torch.from_numpy(pre[rows]).to(dev),
             torch.from_numpy(pre[cols]).to(dev),
@@ -290,5 +312,11 @@ def tree_plan(
     flow = torch.from_numpy(flows[:, 1:]).to(device=dev, dtype=mass_s.dtype)
     lengths = edge_lengths.index_select(-1, torch.as_tensor(pre[1:], device=dev))
     cost = (lengths * flow.reshape(*lead, V - 1)).sum(-1)
+    if torch.is_grad_enabled() and (mass_s.requires_grad or mass_t.requires_grad):
+        # the plan is optimal, so its cost is the tree W1 of the masses: the cost takes
+        # that function's gradient with respect to the masses (the dual potentials)
+        sub = subtree_masses(mass_s, mass_t, par, pre, end)
+        w1 = (lengths.detach() * sub.abs()).sum(-1)
+        cost = cost + (w1 - w1.detach())
     plan = acc.result()
     return (plan, to_numpy(cost)) if numpy else (plan, cost)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
@@ -59,31 +60,32 @@ def _compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
-def _edge_lengths(c: Tensor) -> tuple[Tensor, Tensor]:
-    """Negative-side and positive-side edge lengths attached to each sorted atom.
+def _side_lengths(c: Tensor) -> Tensor:
+    """Return the length of the edge on each sorted atom's root side.
 
-    ``dn[j] = min(c[j+1], 0) - min(c[j], 0)`` (with ``c[n] := 0``): the part of the
-    gap to the next atom (or to the root) below 0, crossed by the prefix mass ``P_j``.
-    ``dp[j] = max(c[j], 0) - max(c[j-1], 0)`` (with ``c[-1] := 0``): the part of the gap
-    from the previous atom (or the root) above 0, crossed by the suffix mass ``S_j``.
+    Below the root (``c_j < 0``) the edge to the next atom or to the root,
+    ``min(c[j+1], 0) - c[j]`` (with ``c[n] := 0``), crossed by the prefix mass ``P_j``;
+    at or above it the edge from the previous atom or from the root, ``c[j] - max(c[j-1],
+    0)`` (with ``c[-1] := 0``), crossed by the suffix mass ``S_j``. One of the two parts
+    is 0 at every atom, so the length is their sum.
     """
     if _compiling():  # torch.compile cannot trace out= writes into slices
         neg, pos = c.clamp(max=0), c.clamp(min=0)
         dn = torch.cat([neg[..., 1:] - neg[..., :-1], -neg[..., -1:]], dim=-1)
-        return dn, torch.cat([pos[..., :1], pos[..., 1:] - pos[..., :-1]], dim=-1)
+        return dn + torch.cat([pos[..., :1], pos[..., 1:] - pos[..., :-1]], dim=-1)
     buf = c.clamp(max=0)
-    dn = torch.empty_like(c)
-    torch.sub(buf[..., 1:], buf[..., :-1], out=dn[..., :-1])
-    torch.neg(buf[..., -1:], out=dn[..., -1:])
+    out = torch.empty_like(c)
+    torch.sub(buf[..., 1:], buf[..., :-1], out=out[..., :-1])
+    torch.neg(buf[..., -1:], out=out[..., -1:])
     torch.clamp(c, min=0, out=buf)
-    dp = torch.empty_like(c)
-    dp[..., :1] = buf[..., :1]
-    torch.sub(buf[..., 1:], buf[..., :-1], out=dp[..., 1:])
-    return dn, dp
+    out[..., :1] += buf[..., :1]
+    out[..., 1:] += buf[..., 1:]
+    out[..., 1:] -= buf[..., :-1]
+    return out
 
 
 def _ray_lengths(c: Tensor) -> Tensor:
-    """``dp`` of :func:`_edge_lengths` when every coordinate is >= 0 (``c[-1] := 0``)."""
+    """:func:`_side_lengths` when every coordinate is >= 0 (``c[-1] := 0``)."""
     if _compiling():
         return torch.cat([c[..., :1], c[..., 1:] - c[..., :-1]], dim=-1)
     dp = torch.empty_like(c)
@@ -92,27 +94,37 @@ def _ray_lengths(c: Tensor) -> Tensor:
     return dp
 
 
-def _suffix(prefix: Tensor, out: Tensor) -> Tensor:
-    """Suffix sums ``S_j = total - P_{j-1}`` from prefix sums, written into ``out``.
+def _suffix_sums(x: Tensor) -> Tensor:
+    """``sum_{i >= j} x_i`` along the last axis, summed from the far end."""
+    if _compiling():
+        return x.flip(-1).cumsum(-1).flip(-1)
+    return x.flip(-1).cumsum_(-1).flip(-1)
 
-    Under ``torch.compile`` a new tensor is returned and ``out`` is left as it was.
+
+def _below(c: Tensor) -> Tensor:
+    """1 where a sorted coordinate lies below the root (``c < 0``), else 0, in ``c``'s dtype.
+
+    A float mask (``1 * x`` and ``0 * x`` are exact for finite ``x``): products and sums
+    with it run as fast as any arithmetic, where ``torch.where`` on a boolean mask took
+    several times as long on the CPU.
     """
-    total = prefix[..., -1:]
-    if _compiling():
-        return torch.cat([total, total - prefix[..., :-1]], dim=-1)
-    out[..., :1] = total
-    torch.sub(total, prefix[..., :-1], out=out[..., 1:])
-    return out
+    return c.clamp(max=0).sign().neg_()
 
 
-def _backward_diff(b: Tensor) -> Tensor:
-    """``b_j - b_{j+1}`` (with ``b_n := 0``) along the last axis."""
-    if _compiling():
-        return torch.cat([b[..., :-1] - b[..., 1:], b[..., -1:]], dim=-1)
-    d = torch.empty_like(b)
-    torch.sub(b[..., :-1], b[..., 1:], out=d[..., :-1])
-    d[..., -1:] = b[..., -1:]
-    return d
+def _beyond(ms: Tensor, c: Tensor, rays: bool) -> Tensor:
+    """Return the mass beyond each sorted atom seen from the root (``ms``: sorted masses).
+
+    The prefix sum ``P_j`` below the root (``c_j < 0``), the suffix sum ``S_j`` at or
+    above it, each summed from the far end of its side: a suffix read as ``total -
+    P_{j-1}`` would lose a small mass far out beside a large one nearer the root.
+    """
+    suffix = _suffix_sums(ms)
+    if rays:
+        return suffix
+    below = _below(c.detach())  # piecewise constant: no gradient
+    prefix = ms.cumsum(-1) if _compiling() else ms.cumsum_(-1)  # ms is a fresh gather
+    # P where below, S elsewhere: S + below (P - S) is not exact, S (1 - below) + P below is
+    return suffix.mul_(1 - below).add_(prefix.mul_(below))
 
 
 def _abs_pow_(x: Tensor, p: float) -> Tensor:
@@ -138,9 +150,10 @@ class _LineCost(torch.autograd.Function):
 
     Forward and backward are written out (in place where possible: on CPU, large
     fresh allocations cost as much as the arithmetic) and keep only the sorted
-    coordinates, the permutation and the prefix sums for the backward pass. On the CPU,
-    with Numba installed and p in {1, 2}, the passes after the sort are compiled loops
-    (:mod:`tsw.core._kernels`) that follow the same formulas.
+    coordinates, the permutation and the masses beyond the atoms (:func:`_beyond`) for
+    the backward pass. On the CPU, with Numba installed and p in {1, 2}, the passes
+    after the sort are compiled loops (:mod:`tsw.core._kernels`) that follow the same
+    formulas.
     """
 
     @staticmethod
@@ -152,76 +165,68 @@ class _LineCost(torch.autograd.Function):
         ctx.fused = _kernels.usable(coords, masses, p=p)
         if ctx.fused:  # compiled loops (tsw.core._kernels), the sorted values among them
             idx = argsort_last(coords, compact=True)  # int32 where the sort writes it
-            cost, prefix, c = _kernels.line_cost_forward(coords, idx, masses, p, rays)
-            ctx.save_for_backward(c, idx, prefix, coords, masses)
+            cost, beyond, c = _kernels.line_cost_forward(coords, idx, masses, p, rays)
+            ctx.save_for_backward(c, idx, beyond, coords, masses)
             return cost
         c, idx = sort_last(coords)
-        shared = c.shape != masses.shape
-        idx_m = idx.expand(masses.shape) if shared else idx
-        prefix = torch.gather(masses, -1, idx_m).cumsum_(-1)  # P_j: mass at coords <= c_j
-        work = _abs_pow_(_suffix(prefix, torch.empty_like(prefix)), p)  # |S_j|^p
-        if rays:  # no negative side
-            cost = work.mul_(_ray_lengths(c)).sum(-1)
-        else:
-            dn, dp = _edge_lengths(c)
-            cost = work.mul_(dp).sum(-1)
-            work = torch.abs(prefix) if _compiling() else torch.abs(prefix, out=work)
-            cost += (work if p == 1.0 else work.pow_(p)).mul_(dn).sum(-1)
-        ctx.save_for_backward(c, idx, prefix, coords, masses)
+        idx_m = idx.expand(masses.shape) if c.shape != masses.shape else idx
+        beyond = _beyond(torch.gather(masses, -1, idx_m), c, rays)
+        lengths = _ray_lengths(c) if rays else _side_lengths(c)
+        cost = _abs_pow(beyond, p).mul_(lengths).sum(-1)
+        ctx.save_for_backward(c, idx, beyond, coords, masses)
         return cost
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        c, idx, prefix, coords, masses = ctx.saved_tensors
-        p = ctx.p
+        c, idx, beyond, coords, masses = ctx.saved_tensors
+        p, rays = ctx.p, ctx.rays
         if building_graph():  # create_graph: the same gradient, with its own graph
-            cost = partial(line_cost_graph, p=p, rays=ctx.rays)
+            cost = partial(line_cost_graph, p=p, rays=rays)
             needs = ctx.needs_input_grad[:2]
             return (*graph_backward(cost, (coords, masses), needs, grad), None, None)
         g = grad.unsqueeze(-1)
-        shared = c.shape != prefix.shape
         grad_c = grad_m = None
         if ctx.fused:
             grad_m, gc = _kernels.line_cost_backward(
-                c, idx, prefix, grad, p, ctx.rays, *ctx.needs_input_grad[1::-1]
+                c, idx, beyond, grad, p, rays, *ctx.needs_input_grad[1::-1]
             )
             return (None if gc is None else _sum_to(gc, c.shape)), grad_m, None, None
-        if ctx.rays:
-            return (*_ray_cost_backward(ctx, c, idx, prefix, g), None, None)
+        below = None if rays else _below(c)
         if ctx.needs_input_grad[1]:
-            dn, dp = _edge_lengths(c)
-            # m_i enters P_j for j >= i and S_j for j <= i:
-            # dC/dm_i = sum_{j >= i} dC/dP_j + sum_{j <= i} dC/dS_j
-            #         = sum_{j <= i} (dC/dS_j - dC/dP_{j-1}) + sum_j dC/dP_j,
-            # one cumulative sum (the slowest pass after the sort) instead of two
-            ga = _dabs_pow_(prefix.clone(), p).mul_(dn)  # dC/dP_j
-            total = ga.sum(-1, keepdim=True)
-            gs = _suffix(prefix, dn if not shared else torch.empty_like(prefix))
-            gs = _dabs_pow_(gs, p).mul_(dp)  # dC/dS_j
-            del dp
-            gs[..., 1:] -= ga[..., :-1]
-            gs = gs.cumsum_(-1).add_(total)
-            grad_m = unsort_last(gs.mul_(g), idx, out=ga)  # idx is a permutation: all written
-            del gs
-        if ctx.needs_input_grad[0]:
-            # dC/dc_j = [c_j < 0] (|P_{j-1}|^p - |P_j|^p) + [c_j > 0] (|S_j|^p - |S_{j+1}|^p)
-            a = _abs_pow_(torch.abs(prefix), p)
-            da = torch.neg(a)
-            da[..., 1:] += a[..., :-1]
-            bb = _abs_pow_(_suffix(prefix, a), p)
-            db = _backward_diff(bb)
-            if _compiling():
-                neg, pos = torch.clamp(c, max=0).sign_(), torch.clamp(c, min=0).sign_()
-                gc = da.mul_(neg).neg_()
+            # m_i enters P_j for i <= j < z and S_j for z <= j <= i (z: the first atom at
+            # or above the root): dC/dm_i sums D_j = w_j d|B_j|^p over those j, from the
+            # root outwards on either side (no difference of sums)
+            d = _dabs_pow_(beyond.clone(), p).mul_(_ray_lengths(c) if rays else _side_lengths(c))
+            if below is None:
+                gs = d.cumsum_(-1)
             else:
-                neg = torch.clamp(c, max=0, out=None if shared else bb).sign_()  # -1 if c < 0
-                gc = da.mul_(neg).neg_()
-                pos = torch.clamp(c, min=0, out=neg).sign_()  # 1 where c > 0, else 0
-            gc += db.mul_(pos)
-            del db, pos
-            gc = _sum_to(gc.mul_(g), c.shape)
-            grad_c = unsort_last(gc, idx)
+                part = d * below
+                gs = _suffix_sums(part).add_(d.sub_(part).cumsum_(-1))
+            grad_m = unsort_last(gs.mul_(g), idx)
+            del d, gs
+        if ctx.needs_input_grad[0]:
+            # dC/dc_j = |B_{j-1}|^p - |B_j|^p below the root, |B_j|^p - |B_{j+1}|^p above
+            # it (B_{-1} = B_n = 0), 0 for an atom at the root
+            a = _abs_pow(beyond, p)
+            up = _backward_diff(a)  # |B_j|^p - |B_{j+1}|^p
+            if below is None:
+                gc = up
+            else:
+                down = torch.neg(a)
+                down[..., 1:] += a[..., :-1]
+                gc = up.mul_(c.clamp(min=0).sign_()).add_(down.mul_(below))
+            grad_c = unsort_last(_sum_to(gc.mul_(g), c.shape), idx)
         return grad_c, grad_m, None, None
+
+
+def _backward_diff(b: Tensor) -> Tensor:
+    """``b_j - b_{j+1}`` (with ``b_n := 0``) along the last axis."""
+    if _compiling():
+        return torch.cat([b[..., :-1] - b[..., 1:], b[..., -1:]], dim=-1)
+    d = torch.empty_like(b)
+    torch.sub(b[..., :-1], b[..., 1:], out=d[..., :-1])
+    d[..., -1:] = b[..., -1:]
+    return d
 
 
 def _abs_pow(x: Tensor, p: float) -> Tensor:
@@ -234,49 +239,25 @@ def _abs_pow(x: Tensor, p: float) -> Tensor:
 def line_cost_graph(coords: Tensor, masses: Tensor, p: float, rays: bool) -> Tensor:
     """:class:`_LineCost`'s forward in differentiable torch operations (its graph backward).
 
-    The same formulas: the atoms sorted by coordinate, the prefix masses ``P_j`` and the
-    suffix masses ``S_j``, and ``sum_j |S_j|^p dp_j + |P_j|^p dn_j`` over the positive-
-    and negative-side edge lengths; autograd differentiates them as often as asked.
+    The same formulas: the atoms sorted by coordinate, the masses beyond them
+    (:func:`_beyond`) and ``sum_j |B_j|^p w_j`` over the edges on the atoms' root sides;
+    autograd differentiates them as often as asked.
     """
     c, idx = sort_last(coords)  # c = gather(coords, idx): differentiable
-    prefix = torch.gather(masses, -1, idx.expand(masses.shape)).cumsum(-1)
-    total = prefix[..., -1:]
-    suffix = torch.cat([total, total - prefix[..., :-1]], dim=-1)
+    beyond = _beyond(torch.gather(masses, -1, idx.expand(masses.shape)), c, rays)
     if rays:
         lengths = torch.cat([c[..., :1], c[..., 1:] - c[..., :-1]], dim=-1)
-        return (_abs_pow(suffix, p) * lengths).sum(-1)
-    neg, pos = c.clamp(max=0), c.clamp(min=0)
-    dn = torch.cat([neg[..., 1:] - neg[..., :-1], -neg[..., -1:]], dim=-1)
-    dp = torch.cat([pos[..., :1], pos[..., 1:] - pos[..., :-1]], dim=-1)
-    return (_abs_pow(suffix, p) * dp).sum(-1) + (_abs_pow(prefix, p) * dn).sum(-1)
+    else:
+        neg, pos = c.clamp(max=0), c.clamp(min=0)
+        dn = torch.cat([neg[..., 1:] - neg[..., :-1], -neg[..., -1:]], dim=-1)
+        lengths = dn + torch.cat([pos[..., :1], pos[..., 1:] - pos[..., :-1]], dim=-1)
+    return (_abs_pow(beyond, p) * lengths).sum(-1)
 
 
 def _sum_to(x: Tensor, shape: torch.Size) -> Tensor:
     """Sum the sorted-order gradient of lines that share coordinates (and permutation)."""
     dims = [i for i, (s, t) in enumerate(zip(shape, x.shape, strict=True)) if s != t]
     return x.sum(dims, keepdim=True) if dims else x
-
-
-def _ray_cost_backward(ctx, c, idx, prefix, g):
-    """Backward of :class:`_LineCost` when every coordinate is >= 0 (rays).
-
-    Only suffix masses enter: ``dC/dm_i = sum_{j <= i} dC/dS_j`` and
-    ``dC/dc_j = |S_j|^p - |S_{j+1}|^p``.
-    """
-    p = ctx.p
-    grad_c = grad_m = None
-    suffix = _suffix(prefix, torch.empty_like(prefix))
-    if ctx.needs_input_grad[1]:
-        gs = _dabs_pow_(suffix.clone(), p).mul_(_ray_lengths(c)).cumsum_(-1).mul_(g)
-        grad_m = unsort_last(gs, idx)
-        del gs
-    if ctx.needs_input_grad[0]:
-        bb = _abs_pow_(suffix, p)
-        gc = _backward_diff(bb)
-        del bb, suffix
-        gc = _sum_to(gc.mul_(g), c.shape)
-        grad_c = unsort_last(gc, idx)
-    return grad_c, grad_m
 
 
 def line_cost(coords: Tensor, masses: Tensor, p: float = 1.0, *, rays: bool = False) -> Tensor:
@@ -319,11 +300,12 @@ def line_cost(coords: Tensor, masses: Tensor, p: float = 1.0, *, rays: bool = Fa
 
     Notes
     -----
-    One sort, one gather, one cumulative sum, O(n log n) per line (per row of
-    ``coords``: one sort serves all lines sharing it); the backward pass
-    is analytic (two cumulative sums and two scatters) and keeps only the sorted
-    coordinates, the permutation and the prefix/suffix sums. At ties the gradient is
-    a valid subgradient.
+    One sort, one gather, O(n log n) per line (per row of ``coords``: one sort serves
+    all lines sharing it); the mass beyond an edge is summed from the line's far end on
+    either side of the root, so that a small mass far out keeps its digits beside large
+    ones nearer the root. The backward pass is analytic (cumulative sums from the root
+    outwards and two scatters) and keeps only the sorted coordinates, the permutation
+    and the masses beyond the atoms. At ties the gradient is a valid subgradient.
 
     Examples
     --------
@@ -386,7 +368,7 @@ def line_system_cost(
     Notes
     -----
     For chains, line ``i`` receives a virtual atom at ``attachments[i + 1]`` carrying
-    the signed mass of lines ``i + 1, ..., k - 1`` (one reverse cumulative sum), after
+    the signed mass of lines ``i + 1, ..., k - 1`` (one cumulative sum from the last), after
     which every line is handled as a ray pair rooted at 0 (spec 1.4). No loop over
     lines or trees.
 
@@ -449,7 +431,10 @@ def system_cost(coords: Tensor, masses: Tensor, attachments: Tensor | None, p: f
         return line_cost(coords, masses, p).sum(-1)
     masses = masses.expand(coords.shape)
     totals = masses.sum(-1)  # (..., k)
-    below = totals.flip(-1).cumsum(-1).flip(-1) - totals  # sum over lines > i
+    # the mass of the lines after each line, summed from the last (a suffix sum less the
+    # line's own total would lose a small mass far down the chain)
+    after = _suffix_sums(totals)
+    below = torch.cat([after[..., 1:], torch.zeros_like(after[..., :1])], dim=-1)
     vc = torch.cat([attachments[..., 1:], torch.zeros_like(attachments[..., :1])], dim=-1)
     vc = vc.expand(below.shape)
     coords = torch.cat([coords, vc.unsqueeze(-1)], dim=-1)
@@ -462,6 +447,15 @@ def system_cost(coords: Tensor, masses: Tensor, attachments: Tensor | None, p: f
 
 def parents_array(parents: object) -> np.ndarray:
     """``parents`` (a tensor, a NumPy array or a sequence of ints) as a 1-D int64 array."""
+    given: Any = parents
+    shape = tuple(given.shape) if isinstance(given, Tensor) else np.shape(given)
+    if shape == (0,):  # read as floats (an empty list): say so before the dtype
+        raise ValueError(
+            "parents is empty: a tree has at least one node, its root (parent -1); got "
+            "parents of shape (0,)"
+        )
+    if 0 in shape or len(shape) != 1:
+        raise ValueError(f"parents must have shape (V,) with V >= 1; got shape {shape}")
     if isinstance(parents, Tensor):
         if parents.dtype.is_floating_point or parents.dtype == torch.bool:
             raise TypeError(f"parents must hold integers; got dtype {parents.dtype}")
@@ -471,8 +465,6 @@ def parents_array(parents: object) -> np.ndarray:
         if par.dtype.kind not in "iu":
             raise TypeError(f"parents must hold integers; got {par.dtype}")
         par = par.astype(np.int64)
-    if par.ndim != 1 or par.shape[0] == 0:
-        raise ValueError(f"parents must have shape (V,) with V >= 1; got shape {par.shape}")
     return par
 
 
@@ -539,6 +531,97 @@ def euler_tour(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         f"parents must describe a tree (connected, acyclic); only {status} of {n} nodes "
         "are reachable from the root"
     )
+
+
+def preorder_parents(parents: np.ndarray, pre: np.ndarray) -> np.ndarray:
+    """Return every node's parent in pre-order labels (node ``pre[k]`` is ``k``); -1: the root."""
+    order = np.empty_like(pre)
+    order[pre] = np.arange(pre.shape[0])
+    up = parents[pre]
+    return np.where(up >= 0, order[np.maximum(up, 0)], -1)
+
+
+def subtree_sums_torch(x: Tensor, up: np.ndarray) -> Tensor:
+    """Sum ``x`` (..., V) over every subtree by doubling the jumps to the ancestors.
+
+    ``x`` is in pre-order labels and ``up`` (:func:`preorder_parents`) the parent of each
+    node. Round ``j`` adds each node's partial sum to its ``2^j``-th ancestor: after it,
+    a node holds the sum over its descendants less than ``2^(j + 1)`` levels below (the
+    jumps of 1, 2, 4, ... levels write every depth in binary once), so
+    ``ceil(log2(depth + 1))`` rounds of ``index_add`` (differentiable, on any device)
+    finish it. Every partial sum holds terms of the node's own subtree only: no
+    difference of prefix sums, whose rounding would lose a small subtree's mass.
+    """
+    jump = up
+    out = x
+    while True:
+        nodes = np.flatnonzero(jump >= 0)
+        if nodes.size == 0:
+            return out
+        src = torch.as_tensor(nodes, device=x.device)
+        dst = torch.as_tensor(jump[nodes], device=x.device)
+        out = out.index_add(-1, dst, out.index_select(-1, src))
+        jump = jump[np.maximum(jump, 0)]  # the root's entry is -1: beyond it stays -1
+
+
+def _tree_rows(fn: Any, x: Tensor, end: np.ndarray) -> Tensor:
+    """Run the tree kernel ``fn`` on the rows of ``x`` (..., V) in float64; ``x``'s dtype out."""
+    rows = x.detach().reshape(-1, x.shape[-1]).to(torch.float64).numpy()
+    return torch.from_numpy(fn(end, rows)).to(x.dtype).view(x.shape)
+
+
+class _SubtreeSums(torch.autograd.Function):
+    """Sums over every subtree, bottom up, compiled (:func:`tsw.core._kernels.tree_subtree_sums`).
+
+    Linear, with the path sums (:class:`_PathSums`) as its transpose: its gradient, to
+    any order.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, end: np.ndarray) -> Tensor:  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        ctx.end = end
+        return _tree_rows(_kernels.tree_subtree_sums, x, end)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        return _PathSums.apply(grad, ctx.end), None
+
+
+class _PathSums(torch.autograd.Function):
+    """Sums over every path to the root, top down: the gradient of :class:`_SubtreeSums`."""
+
+    @staticmethod
+    def forward(ctx, g: Tensor, end: np.ndarray) -> Tensor:  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        ctx.end = end
+        return _tree_rows(_kernels.tree_path_sums, g, end)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        return _SubtreeSums.apply(grad, ctx.end), None
+
+
+def subtree_sums(x: Tensor, parents: np.ndarray, pre: np.ndarray, end: np.ndarray) -> Tensor:
+    """Sum ``x`` (..., V) over every subtree, bottom up; differentiable.
+
+    ``x`` is in pre-order labels (``pre`` and ``end`` from :func:`euler_tour` of
+    ``parents``). Compiled on the CPU (:func:`tsw.core._kernels.trees_usable`: one pass,
+    children before parents, in float64), :func:`subtree_sums_torch` otherwise.
+    """
+    if x.device.type == "cpu" and _kernels.trees_usable():
+        return _SubtreeSums.apply(x, end)
+    return subtree_sums_torch(x, preorder_parents(parents, pre))
+
+
+def subtree_masses(
+    mass_s: Tensor, mass_t: Tensor, parents: np.ndarray, pre: np.ndarray, end: np.ndarray
+) -> Tensor:
+    """``mu(subtree) - nu(subtree)`` (..., V - 1) of every node but the root, in pre-order.
+
+    Node ``pre[k]``'s subtree is ``pre[k:end[k]]`` (:func:`euler_tour`); its mass is
+    summed bottom up (:func:`subtree_sums`). Differentiable.
+    """
+    order = torch.as_tensor(pre, device=mass_s.device)
+    return subtree_sums((mass_s - mass_t).index_select(-1, order), parents, pre, end)[..., 1:]
 
 
 def _as_input(x: object, name: str, like: object) -> Tensor:
@@ -671,9 +754,13 @@ def tree_wasserstein(
     -----
     The tree structure is read on the CPU in one depth-first pass, O(V) (compiled with
     Numba when it is installed, in NumPy and Python otherwise; no recursion, so paths of
-    any depth are fine); subtree masses are then differences of one prefix sum in
-    pre-order, O(V) per measure, in torch operations (differentiable). Timings against a
-    sort of as many floats are in ``benchmarks/results/plans.md``.
+    any depth are fine). The subtree masses are then accumulated bottom up, each from
+    its children's, so that a small subtree keeps its mass beside large ones elsewhere
+    (a difference of prefix sums would lose it): one compiled pass on the CPU, O(V) per
+    measure (in float64), otherwise ``ceil(log2(depth + 1))`` rounds of ``index_add``
+    on the masses' device, each adding partial sums to the ancestors ``2^j`` levels up.
+    Both are differentiable. Timings against a sort of as many floats are in
+    ``benchmarks/results/plans.md``.
 
     References
     ----------
@@ -698,13 +785,8 @@ def tree_wasserstein(
     )
     n = par.shape[0]
     pre, end = euler_tour(par)
-    dev = mass_s.device
-    pre_t = torch.as_tensor(pre[1:], device=dev)  # the nodes but the root, in pre-order
-    diff = (mass_s - mass_t).index_select(-1, torch.as_tensor(pre, device=dev))
-    csum = torch.cat([torch.zeros_like(diff[..., :1]), diff.cumsum(-1)], dim=-1)
-    # the subtree masses: node pre[k]'s subtree is pre[k:end[k]]
-    sub = csum.index_select(-1, torch.as_tensor(end[1:], device=dev)) - csum[..., 1:n]
-    lengths = edge_lengths.index_select(-1, pre_t)
+    sub = subtree_masses(mass_s, mass_t, par, pre, end)
+    lengths = edge_lengths.index_select(-1, torch.as_tensor(pre[1:], device=mass_s.device))
     if power or p == 1:
         cost = (lengths * sub.abs().pow(p)).sum(-1)
         out = cost if power else safe_root(cost, p)
