@@ -265,7 +265,7 @@ class W1Index(Options):
         plan = self._plan
         return (
             f"W1Index(n={len(self)}, n_points={self.trees.n_points}, trees={len(self.trees)} "
-            f"{self.trees.kind}, rerank={plan.rerank!r}, candidates={plan.shortlists}, "
+            f"{self.trees.kind}, rerank={plan.rerank!r}, candidates={plan.label}, "
             f"metric={self._model.metric!r})"
         )
 
@@ -350,7 +350,9 @@ class W1Index(Options):
             for lo, hi in knn_blocks(len(rows)):
                 block = rows.take(np.arange(lo, hi))
                 skip = None if exclude is None else exclude[lo:hi]
-                dist[lo:hi], ids[lo:hi] = run(ex, self._model, self._plan, block, k, skip)
+                dist[lo:hi], ids[lo:hi] = run(
+                    ex, self._model, self._plan, block, k, len(self), skip
+                )
                 bar.update(hi - lo)
         return dist, ids
 
