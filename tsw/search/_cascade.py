@@ -30,11 +30,12 @@ RERANKS = ("exact", "flowtree")
 def default_shortlists(rerank: str, n: int, k: int) -> tuple[int, ...]:
     r"""Return the shortlists of ``candidates=None`` for ``k`` neighbours among ``n`` rows.
 
-    With ``rerank="exact"``: :math:`c_2 = \max(3k, \lceil \sqrt{n} / 2 \rceil)` for the
-    exact stage and :math:`c_1 = \max(20k, 2 c_2)` for stage one (each of its two
-    lists); with ``rerank="flowtree"``: :math:`(c_1,)`. For ``k = 10``: (200, 30) up to
-    3,600 rows, (200, 55) at 12,000, (224, 112) at 50,000, (318, 159) at 100,000: the
-    ranks of the exact neighbours under the cheaper stages grow with the database.
+    With ``rerank="exact"``: :math:`c_2 = \max(3k, \lceil \sqrt{n} / 2 \rceil)` for
+    Flowtree's shortlist (to exact W1) and :math:`c_1 = \max(20k, 2 c_2)` for stage one
+    (each of its two lists); with ``rerank="flowtree"``: :math:`(c_1,)`. For ``k = 10``:
+    (200, 30) up to 3,600 rows, (200, 55) at 12,000, (224, 112) at 50,000, (318, 159) at
+    100,000: the ranks of the exact neighbours under the cheaper stages grow with the
+    database.
     """
     c2 = max(3 * k, math.ceil(math.sqrt(n) / 2))
     c1 = max(20 * k, 2 * c2)
