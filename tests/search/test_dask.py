@@ -37,7 +37,8 @@ def _same(a, b):
         {"rerank": None},
         {"rerank": "flowtree", "candidates": 20},
         pytest.param({"candidates": (25, 12)}, marks=pytest.mark.slow),
-        pytest.param({}, marks=pytest.mark.slow),  # the defaults: the whole database reranked
+        pytest.param({"candidates": 8}, marks=pytest.mark.slow),  # both short lists to exact
+        pytest.param({}, marks=pytest.mark.slow),  # the defaults: (120, 18) for k = 6 of 150
     ],
 )
 def test_sharded_index_answers_as_the_local_one(client, data, options):

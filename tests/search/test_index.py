@@ -11,6 +11,7 @@ import torch
 from _search_ref import brute_force, corpus, exact_w1, topk, tsw_oracle
 
 import tsw
+from tsw.search._cascade import default_shortlists
 from tsw.search._store import smallest
 
 F64 = torch.float64
@@ -115,6 +116,112 @@ def test_knn_graph_is_every_row_against_the_others(small):
     np.testing.assert_allclose(D, np.sort(R, 1)[:, :5], rtol=1e-12, atol=1e-14)
     _, ids2 = _index(words, DB, n_trees=2).knn_graph(5)  # the defaults: a cascade
     assert (np.arange(40)[:, None] != ids2).all()
+
+
+# --------------------------------------------------------------------------- shortlists
+
+
+def _ranked(D: np.ndarray, c: int) -> list[set[int]]:
+    """The ``c`` smallest of each row of ``D`` as sets, after checking that the c-th and
+    the next values differ (no tie or rounding decides who is in)."""
+    order = np.argsort(D, axis=1, kind="stable")
+    gap = np.take_along_axis(D, order[:, c : c + 1], 1) - np.take_along_axis(
+        D, order[:, c - 1 : c], 1
+    )
+    assert (gap > 1e-9).all()
+    return [set(row[:c].tolist()) for row in order]
+
+
+def _means_cost(words: np.ndarray, Q: np.ndarray, H: np.ndarray) -> np.ndarray:
+    """The (q, N) Euclidean distances between the histograms' means, by scipy."""
+    from scipy.spatial.distance import cdist
+
+    return cdist(Q @ words / Q.sum(1, keepdims=True), H @ words / H.sum(1, keepdims=True))
+
+
+def _top_among(R: np.ndarray, allowed: list[set[int]], k: int) -> np.ndarray:
+    """Row numbers of the k smallest of each row of R among its allowed columns."""
+    masked = np.full(R.shape, np.inf)
+    for i, cols in enumerate(allowed):
+        masked[i, list(cols)] = R[i, list(cols)]
+    return topk(masked, k)
+
+
+def test_stage_one_passes_on_the_nearest_means_too():
+    """With one shortlist ``c``, exact W1 orders the union of the ``c`` rows of smallest
+    tree-sliced W (POT on the tree's path metric) and the ``c`` rows whose means are
+    nearest the query's (scipy): the answer is exact W1's top k among that union. On
+    this 10-dimensional corpus one quadtree misses exact neighbours that the means
+    find."""
+    words, H, _ = corpus(260, seed=11, dim=10)
+    Q, DB = H[:10], H[10:]
+    c, k = 12, 5
+    index = _index(words, DB, n_trees=1, candidates=c)
+    D, ids = index.search(Q, k)
+    R = brute_force(words, Q, DB)
+    by_tree = _ranked(tsw_oracle(index.trees, Q, DB), c)
+    by_means = _ranked(_means_cost(words, Q, DB), c)
+    union = [a | b for a, b in zip(by_tree, by_means, strict=True)]
+    np.testing.assert_array_equal(ids, _top_among(R, union, k))
+    np.testing.assert_allclose(D, np.take_along_axis(R, ids, 1), rtol=1e-12, atol=1e-14)
+    # the means' list matters here: the tree's list alone gives another answer
+    assert (_top_among(R, by_tree, k) != ids).any()
+
+
+def test_knn_graph_leaves_each_row_out_of_both_lists():
+    """The k-NN graph with one short shortlist: each row's answer is exact W1's top k
+    among the union of both lists of the other rows (never the row itself)."""
+    words, H, _ = corpus(50, seed=12, dim=10)
+    c, k = 6, 3
+    index = _index(words, H, n_trees=1, candidates=c)
+    D, ids = index.knn_graph(k)
+    R = brute_force(words, H, H)
+    T = tsw_oracle(index.trees, H, H)
+    M = _means_cost(words, H, H)
+    for A in (R, T, M):
+        np.fill_diagonal(A, np.inf)
+    union = [a | b for a, b in zip(_ranked(T, c), _ranked(M, c), strict=True)]
+    np.testing.assert_array_equal(ids, _top_among(R, union, k))
+    np.testing.assert_allclose(D, np.take_along_axis(R, ids, 1), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "expected"),
+    [
+        (100, 10, (200, 30)),
+        (3600, 10, (200, 30)),  # sqrt(3600) / 2 = 30
+        (3601, 10, (200, 31)),
+        (12000, 10, (200, 55)),
+        (50000, 10, (224, 112)),
+        (100000, 10, (318, 159)),
+        (1000, 1, (32, 16)),
+        (1000, 40, (800, 120)),
+    ],
+)
+def test_default_shortlists_grow_with_the_database(n, k, expected):
+    """c2 = max(3k, ceil(sqrt(n) / 2)), c1 = max(20k, 2 c2), by hand."""
+    assert default_shortlists("exact", n, k) == expected
+    assert default_shortlists("flowtree", n, k) == expected[:1]
+
+
+def test_default_candidates_follow_the_size_of_the_index():
+    """``candidates=None`` answers as the explicit shortlists of the rule at the index's
+    size at each search: (40, 10) for k = 2 among 400 rows, (40, 12) among 530."""
+    words, H, _ = corpus(560, seed=13, dim=8)
+    Q = H[:30]
+    auto = _index(words, H[30:430], n_trees=1)
+    assert "candidates=auto" in repr(auto)
+    for size, sizes in ((400, (40, 10)), (530, (40, 12))):
+        assert len(auto) == size
+        got = auto.search(Q, 2)
+        fixed = _index(words, H[30 : 30 + size], n_trees=1, candidates=sizes).search(Q, 2)
+        for a, b in zip(got, fixed, strict=True):
+            np.testing.assert_array_equal(a, b)
+        if size == 400:
+            auto.add(H[430:])
+    # shorter shortlists give another answer on these queries: the sizes are the rule's
+    other = _index(words, H[30:], n_trees=1, candidates=(40, 10)).search(Q, 2)
+    assert (other[1] != got[1]).any()
 
 
 # --------------------------------------------------------------------------- state

@@ -11,6 +11,7 @@ merges keep the smallest values, ties by row number (:func:`tsw.search._store.sm
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -20,12 +21,25 @@ from tsw.core._validation import check_choice, check_positive_int
 from tsw.search._data import Rows
 from tsw.search._store import Model, Store, smallest
 
-__all__ = ["Local", "Plan", "check_plan", "run"]
+__all__ = ["Local", "Plan", "check_plan", "default_shortlists", "run"]
 
 #: rerank choices
 RERANKS = ("exact", "flowtree")
-#: the default shortlists: stage one's for Flowtree, then Flowtree's for exact W1
-DEFAULT_CANDIDATES = {"exact": (200, 50), "flowtree": (200,)}
+
+
+def default_shortlists(rerank: str, n: int, k: int) -> tuple[int, ...]:
+    r"""Return the shortlists of ``candidates=None`` for ``k`` neighbours among ``n`` rows.
+
+    With ``rerank="exact"``: :math:`c_2 = \max(3k, \lceil \sqrt{n} / 2 \rceil)` for
+    Flowtree's shortlist (to exact W1) and :math:`c_1 = \max(20k, 2 c_2)` for stage one
+    (each of its two lists); with ``rerank="flowtree"``: :math:`(c_1,)`. For ``k = 10``:
+    (200, 30) up to 3,600 rows, (200, 55) at 12,000, (224, 112) at 50,000, (318, 159) at
+    100,000: the ranks of the exact neighbours under the cheaper stages grow with the
+    database.
+    """
+    c2 = max(3 * k, math.ceil(math.sqrt(n) / 2))
+    c1 = max(20 * k, 2 * c2)
+    return (c1, c2) if rerank == "exact" else (c1,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,12 +47,24 @@ class Plan:
     """The cascade: the last stage (None, "flowtree", "exact") and the shortlists before it.
 
     ``shortlists`` has one size per stage after the first: ``()`` for ``rerank=None``,
-    ``(c1,)`` (stage one's shortlist for the last stage) or ``(c1, c2)`` (stage one's
-    for Flowtree, Flowtree's for exact W1).
+    ``(c1,)`` (stage one's shortlists for the last stage) or ``(c1, c2)`` (stage one's
+    for Flowtree, Flowtree's for exact W1); ``None``: the sizes of
+    :func:`default_shortlists`, from the database's size at each search.
     """
 
     rerank: str | None
-    shortlists: tuple[int, ...]
+    shortlists: tuple[int, ...] | None
+
+    def sizes(self, n: int, k: int) -> tuple[int, ...]:
+        """Return the shortlists of a search of ``k`` neighbours among ``n`` rows."""
+        if self.shortlists is None and self.rerank is not None:
+            return default_shortlists(self.rerank, n, k)
+        return self.shortlists or ()
+
+    @property
+    def label(self) -> str:
+        """``candidates`` as the repr shows it."""
+        return "auto" if self.shortlists is None else repr(self.shortlists)
 
 
 def check_plan(rerank: object, candidates: object) -> Plan:
@@ -53,7 +79,7 @@ def check_plan(rerank: object, candidates: object) -> Plan:
             )
         return Plan(None, ())
     if candidates is None:
-        return Plan(rerank, DEFAULT_CANDIDATES[rerank])
+        return Plan(rerank, None)
     if isinstance(candidates, tuple | list):
         sizes = tuple(check_positive_int(c, "candidates") for c in candidates)
         if len(sizes) == 2 and rerank == "exact" and sizes[1] <= sizes[0]:
@@ -112,6 +138,32 @@ def _stage_one(store: Store, q: Any, c: int, exclude: np.ndarray | None) -> Any:
     return store.stage_one(q, c, exclude)
 
 
+def _both_lists(store: Store, q: Any, c: int, exclude: np.ndarray | None) -> Any:
+    """Stage one's two lists on one store: by the tree-sliced W, by the means' cost."""
+    return store.stage_one(q, c, exclude), store.nearest_means(q, c, exclude)
+
+
+def _merge_union(parts: list[tuple[Any, Any]], c: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return the union of the ``c`` best by each of stage one's two scores (no values).
+
+    The row numbers (q, m) alternate between the two lists, best first, each row once
+    (its first place), completed with -1; the values are NaN (no stage has run on them).
+    """
+    tsw = _merge_top([p[0] for p in parts], c)[1]
+    near = _merge_top([p[1] for p in parts], c)[1]
+    both = np.empty((tsw.shape[0], 2 * c), np.int64)
+    both[:, 0::2], both[:, 1::2] = tsw, near
+    rows = []
+    for line in both:
+        u, first = np.unique(line, return_index=True)
+        keep = u >= 0
+        rows.append(u[keep][np.argsort(first[keep], kind="stable")])
+    gids = np.full((len(rows), max((r.size for r in rows), default=0)), -1, np.int64)
+    for i, r in enumerate(rows):
+        gids[i, : r.size] = r
+    return np.full(gids.shape, np.nan), gids
+
+
 def _flowtree(store: Store, q: Rows, top: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     return store.flowtree(q, top[1])
 
@@ -126,20 +178,27 @@ def run(
     plan: Plan,
     queries: Any,
     k: int,
+    size: int,
     exclude: Any = None,
 ) -> Any:
     """Return the (values, row numbers) of the ``k`` nearest rows of each query (a handle).
 
-    ``model`` and ``queries`` (a :class:`Rows`) may be handles too; ``exclude`` (k,) a
-    row number left out for each query (the k-NN graph leaves each row out of its own).
+    ``model`` and ``queries`` (a :class:`Rows`) may be handles too; ``size`` the number
+    of rows of all the stores (it sets the default shortlists); ``exclude`` (k,) a row
+    number left out for each query (the k-NN graph leaves each row out of its own).
+
+    Stage one keeps, from every store, the ``c1`` best rows by the tree-sliced W and the
+    ``c1`` best by the ground cost between the query's and the row's means, and the
+    union of the two lists goes on (to Flowtree, or to exact W1 for one shortlist).
     """
     emb = ex.one(Model.embed, model, queries)
-    first = max(plan.shortlists[0], k) if plan.shortlists else k
-    top = ex.one(_merge_top, ex.each(_stage_one, emb, first, exclude), first)
     if plan.rerank is None:
-        return top
-    if plan.rerank == "flowtree" or len(plan.shortlists) == 2:
-        second = k if plan.rerank == "flowtree" else max(plan.shortlists[1], k)
+        return ex.one(_merge_top, ex.each(_stage_one, emb, k, exclude), k)
+    sizes = plan.sizes(size, k)
+    first = max(sizes[0], k)
+    top = ex.one(_merge_union, ex.each(_both_lists, emb, first, exclude), first)
+    if plan.rerank == "flowtree" or len(sizes) == 2:
+        second = k if plan.rerank == "flowtree" else max(sizes[1], k)
         top = ex.one(_merge_values, top, ex.each(_flowtree, queries, top), second)
         if plan.rerank == "flowtree":
             return top

@@ -181,7 +181,7 @@ class DaskW1Index(Options):
         return (
             f"DaskW1Index(n={len(self)}, shards={self.n_shards}, n_points={self.trees.n_points}, "
             f"trees={len(self.trees)} {self.trees.kind}, rerank={self._plan.rerank!r}, "
-            f"candidates={self._plan.shortlists})"
+            f"candidates={self._plan.label})"
         )
 
     def _executor(self) -> _Cluster:
@@ -223,11 +223,12 @@ class DaskW1Index(Options):
         k = check_k(k, len(self))
         query = self._read(queries, "queries")
         rows = query.rows
-        ex = self._executor()
+        ex, size = self._executor(), len(self)
         jobs = []
         for lo, hi in knn_blocks(len(rows)):
             block = self.client.scatter(rows.take(np.arange(lo, hi)))
-            jobs.append((np.arange(lo, hi), run(ex, self._model_future, self._plan, block, k)))
+            found = run(ex, self._model_future, self._plan, block, k, size)
+            jobs.append((np.arange(lo, hi), found))
         dist, ids = self._collect(jobs, len(rows), k, "DaskW1Index.search")
         return answer(query, dist, ids, self.trees.support)
 
@@ -239,13 +240,13 @@ class DaskW1Index(Options):
         """
         refuse_tracing("tsw.DaskW1Index.knn_graph")
         k = self._knn_k(k, len(self))
-        ex, jobs = self._executor(), []
+        ex, jobs, size = self._executor(), [], len(self)
         for s, w in enumerate(self._workers):
             for lo, hi in knn_blocks(self._sizes[s]):
                 got = self.client.submit(rows_of, self._shards[s], lo, hi, workers=[w], pure=False)
                 block = self.client.submit(_item, got, 0, workers=[w], pure=False)
                 gids = self.client.submit(_item, got, 1, workers=[w], pure=False)
-                jobs.append((gids, run(ex, self._model_future, self._plan, block, k, gids)))
+                jobs.append((gids, run(ex, self._model_future, self._plan, block, k, size, gids)))
         return self._collect(jobs, len(self), k, "DaskW1Index.knn_graph")
 
     def _collect(

@@ -2,8 +2,9 @@ r"""``tsw.W1Index``: nearest neighbours under W1 between histograms on one suppo
 
 The cascade of Backurs, Dong, Indyk, Razenshteyn and Wagner (ICML 2020), after Kusner
 et al.'s pruning (ICML 2015): the tree-sliced W ranks the whole database through an
-inverted index of the tree embeddings, Flowtree re-ranks a shortlist, and exact W1
-orders the last one. The machinery is in :mod:`tsw.search._store` (a database and the
+inverted index of the tree embeddings, and so does the cost between the histograms'
+means; Flowtree re-ranks the union of their shortlists, and exact W1 orders the last
+one. The machinery is in :mod:`tsw.search._store` (a database and the
 stages on it) and :mod:`tsw.search._cascade` (the steps of a search).
 """
 
@@ -150,13 +151,17 @@ class W1Index(Options):
 
     the sum over the coordinates both embeddings hold, read from an inverted index
     (coordinate -> histograms holding it): a query touches only the lists of its own
-    coordinates. The best ``c1`` go to Flowtree (:func:`tsw.pairwise_flowtree` on the
-    same trees: the trees' optimal flow charged at the ground costs, an upper bound of
-    W1), whose best ``c2`` go to exact W1, ``ot.emd2`` on the two histograms' supports.
-    The exact stage takes the candidates by increasing lower bound, the ground cost
-    between the two histograms' means (at most W1 for a cost convex in the difference),
-    and skips those whose bound exceeds the ``k``-th value found: the answer is the
-    ``k`` smallest exact values among the ``c2`` candidates, with fewer LPs.
+    coordinates. Stage one also ranks every stored histogram by the ground cost
+    between its mean point and the query's (the word centroid distance of Kusner et
+    al., a lower bound of W1, and the better filter where the trees are coarse, as on
+    word vectors of tens of dimensions). The best ``c1`` by each go, together, to
+    Flowtree (:func:`tsw.pairwise_flowtree` on the same trees: the trees' optimal flow
+    charged at the ground costs, an upper bound of W1), whose best ``c2`` go to exact
+    W1, ``ot.emd2`` on the two histograms' supports. The exact stage takes them in
+    Flowtree's order and skips those whose lower bound (the ground cost between the two
+    means, at most W1 for a cost convex in the difference, then the relaxed problems of
+    Kusner et al.) exceeds the ``k``-th value found: the answer is the ``k`` smallest
+    exact values among the ``c2`` candidates, with fewer LPs.
 
     Parameters
     ----------
@@ -174,12 +179,18 @@ class W1Index(Options):
         the tree-sliced values of stage one.
     candidates : int or (int, int), optional
         The shortlists. With ``rerank="exact"``: a pair ``(c1, c2)`` (stage one keeps
-        ``c1`` for Flowtree, Flowtree keeps ``c2`` for exact W1; default (200, 50)), or
-        one int ``c`` (stage one's ``c`` go straight to exact W1). With
-        ``rerank="flowtree"``: an int (default 200). Not with ``rerank=None``. A
-        shortlist shorter than ``k`` is taken as ``k``. Longer shortlists give a higher
-        recall of the exact neighbours for more time: the docs' search page gives the
-        measured recall for several.
+        its best ``c1`` by each of its two scores for Flowtree, Flowtree keeps ``c2``
+        of them for exact W1), or one int ``c`` (stage one's best ``c`` by each go
+        straight to exact W1). With ``rerank="flowtree"``: an int ``c1``. Not with
+        ``rerank=None``. A shortlist shorter than ``k`` is taken as ``k``. By default
+        (None) the shortlists grow with the number ``N`` of stored histograms, as the
+        exact neighbours' ranks under the cheaper stages do:
+        :math:`c_2 = \max(3k, \lceil \sqrt{N}/2 \rceil)` and
+        :math:`c_1 = \max(20k, 2 c_2)`, read at each search; for ``k = 10``: (200, 30)
+        up to 3,600 histograms, (200, 71) at 20,000, (224, 112) at 50,000. Longer
+        shortlists give a higher recall of the exact neighbours for more time (the
+        exact stage's LPs cost most): the docs' search page gives the measured recall
+        for several.
     metric : {"euclidean", "sqeuclidean", "cityblock"}, default "euclidean"
         The ground cost of W1 (and of Flowtree); the trees are built in the Euclidean
         geometry whatever it is.
@@ -265,7 +276,7 @@ class W1Index(Options):
         plan = self._plan
         return (
             f"W1Index(n={len(self)}, n_points={self.trees.n_points}, trees={len(self.trees)} "
-            f"{self.trees.kind}, rerank={plan.rerank!r}, candidates={plan.shortlists}, "
+            f"{self.trees.kind}, rerank={plan.rerank!r}, candidates={plan.label}, "
             f"metric={self._model.metric!r})"
         )
 
@@ -350,7 +361,9 @@ class W1Index(Options):
             for lo, hi in knn_blocks(len(rows)):
                 block = rows.take(np.arange(lo, hi))
                 skip = None if exclude is None else exclude[lo:hi]
-                dist[lo:hi], ids[lo:hi] = run(ex, self._model, self._plan, block, k, skip)
+                dist[lo:hi], ids[lo:hi] = run(
+                    ex, self._model, self._plan, block, k, len(self), skip
+                )
                 bar.update(hi - lo)
         return dist, ids
 

@@ -10,6 +10,9 @@ the three stages for its own rows:
   with the minima summed over the coordinates the two embeddings share, through an
   inverted index of the rows' embeddings (coordinate -> rows holding it): a query
   touches the lists of its own coordinates only;
+* :meth:`Store.nearest_means`: the ground cost between the query's mean point and
+  every row's (the word centroid distance of Kusner et al., a lower bound of W1), from
+  the rows' means kept dimension by dimension;
 * :meth:`Store.flowtree`: Flowtree (:func:`tsw.pairwise_flowtree`) on given candidates;
 * :meth:`Store.exact`: exact W1 (``ot.emd2`` on the pair's supports) on given
   candidates, skipping those whose lower bound (the ground cost between the two
@@ -64,6 +67,7 @@ class Embedded:
     vals: Tensor
     norms: Tensor
     k: int
+    means: np.ndarray
 
 
 class Model:
@@ -87,7 +91,7 @@ class Model:
         with torch.no_grad():
             r, c, v = embed_entries(rows.triplets(like), self.merged)
         norms = like.new_zeros(len(rows)).index_add_(0, r, v)
-        return Embedded(r, c, v, norms, len(rows))
+        return Embedded(r, c, v, norms, len(rows), self.means(rows))
 
     def means(self, rows: Rows) -> np.ndarray:
         """Return each histogram's mean point (k, d), for the lower bound of the exact stage."""
@@ -96,6 +100,22 @@ class Model:
         start = rows.indptr[:-1]  # no row is empty
         total = np.add.reduceat(rows.val, start)
         return np.add.reduceat(rows.val[:, None] * self.points[rows.idx], start) / total[:, None]
+
+    def centre_costs(self, means_t: np.ndarray, centre: np.ndarray) -> np.ndarray:
+        """Return the ground costs (m,) between ``centre`` (d,) and the columns of ``means_t``.
+
+        ``means_t`` (d, m): points by dimension. The terms are summed dimension by
+        dimension in order, so each value depends on its own point alone (the same bits
+        on every shard, whatever else it holds).
+        """
+        acc = np.zeros(means_t.shape[1])
+        square = self.metric == "sqeuclidean" or self.p == 2.0
+        for j in range(means_t.shape[0]):
+            t = means_t[j] - centre[j]
+            acc += t * t if square else np.abs(t) ** self.p
+        if self.metric == "sqeuclidean":
+            return acc
+        return np.sqrt(acc) if self.p == 2.0 else acc ** (1.0 / self.p)
 
     def costs(self, xs: np.ndarray, xt: np.ndarray) -> np.ndarray:
         """Return the (a, b) ground costs between the points ``xs`` and ``xt``.
@@ -184,7 +204,7 @@ class Store:
         self.model = model
         self.rows = Rows.empty()
         self.gids = np.zeros(0, np.int64)
-        self.means = np.zeros((0, model.points.shape[1]))
+        self.means_t = np.zeros((model.points.shape[1], 0))  # the rows' means, (d, rows)
         self.segments: list[Segment] = []
 
     def __len__(self) -> int:
@@ -194,7 +214,7 @@ class Store:
     def nbytes(self) -> int:
         """Bytes of the rows, the means and the inverted index."""
         seg = sum(s.nbytes for s in self.segments)
-        return self.rows.nbytes + self.gids.nbytes + self.means.nbytes + seg
+        return self.rows.nbytes + self.gids.nbytes + self.means_t.nbytes + seg
 
     def appended(self, rows: Rows, gids: np.ndarray) -> Store:
         """Return a new store holding these rows then ``rows`` (global numbers ``gids``).
@@ -205,7 +225,7 @@ class Store:
         lo = len(self)
         new.rows = self.rows.concat(rows)
         new.gids = np.concatenate([self.gids, gids])
-        new.means = np.concatenate([self.means, self.model.means(rows)])
+        new.means_t = np.concatenate([self.means_t, self.model.means(rows).T], 1)
         segments = [*self.segments, Segment.of(lo, self.model.embed(rows), self.model.n_coords)]
         while len(segments) > 1 and MERGE_RATIO * segments[-1].n >= segments[-2].n:
             last = segments.pop()
@@ -244,6 +264,22 @@ class Store:
             out_v.append(v)
             out_g.append(g)
         return smallest(np.concatenate(out_v, 1), np.concatenate(out_g, 1), c)
+
+    def nearest_means(
+        self, q: Embedded, c: int, exclude: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Return the ``c`` rows whose means are nearest each query's: costs, row numbers.
+
+        The cost is the ground cost between the two means (:meth:`Model.centre_costs`);
+        ``exclude`` as in :meth:`stage_one`.
+        """
+        v = np.empty((q.k, len(self)))
+        for i in range(q.k):
+            v[i] = self.model.centre_costs(self.means_t, q.means[i])
+        g = np.broadcast_to(self.gids, v.shape)
+        if exclude is not None:
+            v = np.where(g == exclude[:, None], np.nan, v)
+        return smallest(v, g, c)
 
     # ----------------------------------------------------------------------- reranks
 
@@ -290,7 +326,7 @@ class Store:
             here = np.flatnonzero(loc >= 0)
             if not here.size:
                 continue
-            centre = numpy_costs(self.means[loc[here]] - q_means[i], model.metric, model.p)
+            centre = model.centre_costs(self.means_t[:, loc[here]], q_means[i])
             sq, a = q.row(i)
             docs = self.rows.take(loc[here])
             words, pos = np.unique(docs.idx, return_inverse=True)
