@@ -49,8 +49,7 @@ __all__ = ["line_cost", "line_system_cost", "runs_compiled", "tree_wasserstein"]
 def runs_compiled(x: Tensor, p: float) -> bool:
     """Whether the closed form on lines runs as compiled loops for tensors like ``x``.
 
-    On the CPU, float32 or float64, ``p`` in {1, 2}, with Numba installed and not
-    disabled (:func:`tsw.core._kernels.usable`).
+    On the CPU, float32 or float64, ``p`` in {1, 2}, with Numba on (``_kernels.usable``).
     """
     return _kernels.usable(x, p=p)
 
@@ -104,9 +103,7 @@ def _suffix_sums(x: Tensor) -> Tensor:
 def _below(c: Tensor) -> Tensor:
     """1 where a sorted coordinate lies below the root (``c < 0``), else 0, in ``c``'s dtype.
 
-    A float mask (``1 * x`` and ``0 * x`` are exact for finite ``x``): products and sums
-    with it run as fast as any arithmetic, where ``torch.where`` on a boolean mask took
-    several times as long on the CPU.
+    A float mask (exact products for finite values): faster than ``torch.where`` on the CPU.
     """
     return c.clamp(max=0).sign().neg_()
 
