@@ -53,6 +53,8 @@ from tsw.core.trees import (
     sample_spherical_trees,
 )
 from tsw.core.wasserstein_1d import wasserstein_1d
+from tsw.curved._mc_tsw import mc_tsw
+from tsw.curved._product import MixedCurvatureTrees, sample_mixed_curvature_trees
 from tsw.euclidean import mappings
 from tsw.euclidean._circular_tsw import circular_tsw
 from tsw.euclidean._db_tsw import db_tsw
@@ -85,6 +87,7 @@ __version__ = "0.2.0.dev0"
 __all__ = [
     "ChainLines",
     "ConcurrentLines",
+    "MixedCurvatureTrees",
     "SphericalTrees",
     "SupportTree",
     "SupportTrees",
@@ -104,6 +107,7 @@ __all__ = [
     "mappings",
     "max_sw",
     "max_tsw_sl",
+    "mc_tsw",
     "metrics",
     "min_sliced_transport_plan",
     "nn",
@@ -118,6 +122,7 @@ __all__ = [
     "sample_chain_lines",
     "sample_cluster_trees",
     "sample_concurrent_lines",
+    "sample_mixed_curvature_trees",
     "sample_projections",
     "sample_quadtrees",
     "sample_rotations",

@@ -44,6 +44,7 @@ from torch import Tensor
 from tsw.core._api import LOW_PRECISION
 from tsw.core._loss import NOT_OPTIONS, _Loss, _loss_from, _UnifLoss
 from tsw.core._validation import check_positive_int
+from tsw.curved._mc_tsw import mc_tsw
 from tsw.euclidean._circular_tsw import circular_tsw
 from tsw.euclidean._db_tsw import db_tsw
 from tsw.euclidean._max_tsw_sl import max_tsw_sl
@@ -67,6 +68,7 @@ __all__ = [
     "DbTSWLoss",
     "EBSWLoss",
     "LCVSWLoss",
+    "MCTSWLoss",
     "MaxSWLoss",
     "MaxTSWSLLoss",
     "PartialTSWLoss",
@@ -259,6 +261,25 @@ RPSWLoss: type[_Loss] = _loss_from(
     >>> loss = tsw.nn.RPSWLoss(n_projections=50, kappa=50.0, seed=0)
     >>> loss(torch.zeros(4, 3), torch.ones(5, 3)).item() > 0
     True
+    """,
+)
+
+MCTSWLoss: type[_Loss] = _loss_from(
+    mc_tsw,
+    "MCTSWLoss",
+    "MC-TSW loss between measures on a product of Euclidean, spherical and hyperbolic factors.",
+    """
+    >>> import torch, tsw
+    >>> parts = [("euclidean", 2), ("hyperbolic", 2)]  # 2 + 3 columns
+    >>> loss = tsw.nn.MCTSWLoss(components=parts, n_trees=50, seed=0)
+    >>> def points(n):
+    ...     u = torch.randn(n, 4)
+    ...     h = torch.cat([(1 + u[:, 2:].square().sum(-1, keepdim=True)).sqrt(), u[:, 2:]], -1)
+    ...     return torch.cat([u[:, :2], h], dim=-1)
+    >>> X = points(10).requires_grad_()
+    >>> loss(X, points(12)).backward()
+    >>> X.grad.shape
+    torch.Size([10, 5])
     """,
 )
 

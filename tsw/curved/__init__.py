@@ -5,4 +5,7 @@ Poincare models: checks, conversions, exponential and logarithm maps, geodesic
 distances, the geodesic and horospherical coordinates).
 """
 
-__all__: list[str] = []
+from tsw.curved._mc_tsw import mc_tsw
+from tsw.curved._product import MixedCurvatureTrees, sample_mixed_curvature_trees
+
+__all__ = ["MixedCurvatureTrees", "mc_tsw", "sample_mixed_curvature_trees"]
