@@ -17,6 +17,7 @@ NOT_DISTANCES = frozenset(
         "sample_rotations",
         "sample_sphere_projections",
         "sample_spherical_trees",
+        "sample_mixed_curvature_trees",
         # trees built from the data, and what reads them: tests/support/
         "sample_quadtrees",
         "sample_cluster_trees",

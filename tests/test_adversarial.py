@@ -545,6 +545,7 @@ LOSSES = {
     "LCVSWLoss": {"n_projections": 4},
     "EBSWLoss": {"n_projections": 4},
     "RPSWLoss": {"n_projections": 4},
+    "MCTSWLoss": {"components": (("euclidean", 3),), "n_trees": 3, "n_lines": 2},
 }
 SPHERE_LOSSES = {"STSWLoss", "SpatialSTSWLoss", "SSWLoss", "S3WLoss", "ARIS3WLoss"}
 UNIF_LOSSES = {"STSWUnifLoss", "SSWUnifLoss", "S3WUnifLoss"}

@@ -4,7 +4,8 @@
 functions :func:`tsw.tsw_sl`, :func:`tsw.db_tsw`, :func:`tsw.circular_tsw`,
 :func:`tsw.spatial_tsw`, :func:`tsw.partial_tsw`, :func:`tsw.sw`, :func:`tsw.max_sw`, the
 unequal-mass sliced baselines :func:`tsw.partial_sw` and :func:`tsw.unbalanced_sw`,
-:func:`tsw.stsw`, :func:`tsw.spatial_stsw`, :func:`tsw.ssw`, :func:`tsw.s3w` and every loss
+:func:`tsw.stsw`, :func:`tsw.spatial_stsw`, :func:`tsw.ssw`, :func:`tsw.s3w`, :func:`tsw.mc_tsw`
+(on lifted data, ``tests/_mixed.py``) and every loss
 module of :mod:`tsw.nn`. A combination of options that only repeats code paths already
 covered is left out (Db-TSW's options form a covering array, not a full product).
 The distances to the uniform measure on the sphere (:func:`tsw.stsw_unif`,
@@ -30,6 +31,8 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
+from _mixed import MIN_DIM, mc_tsw_module
+from _mixed import mc_tsw as lifted_mc_tsw
 from _public import NOT_DISTANCES
 from conftest import assert_close, tolerances
 from hypothesis import given
@@ -669,6 +672,44 @@ def _registry() -> list[Entry]:
             True,
             module=tsw.nn.PartialTSWLoss,
             function=tsw.partial_tsw,
+        )
+    )
+    # MC-TSW on R^1 x S^1 x H^(d-2): generic data lifted onto the product (tests/_mixed.py),
+    # roots around the product's origin so that a seed shares the trees among pairs; the
+    # lift moves the points, so no rigid or translation property. The default centre (the
+    # data's mean) draws each pair's trees around its own centre: no triangle inequality.
+    # Its loss module runs on the data as one Euclidean factor (the module = function
+    # checks pass the same kwargs to both), where the default centre is Db-TSW's.
+    mixed = COMMON | {TRIANGLE, GENERATOR, GRADCHECK}
+    for label, kw, props in (
+        ("p=1,geodesic", {"center": "origin"}, mixed),
+        ("p=2,ray,delta=2", {"center": "origin", "p": 2, "split": "ray", "delta": 2.0}, mixed),
+        # the centre follows the data (detached): finite differences see it move
+        ("mean,delta=0", {"delta": 0.0}, mixed - {TRIANGLE, GRADCHECK}),
+    ):
+        p = float(kw.get("p", 1))
+        out.append(
+            Entry(
+                f"mc_tsw[{label}]",
+                lifted_mc_tsw,
+                {"n_trees": T, "n_lines": K, **kw},
+                props,
+                min_dim=MIN_DIM,
+                function=tsw.mc_tsw,
+                p=p,
+                degree=1 / p,
+            )
+        )
+    out.append(
+        Entry(
+            "MCTSWLoss",
+            mc_tsw_module,
+            {"components": (("euclidean", 3),), "n_trees": T, "n_lines": K},
+            COMMON | {TRIANGLE, TRANSLATION_LAW, GRADCHECK},
+            None,
+            True,
+            module=tsw.nn.MCTSWLoss,
+            function=tsw.mc_tsw,
         )
     )
     out.append(

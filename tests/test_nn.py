@@ -32,6 +32,7 @@ FUNCTIONS = {
     "LCVSWLoss": tsw.lcv_sw,
     "EBSWLoss": tsw.eb_sw,
     "RPSWLoss": tsw.rp_sw,
+    "MCTSWLoss": tsw.mc_tsw,
     "STSWLoss": tsw.stsw,
     "SpatialSTSWLoss": tsw.spatial_stsw,
     "STSWUnifLoss": tsw.stsw_unif,
@@ -103,6 +104,8 @@ SMALL = {
     "LCVSWLoss": ({"n_projections": 6}, False),
     "EBSWLoss": ({"n_projections": 6}, False),
     "RPSWLoss": ({"n_projections": 6}, False),
+    # MC-TSW on the data as one Euclidean factor (generic points of R^3)
+    "MCTSWLoss": ({"components": (("euclidean", 3),), "n_trees": 4, "n_lines": 3}, False),
     "STSWLoss": ({"n_trees": 4, "n_lines": 3}, True),
     "SpatialSTSWLoss": ({"n_trees": 4, "n_lines": 3}, True),
     "STSWUnifLoss": ({"n_trees": 4, "n_lines": 3}, True),
@@ -220,6 +223,7 @@ OTHER = {
     "coefficient": "leave_one_out",
     "energy": "identity",
     "kappa": 10.0,
+    "components": (("euclidean", 1), ("euclidean", 2)),  # R^3 as R^1 x R^2: other trees
 }
 #: options whose other value leaves the value unchanged: on these data (points on the
 #: sphere for renormalize) or by design (validate, chunk_size)
@@ -255,6 +259,8 @@ def _other(name, option):
         return {"SpatialTSWLoss": "poly", "SpatialSTSWLoss": _lift_to_s3}[name]
     if option == "n_rotations" and name == "S3WUnifLoss":
         return 2
+    if option == "split" and name == "MCTSWLoss":
+        return "ray"
     return OTHER[option]
 
 
@@ -311,7 +317,8 @@ BAD_OPTIONS = {
     "n_iter": (-2, ValueError, "n_iter must be an int >= 0; got -2"),
     "mass_t": (-1.0, ValueError, "mass_t must be a finite real number >= 0; got -1.0"),
     "tree": ("star", ValueError, "tree must be one of 'chain', 'concurrent'; got 'star'"),
-    "split": ("x", ValueError, "split must be one of 'image', 'line'; got 'x'"),
+    "split": ("x", ValueError, "split must be one of '"),  # each loss names its own
+    "components": ((("torus", 2),), ValueError, "components[0] names an unknown factor 'torus'"),
     "mapping": (3, TypeError, "mapping must be"),
 }
 

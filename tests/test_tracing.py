@@ -150,6 +150,16 @@ CASES: dict[str, tuple[Callable[[int], tuple[torch.Tensor, ...]], Callable[..., 
         lambda X, Y: tsw.free_support_barycenter([X, Y], n_points=5, numItermax=3, seed=0),
     ),
     "trees_needed": (lambda s: (_points(s, N)[:, 0].abs() + 1,), lambda t: tsw.trees_needed(t)),
+    "mc_tsw": (_pair(), lambda X, Y: tsw.mc_tsw(X, Y, components=[("euclidean", D)], seed=0)),
+    "sample_mixed_curvature_trees": (
+        _one(),
+        lambda X: (
+            X
+            @ tsw.sample_mixed_curvature_trees(
+                [("euclidean", D)], n_trees=2, n_lines=2, dtype=F64
+            ).roots.T
+        ),
+    ),
 }
 #: a planning helper returning a Python int: a trace cannot output it (any error will do)
 NOT_TENSOR_OUTPUT = {"trees_needed"}
@@ -157,7 +167,11 @@ NOT_TENSOR_OUTPUT = {"trees_needed"}
 KNOWN_WRONG: set[str] = set()
 
 #: every loss module, with its required options and whether it takes data on the sphere
-LOSS_OPTIONS = {"ARIS3WLoss": {"dim": D}, "CircularTSWLoss": {"radius": 1.0}}
+LOSS_OPTIONS = {
+    "ARIS3WLoss": {"dim": D},
+    "CircularTSWLoss": {"radius": 1.0},
+    "MCTSWLoss": {"components": [("euclidean", D)]},
+}
 SPHERE_LOSSES = {"SSWLoss", "S3WLoss", "STSWLoss", "SpatialSTSWLoss", "ARIS3WLoss"}
 UNIF_LOSSES = {"SSWUnifLoss", "S3WUnifLoss", "STSWUnifLoss"}
 

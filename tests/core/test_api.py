@@ -36,6 +36,7 @@ CHUNKED = {
     "lcv_sw",
     "eb_sw",
     "rp_sw",
+    "mc_tsw",
 }
 OTHERS = {
     "max_sw",

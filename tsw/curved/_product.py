@@ -401,7 +401,8 @@ def product_center(
       measures on a Euclidean factor; on a sphere the weighted mean normalised (the
       extrinsic mean; the factor's origin where it vanishes); on a hyperboloid the
       Lorentzian centroid :math:`s / \sqrt{-\langle s, s\rangle_L}` of the weighted sum
-      :math:`s` (Law et al. 2019). Each is equivariant under its factor's isometries.
+      :math:`s` (Law et al. 2019). Each is equivariant under its factor's isometries. (The
+      origin for data holding NaN or Inf, which then reach the value.)
     * ``"origin"``: 0, :math:`e_0` and :math:`(1, 0, \dots, 0)` on the factors.
     * a tensor of shape (D,) or (B, D) on the product (checked with ``validate``; not
       detached).
@@ -435,6 +436,11 @@ def product_center(
                 mean = torch.where(ok, mean / torch.where(ok, norm, 1), e0)
             parts.append(mean)
         c = torch.cat(parts, dim=-1)
+        # non-finite data (validate=False) reach the value through the projection; their
+        # centre is the origin, which draws finite trees
+        c = torch.where(
+            torch.isfinite(c).all(-1, keepdim=True), c, _origin(factors, c.dtype, c.device)
+        )
         return c if measures.batched else c[0]
     check_tensor(center, "center")
     B = X.shape[0]
