@@ -52,6 +52,7 @@ points only up to about 16.6 (float32) or 37.4 (float64) from the origin: beyond
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -73,7 +74,9 @@ __all__ = [
     "exp_map",
     "from_spatial",
     "geodesic_coordinates",
+    "geodesic_from_products",
     "horospherical_coordinates",
+    "horospherical_from_products",
     "hyperbolic_tol",
     "log_map",
     "lorentz_centroid",
@@ -556,18 +559,24 @@ def riemannian_gradient(x: Tensor, grad: Tensor, model: str) -> Tensor:
 
 
 def _gaps(
-    u: Tensor, q: Tensor, x0: Tensor, Z: Tensor, directions: Tensor, flagged: Tensor
+    u: Tensor,
+    q: Tensor,
+    x0: Tensor,
+    supports: tuple[Tensor, ...],
+    directions: Tensor,
+    flagged: Tensor,
 ) -> tuple[tuple[Tensor, ...], Tensor, Tensor]:
     r""":math:`x_0 - |u|` for the flagged (direction, point) pairs, from the orthogonal part.
 
     ``u`` (B, L, n) the products :math:`\langle z, \theta\rangle`, ``q`` and ``x0``
-    (B, 1, n) the squared norms and :math:`\sqrt{1 + q}`,
-    ``Z`` (B, n, d), ``directions`` (d, L) or (B, d, L) unit columns, ``flagged`` (B, L, n)
-    boolean. Returns the flagged indices, :math:`x_0 + |u|` and the gap
-    :math:`1/(x_0 + |z|) + |z - u\theta|^2 / (|z| + |u|)` there.
+    (B, 1, n) the squared norms and :math:`\sqrt{1 + q}`, ``supports`` (B, n_i, d) whose
+    points, concatenated, are the ``n``, ``directions`` (d, L) or (B, d, L) unit columns,
+    ``flagged`` (B, L, n) boolean. Returns the flagged indices, :math:`x_0 + |u|` and the
+    gap :math:`1/(x_0 + |z|) + |z - u\theta|^2 / (|z| + |u|)` there.
     """
     idx = flagged.nonzero(as_tuple=True)
     b, slot, i = idx
+    Z = supports[0] if len(supports) == 1 else torch.cat(supports, dim=-2)
     z = Z[b, i]  # (K, d)
     theta = directions[:, slot].T if directions.dim() == 2 else directions[b, :, slot]
     uu = u[idx]
@@ -584,13 +593,16 @@ def _products(Z: Tensor, directions: Tensor) -> Tensor:
     return torch.matmul(directions.mT if directions.dim() == 3 else directions.T, Z.mT)
 
 
-def geodesic_from_products(u: Tensor, q: Tensor, Z: Tensor, directions: Tensor) -> Tensor:
-    r"""GHSW's coordinates from the products ``u`` (B, L, n) and the squared norms ``q`` (B, 1, n).
+def geodesic_from_products(
+    u: Tensor, q: Tensor, supports: tuple[Tensor, ...], directions: Tensor
+) -> Tensor:
+    r"""Return GHSW's coordinates from the products ``u`` (B, L, n) and squared norms ``q``.
 
     :math:`\operatorname{arctanh}(u / x_0)`, :math:`x_0 = \sqrt{1 + q}`, and, for the
     pairs with :math:`1 - |u| / x_0 \le` :data:`GAP_THRESHOLD`, :math:`\operatorname{sign}
-    (u) \tfrac12 \log((x_0 + |u|) / g)` with the gap ``g`` of :func:`_gaps`. ``Z``
-    (B, n, d) and ``directions`` (unit columns) are read for those pairs only.
+    (u) \tfrac12 \log((x_0 + |u|) / g)` with the gap ``g`` of :func:`_gaps`. ``q`` is
+    (B, 1, n); the ``supports`` (B, n_i, d), whose points are the ``n`` in order, and the
+    ``directions`` (unit columns) are read for those pairs only.
     """
     x0 = torch.sqrt(1 + q)
     w = u / x0
@@ -600,17 +612,19 @@ def geodesic_from_products(u: Tensor, q: Tensor, Z: Tensor, directions: Tensor) 
     # the flagged pairs' arctanh (of |w| near or, rounded, above 1) is replaced: it is
     # taken at 0 so that neither it nor its unused gradient is Inf or NaN
     t = torch.atanh(torch.where(flagged, 0, w))
-    idx, plus, gap = _gaps(u, q, x0, Z, directions, flagged)
+    idx, plus, gap = _gaps(u, q, x0, supports, directions, flagged)
     fixed = torch.sign(u[idx]) * 0.5 * (torch.log(plus) - torch.log(gap))
     return t.index_put(idx, fixed)
 
 
-def horospherical_from_products(u: Tensor, q: Tensor, Z: Tensor, directions: Tensor) -> Tensor:
-    r"""HHSW's coordinates from the products ``u`` (B, L, n) and the squared norms ``q`` (B, 1, n).
+def horospherical_from_products(
+    u: Tensor, q: Tensor, supports: tuple[Tensor, ...], directions: Tensor
+) -> Tensor:
+    r"""Return HHSW's coordinates from the products ``u`` (B, L, n) and squared norms ``q``.
 
     :math:`-\log(x_0 - u) = -\tfrac12 \log(1 + q) - \log(1 - u / x_0)`, and, for the pairs
     with :math:`1 - u / x_0 \le` :data:`GAP_THRESHOLD`, :math:`-\log g` with the gap ``g``
-    of :func:`_gaps`.
+    of :func:`_gaps`; the arguments as for :func:`geodesic_from_products`.
     """
     x0 = torch.sqrt(1 + q)
     w = u / x0
@@ -618,17 +632,23 @@ def horospherical_from_products(u: Tensor, q: Tensor, Z: Tensor, directions: Ten
     if not bool(flagged.any()):
         return -0.5 * torch.log1p(q) - torch.log1p(-w)
     t = -0.5 * torch.log1p(q) - torch.log1p(-torch.where(flagged, 0, w))
-    idx, _, gap = _gaps(u, q, x0, Z, directions, flagged)
+    idx, _, gap = _gaps(u, q, x0, supports, directions, flagged)
     return t.index_put(idx, -torch.log(gap))
 
 
-def _coordinates(kind, X: Tensor, directions: Tensor, model: str) -> Tensor:
+def _coordinates(
+    kind: Callable[[Tensor, Tensor, tuple[Tensor, ...], Tensor], Tensor],
+    X: Tensor,
+    directions: Tensor,
+    model: str,
+) -> Tensor:
+    """Return ``kind``'s coordinates (L, n) or (B, L, n) of the points ``X`` (n, D) or (B, n, D)."""
     Z = to_spatial(X, model)
     batched = Z.dim() == 3
     Z = Z if batched else Z.unsqueeze(0)
     directions = directions / torch.linalg.vector_norm(directions, dim=-2, keepdim=True)
     q = (Z * Z).sum(-1).unsqueeze(-2)
-    t = kind(_products(Z, directions), q, Z, directions)
+    t = kind(_products(Z, directions), q, (Z,), directions)
     return t if batched else t[0]
 
 
