@@ -355,3 +355,14 @@ def test_barycenters_smoke(tmp_path, capsys):
     assert all(float(r["W"]) > 0 for r in rows)
     assert (tmp_path / "barycenters_digits.png").stat().st_size > 0
     assert "GeomLoss" in capsys.readouterr().out
+
+
+def test_curved_speed_smoke(tmp_path, capsys):
+    """The timing of ghsw / hhsw / spdsw / hspdsw against SW on the same coordinates."""
+    from benchmarks import curved_speed
+
+    assert curved_speed.main(["--smoke", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "curved_speed.json").read_text())
+    assert record["hyperbolic"][0]["ghsw / sw"] > 0
+    assert record["spd"][0]["hspdsw / sw on logs"] > 0
+    assert "## SPD" in capsys.readouterr().out

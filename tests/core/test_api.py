@@ -37,6 +37,10 @@ CHUNKED = {
     "eb_sw",
     "rp_sw",
     "mc_tsw",
+    "ghsw",
+    "hhsw",
+    "spdsw",
+    "hspdsw",
 }
 OTHERS = {
     "max_sw",

@@ -239,7 +239,7 @@ def hhsw(
 ) -> Evaluation:
     r"""Horospherical hyperbolic sliced Wasserstein distance :math:`HHSW_p`.
 
-    References: [Bonet2023h]_.
+    References: [Bonet2023hh]_.
 
     .. math::
 
@@ -271,6 +271,12 @@ def hhsw(
     TypeError, ValueError
         For malformed inputs, points off the hyperboloid or outside the ball, ``p < 1``
         or malformed projections.
+
+    References
+    ----------
+    .. [Bonet2023hh] C. Bonet, L. Chapel, L. Drumetz, N. Courty. Hyperbolic
+       sliced-Wasserstein via geodesic and horospherical projections. TAG-ML workshop,
+       ICML 2023 (arXiv:2211.10066).
 
     Examples
     --------

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -175,12 +176,13 @@ def check_lorentz(X: Tensor, name: str, *, validate: bool = True) -> Tensor:
 
 
 def check_poincare(X: Tensor, name: str, *, validate: bool = True) -> Tensor:
-    """Check that the rows of ``X`` (..., d) lie in the open unit ball; return ``X``.
+    r"""Check that the rows of ``X`` (..., d) lie in the open unit ball; return ``X``.
 
     ``d >= 1`` is always checked. With ``validate`` (a value check): finite entries and
     ``|y| < 1`` (the boundary is at infinite distance: a row of norm 1 or more is no
-    point of the ball, whatever the rounding that put it there); then :func:`check_range`
-    on the spatial coordinates.
+    point of the ball, whatever the rounding that put it there). The ball's points are
+    within :func:`max_radius` in every dtype (:math:`|z| \le 2 / \epsilon`), so no range
+    check is needed.
     """
     _width(X, name, 1, "d >= 1 coordinates of the Poincare ball")
     if not validate or X.numel() == 0:
@@ -194,7 +196,6 @@ def check_poincare(X: Tensor, name: str, *, validate: bool = True) -> Tensor:
             "infinite distance: use the Lorentz model for points farther out than the "
             "ball resolves in this dtype"
         )
-    check_range(to_spatial(X.detach(), "poincare"), name)
     return X
 
 
@@ -593,6 +594,58 @@ def _products(Z: Tensor, directions: Tensor) -> Tensor:
     return torch.matmul(directions.mT if directions.dim() == 3 else directions.T, Z.mT)
 
 
+class _Coordinates(torch.autograd.Function):
+    r"""GHSW's or HHSW's coordinates from ``u`` (B, L, n) and ``q`` (B, 1, n), fused.
+
+    With :math:`w = u / x_0` and :math:`x_0 = \sqrt{1 + q}`: :math:`\operatorname{arctanh}
+    w` (geodesic) or :math:`-\tfrac12 \log(1 + q) - \log(1 - w)` (horospherical), and
+    whether a pair lies within :data:`GAP_THRESHOLD` of the boundary of the formula's
+    accuracy (``|w|`` or ``w`` at least ``1 - GAP_THRESHOLD``; the caller then takes the
+    general path). The backward pass forms
+    :math:`\partial t / \partial u = 1 / (x_0 (1 - w^2))` and :math:`\partial t /
+    \partial q = -w / (2 x_0^2 (1 - w^2))` (geodesic), or :math:`1 / (x_0 (1 - w))` and
+    :math:`-1 / (2 x_0^2 (1 - w))` (horospherical), in a few passes over the (B, L, n)
+    tensors where autograd's composition takes about a dozen; under ``create_graph`` the
+    same formulas run out of place, so that they are differentiated again.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, u: Tensor, q: Tensor, horospherical: bool) -> tuple[Tensor, Tensor]:
+        inv = torch.rsqrt(1 + q)
+        w = u * inv
+        low, high = torch.aminmax(w) if w.numel() else (w.new_zeros(()), w.new_zeros(()))
+        edge = 1 - GAP_THRESHOLD
+        if horospherical:
+            flagged = high >= edge
+            t = w.neg_().log1p_().neg_().sub_(0.5 * torch.log1p(q))
+        else:
+            flagged = (high >= edge) | (low <= -edge)
+            t = w.atanh_()
+        ctx.horospherical = horospherical
+        ctx.save_for_backward(u, q)
+        ctx.mark_non_differentiable(flagged)
+        return t, flagged
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor, _: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+        u, q = ctx.saved_tensors
+        inv = torch.rsqrt(1 + q)
+        w = u * inv
+        twice = torch.is_grad_enabled()  # create_graph: out of place, recorded
+        if ctx.horospherical:
+            r = g / (1 - w) if twice else torch.div(g, w.neg_().add_(1))
+            grad_q = -0.5 * r.sum(-2, keepdim=True) * inv * inv
+        else:
+            if twice:
+                r = g / (1 - w * w)
+            else:
+                r = torch.mul(w, w).neg_().add_(1)
+                r = torch.div(g, r, out=r)
+            grad_q = -0.5 * (r * w).sum(-2, keepdim=True) * inv * inv
+        grad_u = r * inv if twice else r.mul_(inv)
+        return grad_u, grad_q, None
+
+
 def geodesic_from_products(
     u: Tensor, q: Tensor, supports: tuple[Tensor, ...], directions: Tensor
 ) -> Tensor:
@@ -604,11 +657,12 @@ def geodesic_from_products(
     (B, 1, n); the ``supports`` (B, n_i, d), whose points are the ``n`` in order, and the
     ``directions`` (unit columns) are read for those pairs only.
     """
+    t, flagged = _Coordinates.apply(u, q, False)
+    if not bool(flagged):
+        return t
     x0 = torch.sqrt(1 + q)
     w = u / x0
     flagged = w.detach().abs() >= 1 - GAP_THRESHOLD
-    if not bool(flagged.any()):
-        return torch.atanh(w)
     # the flagged pairs' arctanh (of |w| near or, rounded, above 1) is replaced: it is
     # taken at 0 so that neither it nor its unused gradient is Inf or NaN
     t = torch.atanh(torch.where(flagged, 0, w))
@@ -626,11 +680,12 @@ def horospherical_from_products(
     with :math:`1 - u / x_0 \le` :data:`GAP_THRESHOLD`, :math:`-\log g` with the gap ``g``
     of :func:`_gaps`; the arguments as for :func:`geodesic_from_products`.
     """
+    t, flagged = _Coordinates.apply(u, q, True)
+    if not bool(flagged):
+        return t
     x0 = torch.sqrt(1 + q)
     w = u / x0
     flagged = w.detach() >= 1 - GAP_THRESHOLD
-    if not bool(flagged.any()):
-        return -0.5 * torch.log1p(q) - torch.log1p(-w)
     t = -0.5 * torch.log1p(q) - torch.log1p(-torch.where(flagged, 0, w))
     idx, _, gap = _gaps(u, q, x0, supports, directions, flagged)
     return t.index_put(idx, -torch.log(gap))

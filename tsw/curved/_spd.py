@@ -256,7 +256,7 @@ def _check_gaps(lam: Tensor) -> None:
 
 
 def _function(X: Tensor, kind: str, name: str | None) -> Tensor:
-    return _MatrixFunction.apply(X, kind, name)  # type: ignore[no-any-return]
+    return _MatrixFunction.apply(X, kind, name)
 
 
 def spd_log(X: Tensor, name: str | None = None) -> Tensor:
@@ -353,7 +353,7 @@ def eigen_directions(A: Tensor) -> tuple[Tensor, Tensor]:
     return torch.linalg.eigh(symmetrize(A))
 
 
-def busemann_coordinates(X: Tensor, P: Tensor, lam: Tensor) -> Tensor:
+def busemann_coordinates(X: Tensor, P: Tensor, lam: Tensor, *, strict: bool = True) -> Tensor:
     r"""Return minus the affine-invariant Busemann functions of ``X`` for the directions.
 
     The directions are :math:`A = P \operatorname{diag}(\lambda) P^T`.
@@ -370,11 +370,13 @@ def busemann_coordinates(X: Tensor, P: Tensor, lam: Tensor) -> Tensor:
     :math:`\lim_{t \to \infty} (t - d(X, \exp(tA)))` for the affine-invariant distance
     (the columns of :math:`P` ordered by increasing :math:`\lambda`: along
     :math:`\exp(tA)` the entries below the diagonal of
-    :math:`e^{-tA/2} L e^{tA/2}` vanish), and equals ``t`` at :math:`\exp(tA)`.
+    :math:`e^{-tA/2} L e^{tA/2}` vanish), and equals ``t`` at :math:`\exp(tA)`. With
+    ``strict`` (a value check), a factorisation that fails raises; without, its
+    coordinates are not finite.
     """
     M = P.mT.unsqueeze(-3) @ X.unsqueeze(-4) @ P.unsqueeze(-3)  # (..., L, N, n, n)
     C, info = torch.linalg.cholesky_ex(symmetrize(M))
-    if C.numel() and bool((info > 0).any()):
+    if strict and C.numel() and bool((info > 0).any()):
         raise ValueError(
             "a matrix is not positive definite to working precision (its Cholesky "
             "factorisation failed after a change of basis); its eigenvalues are too far "

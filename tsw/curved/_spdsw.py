@@ -165,7 +165,7 @@ def _matrices(inner: Callable[..., Any]) -> Callable[..., Any]:
 
     public.option_checks = inner.option_checks  # type: ignore[attr-defined]
     public.__signature__ = inner.__signature__  # type: ignore[attr-defined]
-    del public.__wrapped__  # type: ignore[attr-defined]
+    del public.__wrapped__
     return public
 
 
@@ -269,7 +269,7 @@ def spdsw(
     return _finish(evaluation, A)
 
 
-def _busemann_projection(measures: Measures, slices: Tensor) -> Projection:
+def _busemann_projection(measures: Measures, slices: Tensor, *, strict: bool = True) -> Projection:
     """Busemann coordinates of both supports on a block of directions ``(P; lambda)``.
 
     ``slices`` (n+1, n, L) or (B, n+1, n, L): the eigenvectors of the directions in its
@@ -281,7 +281,10 @@ def _busemann_projection(measures: Measures, slices: Tensor) -> Projection:
     if P.dim() == 3:
         P, lam = P.unsqueeze(0), lam.unsqueeze(0)
     coords = torch.cat(
-        [busemann_coordinates(_as_matrices(X, n), P, lam) for X in (measures.X_s, measures.X_t)],
+        [
+            busemann_coordinates(_as_matrices(X, n), P, lam, strict=strict)
+            for X in (measures.X_s, measures.X_t)
+        ],
         dim=-1,
     )  # (B, L, N + M)
     weights = torch.cat([measures.a, measures.b], dim=-1).unsqueeze(-2)
@@ -301,7 +304,7 @@ def hspdsw(
 ) -> Evaluation:
     r"""Affine-invariant (Busemann) sliced Wasserstein distance on SPD matrices, :math:`HSPDSW_p`.
 
-    References: [Bonet2023s]_ and [Bonet2025]_.
+    References: [Bonet2023ai]_ and [Bonet2025]_.
 
     .. math::
 
@@ -355,6 +358,9 @@ def hspdsw(
 
     References
     ----------
+    .. [Bonet2023ai] C. Bonet, B. Malezieux, A. Rakotomamonjy, L. Drumetz, T. Moreau,
+       M. Kowalski, N. Courty. Sliced-Wasserstein on symmetric positive definite
+       matrices for M/EEG signals. ICML 2023.
     .. [Bonet2025] C. Bonet, L. Drumetz, N. Courty. Sliced-Wasserstein distances and flows
        on Cartan-Hadamard manifolds. JMLR 26, 2025.
 
@@ -380,7 +386,6 @@ def hspdsw(
     if chunk == "auto":  # the driver's plan counts rows of n^2, not n x n matrices per pair
         per_slice = measures.X_s.shape[0] * (measures.X_s.shape[-2] + measures.X_t.shape[-2])
         chunk = max(1, HSPDSW_BLOCK_ELEMENTS // max(1, 4 * n * n * per_slice))
-    evaluation = evaluate(
-        problem.replace(measures=mapped, chunk_size=chunk), _busemann_projection, slices
-    )
+    project = functools.partial(_busemann_projection, strict=problem.validate)
+    evaluation = evaluate(problem.replace(measures=mapped, chunk_size=chunk), project, slices)
     return _finish(evaluation, A)
