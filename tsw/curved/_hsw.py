@@ -17,7 +17,7 @@ hyperboloid's spatial coordinates :math:`z = x_{1:}`, mapped through the coordin
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -142,7 +142,10 @@ _DOC_NUMERICS = """\
     (:func:`tsw.riemannian_step` turns the gradient into the manifold's)."""
 
 
-def _document(fn: Callable) -> Callable:
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _document(fn: F) -> F:
     """Fill the shared parts of the two docstrings."""
     fn.__doc__ = (fn.__doc__ or "").replace("{OPTIONS}", _DOC_OPTIONS[4:])
     fn.__doc__ = fn.__doc__.replace("{NUMERICS}", _DOC_NUMERICS[4:])

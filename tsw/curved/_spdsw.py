@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 import torch
@@ -152,7 +152,10 @@ def _resolve(problem: Problem, projections: object, n_projections: int, n: int) 
     return A
 
 
-def _matrices(inner: Callable[..., Any]) -> Callable[..., Any]:
+D = TypeVar("D", bound=Callable[..., Any])
+
+
+def _matrices(inner: D) -> D:
     """Return the public function, on matrices, of a method written on rows of ``n^2`` entries.
 
     ``X_s`` (N, n, n) or (B, N, n, n) (and ``X_t`` alike) become (N, n^2) or (B, N, n^2)
@@ -166,7 +169,7 @@ def _matrices(inner: Callable[..., Any]) -> Callable[..., Any]:
     public.option_checks = inner.option_checks  # type: ignore[attr-defined]
     public.__signature__ = inner.__signature__  # type: ignore[attr-defined]
     del public.__wrapped__
-    return public
+    return cast(D, public)
 
 
 def _rows(X: Any, name: str) -> Any:
