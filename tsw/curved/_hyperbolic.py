@@ -604,9 +604,10 @@ class _Coordinates(torch.autograd.Function):
     general path). The backward pass forms
     :math:`\partial t / \partial u = 1 / (x_0 (1 - w^2))` and :math:`\partial t /
     \partial q = -w / (2 x_0^2 (1 - w^2))` (geodesic), or :math:`1 / (x_0 (1 - w))` and
-    :math:`-1 / (2 x_0^2 (1 - w))` (horospherical), in a few passes over the (B, L, n)
-    tensors where autograd's composition takes about a dozen; under ``create_graph`` the
-    same formulas run out of place, so that they are differentiated again.
+    :math:`-1 / (2 x_0^2 (1 - w))` (horospherical), in a few in-place passes over the
+    (B, L, n) tensors, fewer than autograd's composition of the same operations; under
+    ``create_graph`` the same formulas run out of place, so that they are differentiated
+    again.
     """
 
     @staticmethod
