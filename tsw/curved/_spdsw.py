@@ -40,10 +40,9 @@ from tsw.core._random import resolve_sampler
 from tsw.core._validation import (
     Measures,
     check_dtype_device,
-    check_finite,
     check_positive_int,
-    check_tensor,
-    sphere_tol,
+    check_stack,
+    check_unit,
 )
 from tsw.curved._spd import (
     busemann_coordinates,
@@ -124,31 +123,11 @@ def _resolve(problem: Problem, projections: object, n_projections: int, n: int) 
     explicit = from_numpy(projections, "projections")
     if explicit is None:
         return draw_spd_directions(n, n_projections, problem.rng)
-    A = check_tensor(explicit, "projections")
-    batched = problem.measures.batched
-    ok = A.dim() == 3 or (batched and A.dim() == 4 and A.shape[0] == X.shape[0])
-    if not ok or A.shape[-2:] != (n, n) or A.shape[-3] == 0:
-        raise ValueError(
-            f"projections must have shape (L, n, n) with n={n}"
-            + (" or (B, L, n, n)" if batched else "")
-            + f"; got projections.shape={tuple(A.shape)}"
-        )
-    if A.device != X.device or A.dtype != X.dtype:
-        raise ValueError(
-            f"projections must have the dtype and device of X_s; got {A.dtype} on {A.device}"
-        )
+    shape = f"(L, n, n) with n={n}"
+    A = check_stack(explicit, "projections", (n, n), shape, X, problem.measures.batched)
     if problem.validate:
         A = check_symmetric(A, "projections")
-        check_finite(A, "projections")
-        norms = torch.linalg.matrix_norm(A.detach())
-        err = (norms - 1).abs()
-        tol = sphere_tol(A.dtype)
-        if bool((err > tol).any()):
-            raise ValueError(
-                f"projections must be symmetric matrices of unit Frobenius norm (1 up to "
-                f"{tol:.1e} in {A.dtype}); got one of norm "
-                f"{norms.reshape(-1)[err.argmax()].item():.6g}"
-            )
+        check_unit(A.flatten(-2), "projections", what="matrices (Frobenius norm)")
     return A
 
 
