@@ -109,6 +109,20 @@ def test_the_directions_are_those_of_sw(fn):
 
 
 @pytest.mark.parametrize("fn", FUNCTIONS)
+def test_identical_measures_give_exactly_zero(fn, dtype):
+    """Bit-identical coordinates for the two supports: the vectorised arctanh / log round an
+    element differently by its position in the buffer, so each support is evaluated apart
+    (also on the general path of the pairs far out near a direction's geodesic)."""
+    g = _gen(25)
+    theta = tsw.sample_projections(2, 20, seed=26, dtype=dtype)
+    far = hyp.from_spatial(math.sinh(12.0) * theta[:, :3].T.double(), "lorentz").to(dtype)
+    X = torch.cat([hyp.exp0(torch.randn(10, 2, generator=g, dtype=F64)).to(dtype), far])
+    for model, points in (("lorentz", X), ("poincare", hyp.lorentz_to_poincare(X))):
+        assert float(fn(points, points.clone(), projections=theta, model=model)) == 0.0
+        assert float(fn(points, points.clone(), n_projections=7, seed=1, model=model)) == 0.0
+
+
+@pytest.mark.parametrize("fn", FUNCTIONS)
 def test_rotations_about_the_origin_with_the_directions(fn):
     X, Y, a, b = _data(seed=7)
     theta = tsw.sample_projections(3, 6, seed=8, dtype=F64)

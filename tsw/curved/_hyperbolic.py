@@ -594,6 +594,25 @@ def _products(Z: Tensor, directions: Tensor) -> Tensor:
     return torch.matmul(directions.mT if directions.dim() == 3 else directions.T, Z.mT)
 
 
+def _apart(fn: Callable[[Tensor], Tensor], x: Tensor, split: int) -> Tensor:
+    """``fn(x)`` evaluated on ``x[..., :split]`` and ``x[..., split:]`` apart, then joined.
+
+    The vectorised kernels of ``atanh``, ``log`` and ``log1p`` may round an element by one
+    unit in the last place differently depending on where it falls in the buffer (the
+    vectorised body or the scalar tail): evaluated apart, identical measures get
+    bit-identical coordinates, and ``d(mu, mu) = 0`` exactly.
+    """
+    return torch.cat([fn(x[..., :split]), fn(x[..., split:])], dim=-1)
+
+
+def _apart_flat(fn: Callable[[Tensor], Tensor], x: Tensor, first: Tensor) -> Tensor:
+    """:func:`_apart` for a flat ``x`` whose entries ``first`` (a mask) come from the source."""
+    out = torch.zeros_like(x)
+    out[first] = fn(x[first])
+    out[~first] = fn(x[~first])
+    return out
+
+
 class _Coordinates(torch.autograd.Function):
     r"""GHSW's or HHSW's coordinates from ``u`` (B, L, n) and ``q`` (B, 1, n), fused.
 
@@ -601,7 +620,8 @@ class _Coordinates(torch.autograd.Function):
     w` (geodesic) or :math:`-\tfrac12 \log(1 + q) - \log(1 - w)` (horospherical), and
     whether a pair lies within :data:`GAP_THRESHOLD` of the boundary of the formula's
     accuracy (``|w|`` or ``w`` at least ``1 - GAP_THRESHOLD``; the caller then takes the
-    general path). The backward pass forms
+    general path). The first ``split`` atoms (the source) and the others are evaluated
+    apart (:func:`_apart`). The backward pass forms
     :math:`\partial t / \partial u = 1 / (x_0 (1 - w^2))` and :math:`\partial t /
     \partial q = -w / (2 x_0^2 (1 - w^2))` (geodesic), or :math:`1 / (x_0 (1 - w))` and
     :math:`-1 / (2 x_0^2 (1 - w))` (horospherical), in a few in-place passes over the
@@ -611,17 +631,23 @@ class _Coordinates(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, u: Tensor, q: Tensor, horospherical: bool) -> tuple[Tensor, Tensor]:
-        inv = torch.rsqrt(1 + q)
-        w = u * inv
-        low, high = torch.aminmax(w) if w.numel() else (w.new_zeros(()), w.new_zeros(()))
+    def forward(
+        ctx: Any, u: Tensor, q: Tensor, horospherical: bool, split: int
+    ) -> tuple[Tensor, Tensor]:
+        inv = 1 / torch.sqrt(1 + q)  # correctly rounded: no dependence on the position
+        t = u * inv
+        low, high = torch.aminmax(t) if t.numel() else (t.new_zeros(()), t.new_zeros(()))
         edge = 1 - GAP_THRESHOLD
+        parts = (t[..., :split], t[..., split:])
         if horospherical:
             flagged = high >= edge
-            t = w.neg_().log1p_().neg_().sub_(0.5 * torch.log1p(q))
+            for part in parts:
+                part.neg_().log1p_().neg_()
+            t.sub_(0.5 * _apart(torch.log1p, q, split))
         else:
             flagged = (high >= edge) | (low <= -edge)
-            t = w.atanh_()
+            for part in parts:
+                part.atanh_()
         ctx.horospherical = horospherical
         ctx.save_for_backward(u, q)
         ctx.mark_non_differentiable(flagged)
@@ -630,7 +656,7 @@ class _Coordinates(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, g: Tensor, _: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         u, q = ctx.saved_tensors
-        inv = torch.rsqrt(1 + q)
+        inv = 1 / torch.sqrt(1 + q)
         w = u * inv
         twice = torch.is_grad_enabled()  # create_graph: out of place, recorded
         if ctx.horospherical:
@@ -644,7 +670,12 @@ class _Coordinates(torch.autograd.Function):
                 r = torch.div(g, r, out=r)
             grad_q = -0.5 * (r * w).sum(-2, keepdim=True) * inv * inv
         grad_u = r * inv if twice else r.mul_(inv)
-        return grad_u, grad_q, None
+        return grad_u, grad_q, None, None
+
+
+def _split(supports: tuple[Tensor, ...]) -> int:
+    """Return the number of source atoms among the supports' (all of a lone support)."""
+    return supports[0].shape[-2]
 
 
 def geodesic_from_products(
@@ -658,7 +689,8 @@ def geodesic_from_products(
     (B, 1, n); the ``supports`` (B, n_i, d), whose points are the ``n`` in order, and the
     ``directions`` (unit columns) are read for those pairs only.
     """
-    t, flagged = _Coordinates.apply(u, q, False)
+    split = _split(supports)
+    t, flagged = _Coordinates.apply(u, q, False, split)
     if not bool(flagged):
         return t
     x0 = torch.sqrt(1 + q)
@@ -666,10 +698,11 @@ def geodesic_from_products(
     flagged = w.detach().abs() >= 1 - GAP_THRESHOLD
     # the flagged pairs' arctanh (of |w| near or, rounded, above 1) is replaced: it is
     # taken at 0 so that neither it nor its unused gradient is Inf or NaN
-    t = torch.atanh(torch.where(flagged, 0, w))
+    t = _apart(torch.atanh, torch.where(flagged, 0, w), split)
     idx, plus, gap = _gaps(u, q, x0, supports, directions, flagged)
-    fixed = torch.sign(u[idx]) * 0.5 * (torch.log(plus) - torch.log(gap))
-    return t.index_put(idx, fixed)
+    first = idx[2] < split
+    logs = _apart_flat(torch.log, plus, first) - _apart_flat(torch.log, gap, first)
+    return t.index_put(idx, torch.sign(u[idx]) * 0.5 * logs)
 
 
 def horospherical_from_products(
@@ -681,15 +714,17 @@ def horospherical_from_products(
     with :math:`1 - u / x_0 \le` :data:`GAP_THRESHOLD`, :math:`-\log g` with the gap ``g``
     of :func:`_gaps`; the arguments as for :func:`geodesic_from_products`.
     """
-    t, flagged = _Coordinates.apply(u, q, True)
+    split = _split(supports)
+    t, flagged = _Coordinates.apply(u, q, True, split)
     if not bool(flagged):
         return t
     x0 = torch.sqrt(1 + q)
     w = u / x0
     flagged = w.detach() >= 1 - GAP_THRESHOLD
-    t = -0.5 * torch.log1p(q) - torch.log1p(-torch.where(flagged, 0, w))
+    safe = -torch.where(flagged, 0, w)
+    t = -0.5 * _apart(torch.log1p, q, split) - _apart(torch.log1p, safe, split)
     idx, _, gap = _gaps(u, q, x0, supports, directions, flagged)
-    return t.index_put(idx, -torch.log(gap))
+    return t.index_put(idx, -_apart_flat(torch.log, gap, idx[2] < split))
 
 
 def _coordinates(
