@@ -1,8 +1,17 @@
-"""Sliced distances between measures on curved spaces: hyperbolic space and SPD matrices.
+"""Sliced and tree-sliced distances between measures on curved spaces.
 
-The private ``_hyperbolic`` holds the geometry of hyperbolic space (the Lorentz and
-Poincare models: checks, conversions, exponential and logarithm maps, geodesic
-distances, the geodesic and horospherical coordinates).
+Hyperbolic space, SPD matrices and products of Euclidean, spherical and hyperbolic
+factors. The geometry of each space lives in one private module, the methods beside it:
+
+* ``_hyperbolic``: hyperbolic space in the Lorentz and Poincare models (checks,
+  conversions, exponential and logarithm maps, geodesic distances, the geodesic and
+  horospherical coordinates, wrapped normal draws);
+* ``_spd``: SPD matrices (checks, the matrix functions by one eigendecomposition with
+  their Daleckii-Krein gradients, log-Euclidean and affine-invariant distances and
+  exponential maps, the affine-invariant Busemann coordinates);
+* ``_hsw``: :func:`tsw.ghsw` and :func:`tsw.hhsw`; ``_spdsw``: :func:`tsw.spdsw` and
+  :func:`tsw.hspdsw`; ``_steps``: :func:`tsw.riemannian_step`;
+* ``_product`` and ``_mc_tsw``: products of factors and :func:`tsw.mc_tsw`.
 """
 
 from tsw.curved._hsw import ghsw, hhsw
