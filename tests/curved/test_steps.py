@@ -206,3 +206,16 @@ def test_bad_input_raises():
     o = hyp.origin(2, dtype=F64)[None]
     with pytest.raises(ValueError, match="the exponential map would overflow"):
         tsw.riemannian_step(o, torch.tensor([[0.0, 1.0, 0.0]], dtype=F64), 1e3, manifold="lorentz")
+
+
+def test_a_poincare_step_beyond_what_the_ball_holds_raises():
+    """float32 holds the ball's points up to about 16.6 from the origin: a step to 20 raises
+    (it would otherwise round onto the boundary, at infinite distance)."""
+    y = hyp.exp0(torch.tensor([[15.0, 0.0]]), "poincare")
+    (lam,) = 2 / (1 - (y * y).sum(-1))
+    G = -torch.tensor([[1.0, 0.0]])  # outwards; the step's Riemannian length is lr |g| / lam
+    with pytest.raises(ValueError, match="rounds onto the boundary of the Poincare ball"):
+        tsw.riemannian_step(y, G, float(5.0 * lam), manifold="poincare")
+    moved = tsw.riemannian_step(y, G, float(0.5 * lam), manifold="poincare")
+    assert float(moved.norm()) < 1
+    assert abs(float(hyp.radius(moved, "poincare")) - 15.5) < 0.05
