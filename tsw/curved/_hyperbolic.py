@@ -438,7 +438,11 @@ def exp_map(x: Tensor, v: Tensor, model: str) -> Tensor:
     recomputed from its spatial part, so that iterated steps stay on the hyperboloid.
     Poincare: ``y`` and ``v`` of shape (..., d), ``v`` a vector of :math:`\mathbb R^d`
     at ``y`` (of Riemannian length :math:`2|v| / (1 - |y|^2)`), computed through the
-    hyperboloid. A step of length beyond :func:`max_radius`, or NaN, raises.
+    hyperboloid. A step of length beyond :func:`max_radius`, or NaN, raises. Far from the
+    origin a tangent vector's ambient coordinates are ill-conditioned (its radial part is
+    :math:`x_0` times larger there than its length, so rounding them changes the length
+    by about :math:`\epsilon x_0^2 |v|`): :func:`tsw.riemannian_step` and
+    :func:`wrapped_normal` form their steps from the radial and orthogonal parts instead.
     """
     if check_model(model) == "lorentz":
         return from_spatial(_spatial_exp(x[..., 1:], v[..., 1:], "v"), "lorentz")
