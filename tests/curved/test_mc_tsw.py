@@ -24,7 +24,7 @@ from scipy.optimize import minimize_scalar
 import tsw
 from tsw import MixedCurvatureTrees
 from tsw.curved._mc_tsw import mc_projection
-from tsw.curved._product import check_components, factors_of
+from tsw.curved._product import check_components, factors_of, ray_factors
 
 F64 = torch.float64
 MIXED = (("euclidean", 2), ("sphere", 2), ("hyperbolic", 2))
@@ -60,6 +60,12 @@ def weights(rng, n, total=1.0):
 
 def t64(*arrays):
     return tuple(torch.as_tensor(np.asarray(x), dtype=F64) for x in arrays)
+
+
+def project(measures, trees, factors, **kw):
+    """The library's projection on explicit trees (what the driver hands a block)."""
+    own = ray_factors(trees.directions, factors).cpu()
+    return mc_projection(measures, (trees, own), factors=factors, **kw)
 
 
 def draw_trees(components, T, k, seed, center=None, std=0.7):
@@ -230,7 +236,7 @@ def test_split_distances_against_brute_force_minimisation(components, split):
         X[None], X[None, :0], torch.full((1, 6), 1 / 6, dtype=F64), X.new_zeros(1, 0), True
     )
     factors = factors_of(check_components(components))
-    got = mc_projection(measures, trees, factors=factors, delta=1.3, split=split)
+    got = project(measures, trees, factors, delta=1.3, split=split)
     for tau in range(2):
         t, alpha = project_one_tree(P, R[tau], V[tau], components, 1.3, split)
         t_b, alpha_b = project_one_tree(
@@ -369,6 +375,24 @@ def test_batch_equals_loop_with_per_item_centres():
     torch.testing.assert_close(batched, looped, rtol=1e-12, atol=1e-14)
 
 
+def test_per_item_trees_whose_rays_take_other_factors_equal_a_loop():
+    """Batched explicit trees, each item's rays in other factors: item by item."""
+    rng = np.random.default_rng(9)
+    X = np.stack([product_points(rng, MIXED, 6) for _ in range(2)])
+    Y = np.stack([product_points(rng, MIXED, 5, shift=0.3) for _ in range(2)])
+    items = [draw_trees(MIXED, 3, 4, seed=s) for s in (1, 2)]
+    own = [ray_factors(t.directions, factors_of(MIXED)) for t in items]
+    assert not torch.equal(own[0], own[1])
+    batched = MixedCurvatureTrees(
+        torch.stack([t.roots for t in items]), torch.stack([t.directions for t in items])
+    )
+    for split in ("geodesic", "ray"):
+        kw = {"components": MIXED, "split": split, "delta": 1.5}
+        got = tsw.mc_tsw(*t64(X, Y), trees=batched, **kw)
+        loop = [tsw.mc_tsw(*t64(X[i], Y[i]), trees=items[i], **kw) for i in range(2)]
+        torch.testing.assert_close(got, torch.stack(loop), rtol=1e-12, atol=1e-14)
+
+
 def test_logged_trees_give_the_value_again_and_numpy_round_trip():
     rng = np.random.default_rng(6)
     X, Y = product_points(rng, MIXED, 6), product_points(rng, MIXED, 5, shift=0.2)
@@ -468,7 +492,7 @@ def test_far_from_a_root_at_the_origin_the_coordinates_are_exact():
         torch.zeros(1, 0, dtype=F64),
         True,
     )
-    got = mc_projection(measures, trees, factors=factors_of(comp), delta=1.0, split="geodesic")
+    got = project(measures, trees, factors_of(comp), delta=1.0, split="geodesic")
     with mpmath.workdps(40):
         exact = [float(mpmath.acosh(mpmath.mpf(float(p0)))) for p0 in P[:, 0]]
     np.testing.assert_allclose(got.coords[0, 0, 0].numpy(), exact, rtol=1e-13)
@@ -609,3 +633,85 @@ def test_loss_module_equals_the_function_and_checks_at_construction():
         tsw.nn.MCTSWLoss(components=[("torus", 2)])
     with pytest.raises(TypeError, match="components"):
         tsw.nn.MCTSWLoss()
+
+
+# --------------------------------------------------------------------------- written-out gradients
+
+
+def _gram_inputs(kind, seed):
+    """Gram quantities of generic atoms, with degenerate ones appended: at a root, on a
+    geodesic, at a sphere root's antipode, at a great circle's pole."""
+    g = torch.Generator().manual_seed(seed)
+    n = 12
+    t2 = 4 + torch.rand(1, 3, n, generator=g, dtype=F64)
+    if kind == "sphere":
+        z = torch.nn.functional.normalize(torch.randn(1, 3, n, 3, generator=g, dtype=F64), dim=-1)
+        z[0, :, -4] = torch.tensor([1.0, 0, 0])  # the root e0
+        z[0, :, -3] = torch.tensor([-1.0, 0, 0])  # its antipode
+        z[0, :, -2] = torch.tensor([0.6, 0.8, 0])  # on the great circle of e1
+        z[0, :, -1] = torch.tensor([0.0, 0, 1])  # a pole of that circle
+        C, S, Nz = z[..., 0], z[..., 1], (z * z).sum(-1)
+    elif kind == "hyperbolic":
+        u = torch.randn(1, 3, n, 2, generator=g, dtype=F64)
+        u[0, :, -2] = 0  # the root (the origin)
+        u[0, :, -1] = torch.tensor([0.7, 0])  # on the geodesic of e1
+        x0 = (1 + (u * u).sum(-1)).sqrt()
+        C, S, Nz = -x0, u[..., 0], torch.ones_like(x0)
+    else:
+        C = torch.zeros(1, 3, n, dtype=F64)
+        S = torch.randn(1, 3, n, generator=g, dtype=F64)
+        S[0, :, -1] = 0
+        Nz = C
+    return t2, S, C, Nz
+
+
+@pytest.mark.parametrize("kind", ["euclidean", "sphere", "hyperbolic"])
+@pytest.mark.parametrize("flat", [False, True])
+def test_written_out_ray_gradient_equals_the_torch_operations(kind, flat):
+    """_RayDistance's backward against autograd through _group_distance, degenerate atoms too."""
+    from tsw.curved._mc_tsw import _group_distance, _RayDistance
+
+    t2, S, C, Nz = _gram_inputs(kind, 3)
+    weight = torch.rand(S.shape, generator=torch.Generator().manual_seed(4), dtype=F64)
+    grads = []
+    for fused in (True, False):
+        leaves = [x.clone().requires_grad_() for x in (t2, S, C, Nz)]
+        if fused:  # ray i of tree i, in factor i (per-tree t2, per-factor |z|^2)
+            ids = torch.arange(3)
+            D = _RayDistance.apply(*leaves, ids, ids, kind, flat)
+        else:
+            D = _group_distance(kind, flat, "geodesic", *leaves)
+        if fused:
+            value = D
+        else:
+            torch.testing.assert_close(D.detach(), value.detach(), rtol=1e-13, atol=1e-14)
+        grads.append(torch.autograd.grad((D * weight).sum(), leaves, allow_unused=True))
+    for a, b in zip(*grads, strict=True):
+        if a is None or b is None:
+            assert a is None or not a.any()
+            assert b is None or not b.any()
+        else:
+            assert torch.isfinite(a).all()
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_written_out_root_gradient_equals_the_torch_operations():
+    from tsw.curved._mc_tsw import _root_reference, _RootDistance
+
+    kinds = ("euclidean", "sphere", "hyperbolic")
+    parts = [_gram_inputs(kind, 5) for kind in kinds]
+    C = torch.stack([p[2] for p in parts], dim=2)  # (1, 3, m, n)
+    Nz = torch.stack([p[3][:, 0] for p in parts], dim=1)  # (1, m, n)
+    Nz[:, 0] = 2.0  # a Euclidean |z|^2
+    Nr = torch.rand(1, 3, 3, generator=torch.Generator().manual_seed(6), dtype=F64) + 1
+    weight = torch.rand(1, 3, C.shape[-1], generator=torch.Generator().manual_seed(7), dtype=F64)
+    grads, values = [], []
+    for fn in (lambda *x: _RootDistance.apply(*x, kinds), lambda *x: _root_reference(*x, kinds)):
+        leaves = [x.clone().requires_grad_() for x in (C, Nz, Nr)]
+        t2 = fn(*leaves)
+        values.append(t2.detach())
+        grads.append(torch.autograd.grad((t2 * weight).sum(), leaves))
+    torch.testing.assert_close(values[0], values[1], rtol=1e-13, atol=1e-14)
+    for a, b in zip(*grads, strict=True):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
