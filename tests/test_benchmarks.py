@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 
 import ot
@@ -366,3 +367,24 @@ def test_curved_speed_smoke(tmp_path, capsys):
     assert record["hyperbolic"][0]["ghsw / sw"] > 0
     assert record["spd"][0]["hspdsw / sw on logs"] > 0
     assert "## SPD" in capsys.readouterr().out
+
+
+def test_curved_flow_smoke(tmp_path, capsys):
+    """Flows on H^2, SPD(2) and R^2 x S^2 x H^2, every method a few steps."""
+    from benchmarks import curved_flow
+
+    assert curved_flow.main(["--smoke", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for name in ("GHSW_2", "HHSW_2", "MC-TSW on H^2", "SPDSW_2", "HSPDSW_2", "Prod-SW", "Prod-TSW"):
+        assert name in out
+    record = json.loads((tmp_path / "curved_flow.json").read_text())
+    assert set(record["flows"]) == {"hyperbolic", "spd", "product"}
+    rows = list(csv.DictReader((tmp_path / "curved_flow.csv").open()))
+    assert len(rows) == 12
+    for row in rows:
+        assert float(row["s_per_step_median"]) > 0
+        # an exact W2 between distinct clouds, at the start and after the steps
+        assert math.isfinite(float(row["log10_w2_step0_mean"]))
+        assert math.isfinite(float(row["log10_w2_step3_mean"]))
+    for flow in ("hyperbolic", "spd", "product"):
+        assert (tmp_path / f"curved_flow_{flow}.png").stat().st_size > 0
