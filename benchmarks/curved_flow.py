@@ -1,14 +1,12 @@
 """Gradient flows on curved spaces: the hyperboloid, SPD matrices and a product space.
 
-A source cloud flows onto a target by Riemannian gradient steps on a sliced or
-tree-sliced discrepancy: at every step the Euclidean gradient of the discrepancy (fresh
-slices from the step's generator, ``power=True``) is turned into a Riemannian one and the
-points move along the manifold with :func:`tsw.riemannian_step`. Every method takes the
-same steps: the gradient is rescaled to a root-mean-square Riemannian length of 1 per
-point, and the step length (in geodesic units) decays geometrically from ``--lr`` to
-``--lr / 20`` over the run. So the methods differ only in the directions their
-discrepancy gives, not in the size of its gradient (the discrepancies' scales differ by
-orders of magnitude).
+A source cloud flows onto a target by Riemannian gradient descent on a sliced or
+tree-sliced discrepancy: at every step the Euclidean gradient of ``N`` times the
+discrepancy (fresh slices from the step's generator, ``power=True``) is turned into the
+Riemannian one and the points move along the manifold by :func:`tsw.riemannian_step`,
+with a constant step size. The discrepancies' scales differ by orders of magnitude, so
+each method takes its own step size: the one of the ``--lr`` grid with the lowest error
+after ``--tune-steps`` steps on seed 0 (reported beside its results).
 
 The error is the **exact** Wasserstein-2 distance on the manifold's geodesic distance
 (``ot.emd2`` in float64 on the pairwise squared distances), reported as ``log10 W2``,
@@ -40,7 +38,9 @@ the official TSW codes' default); the sliced ones ``SW_2^2``. At equal slices: `
 directions for each sliced method, ``L / k`` trees of ``k`` rays for each tree method.
 
 Example: ``python -m benchmarks.curved_flow --steps 300 --seeds 3``.
-``--smoke``: tiny settings for the test suite.
+``--smoke``: tiny settings for the test suite. ``--speed``: instead of the flows, the time
+of :func:`tsw.mc_tsw` against :func:`tsw.db_tsw` at equal trees and lines (forward +
+backward, the same points read as R^D by Db-TSW, interleaved rounds; ``--rounds``).
 """
 
 from __future__ import annotations
@@ -74,7 +74,6 @@ from tsw.curved import (
     spd_exp_map,
     wrapped_normal,
 )
-from tsw.curved._hyperbolic import minkowski_inner, riemannian_gradient
 from tsw.curved._product import factors_of, product_distance
 from tsw.curved._spd import half_vectorize, spd_log
 
@@ -282,53 +281,140 @@ def methods(flow: str, args) -> dict[str, dict]:
 # --------------------------------------------------------------------------- the flow
 
 
-def _norm2(x: torch.Tensor, g: torch.Tensor, manifold: str) -> torch.Tensor:
-    """Squared Riemannian norm, per point, of the gradient of Euclidean gradient ``g``."""
-    if manifold == "euclidean":
-        return (g * g).sum(-1)
-    if manifold == "sphere":  # the tangent part of g at the unit x
-        return (g * g).sum(-1) - (g * x).sum(-1) ** 2
-    if manifold == "lorentz":
-        v = riemannian_gradient(x, g, "lorentz")
-        return minkowski_inner(v, v)
-    S = (g + g.mT) / 2  # affine-invariant: grad = X S X, |grad|^2 = tr((S X)^2)
-    SX = S @ x
-    return (SX * SX.mT).sum((-2, -1))
-
-
 def _step(X: torch.Tensor, grad: torch.Tensor, lr: float, flow: str) -> torch.Tensor:
-    """One Riemannian step (:func:`tsw.riemannian_step`) of RMS geodesic length ``lr`` per point."""
+    """One Riemannian gradient step of size ``lr`` (:func:`tsw.riemannian_step`) per factor."""
     if flow == "hyperbolic":
-        parts = [(X, grad, "lorentz")]
-    elif flow == "spd":
-        parts = [(X, grad, "spd_affine")]
-    else:
-        (E, S, H), (gE, gS, gH) = _split(X), _split(grad)
-        parts = [(E, gE, "euclidean"), (S, gS, "sphere"), (H, gH, "lorentz")]
-    sq = sum(_norm2(x, g, manifold).clamp_min(0) for x, g, manifold in parts)
-    rms = float(torch.as_tensor(sq).mean().sqrt())
-    scale = lr / rms if rms > 0 else 0.0
-    moved = [riemannian_step(x, g, scale, manifold=manifold) for x, g, manifold in parts]
-    return moved[0] if len(moved) == 1 else torch.cat(moved, dim=-1)
+        return riemannian_step(X, grad, lr, manifold="lorentz")
+    if flow == "spd":
+        return riemannian_step(X, grad, lr, manifold="spd_affine")
+    (E, S, H), (gE, gS, gH) = _split(X), _split(grad)
+    return torch.cat(
+        [
+            riemannian_step(E, gE, lr, manifold="euclidean"),
+            riemannian_step(S, gS, lr, manifold="sphere"),
+            riemannian_step(H, gH, lr, manifold="lorentz"),
+        ],
+        dim=-1,
+    )
 
 
-def run_flow(flow: str, method: dict, X: torch.Tensor, Y: torch.Tensor, args, seed: int):
-    """One flow: log10 W2 at the checkpoints, seconds per step."""
+def run_flow(
+    flow: str, method: dict, X: torch.Tensor, Y: torch.Tensor, steps: int, lr: float, seed: int
+) -> dict:
+    """One flow at step size ``lr``: log10 W2 at the checkpoints (inf if it diverged), s/step."""
     gen = _generator(5_000 + seed)
-    steps = args.steps
     checkpoints = sorted({max(steps * i // 5, 1) for i in range(1, 6)})
-    decay = (1 / 20) ** (1 / max(steps - 1, 1))
     curve = {0: math.log10(w2(X, Y, flow))}
     elapsed = 0.0
+    n = X.shape[0]
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
         Xg = X.detach().requires_grad_(True)
-        (grad,) = torch.autograd.grad(method["loss"](Xg, Y, gen), Xg)
-        X = _step(X.detach(), grad, args.lr * decay ** (step - 1), flow)
+        try:
+            (grad,) = torch.autograd.grad(method["loss"](Xg, Y, gen) * n, Xg)
+            X = _step(X.detach(), grad, lr, flow)
+        except ValueError:  # points beyond what the dtype holds, a NaN: this lr diverged
+            return {"curve": dict.fromkeys([0, *checkpoints], math.inf), "s_per_step": math.nan}
         elapsed += time.perf_counter() - t0
         if step in checkpoints:
             curve[step] = math.log10(w2(X, Y, flow))
     return {"curve": curve, "s_per_step": elapsed / steps}
+
+
+def tune(flow: str, method: dict, args, dtype: torch.dtype) -> float:
+    """The step size of ``--lr`` with the lowest final error on seed 0 in ``--tune-steps``."""
+    grid = [float(v) for v in args.lr.split(",")]
+    if len(grid) == 1:
+        return grid[0]
+    X, Y = (t.to(dtype) for t in DATA[flow](args.n, 0))
+    finals = {
+        lr: run_flow(flow, method, X, Y, args.tune_steps, lr, 0)["curve"][args.tune_steps]
+        for lr in grid
+    }
+    return min(grid, key=lambda lr: (finals[lr], lr))
+
+
+# --------------------------------------------------------------------------- speed
+
+
+#: the products of ``--speed`` (each against Db-TSW on as many columns)
+SPEED_PRODUCTS = {
+    "R^4 x S^3 x H^3": (("euclidean", 4), ("sphere", 3), ("hyperbolic", 3)),
+    "H^11": (("hyperbolic", 11),),
+    "R^12": (("euclidean", 12),),
+}
+
+
+def product_points(components, n: int, g: torch.Generator, dtype) -> torch.Tensor:
+    """``n`` points of a product: Gaussian, normalised Gaussian, hyperboloid above a Gaussian."""
+    cols = []
+    for kind, d in components:
+        z = torch.randn(n, d + (kind == "sphere"), generator=g, dtype=F64)
+        if kind == "sphere":
+            z = torch.nn.functional.normalize(z, dim=-1)
+        elif kind == "hyperbolic":
+            z = torch.cat([(1 + (z * z).sum(-1, keepdim=True)).sqrt(), z], dim=-1)
+        cols.append(z)
+    return torch.cat(cols, dim=-1).to(dtype)
+
+
+def time_mc_tsw(components, n: int, trees: int, lines: int, rounds: int, dtype) -> dict:
+    """Forward + backward of mc_tsw and db_tsw at equal trees and lines, interleaved.
+
+    The same points for both (Db-TSW reads the concatenated coordinates as R^D), explicit
+    trees drawn once, ``validate=False``; medians over ``rounds`` and the median of the
+    per-round ratios (:func:`benchmarks._timing.interleaved`).
+    """
+    from benchmarks._timing import interleaved, median
+
+    g = _generator(0)
+    X, Y = product_points(components, n, g, dtype), product_points(components, n, g, dtype)
+    D = X.shape[-1]
+    mixed = tsw.sample_mixed_curvature_trees(
+        components, n_trees=trees, n_lines=lines, seed=0, dtype=dtype
+    )
+    lines_ = tsw.sample_concurrent_lines(
+        D, n_trees=trees, n_lines=lines, center=torch.zeros(D, dtype=dtype), seed=0
+    )
+
+    def mc():
+        Xg = X.clone().requires_grad_(True)
+        tsw.mc_tsw(Xg, Y, components=components, trees=mixed, validate=False).backward()
+
+    def db():
+        Xg = X.clone().requires_grad_(True)
+        tsw.db_tsw(Xg, Y, trees=lines_, validate=False).backward()
+
+    times = interleaved({"mc_tsw": mc, "db_tsw": db}, rounds=rounds)
+    ratio = median([a / b for a, b in zip(times["mc_tsw"], times["db_tsw"], strict=True)])
+    return {
+        "mc_tsw [s]": median(times["mc_tsw"]),
+        "db_tsw [s]": median(times["db_tsw"]),
+        "mc_tsw / db_tsw": ratio,
+    }
+
+
+def speed(args, out) -> int:
+    """The ``--speed`` table: mc_tsw against db_tsw, forward + backward, one thread."""
+    dtype = getattr(torch, args.dtype)
+    sizes = (200, 2000) if args.smoke else (500, 2000, 10000)
+    trees, rounds = (5, 1) if args.smoke else (250, args.rounds)
+    rows = []
+    for label, components in SPEED_PRODUCTS.items():
+        for n in sizes:
+            timing = time_mc_tsw(components, n, trees, args.lines, rounds, dtype)
+            rows.append({"product": label, "N=M": n, "T": trees, "k": args.lines, **timing})
+    header = list(rows[0])
+    print_table(
+        f"mc_tsw against db_tsw at equal trees and lines, forward + backward, {args.dtype}, "
+        f"{torch.get_num_threads()} thread(s), median over {rounds} rounds",
+        header,
+        [[f"{r[h]:.4g}" if isinstance(r[h], float) else str(r[h]) for h in header] for r in rows],
+    )
+    write_results(
+        out, "curved_flow_speed", header, [list(r.values()) for r in rows], {"rows": rows}
+    )
+    return 0
 
 
 DATA = {"hyperbolic": hyperbolic_data, "spd": spd_data, "product": product_data}
@@ -344,18 +430,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flows", default=",".join(FLOWS))
     ap.add_argument("--n", type=int, default=300, help="points per cloud")
     ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--lr", type=float, default=0.1, help="first step length (geodesic RMS)")
+    ap.add_argument(
+        "--lr",
+        default="0.03,0.1,0.3,1,3",
+        help="step sizes: one, or a grid tuned per method on seed 0 (--tune-steps)",
+    )
+    ap.add_argument("--tune-steps", type=int, default=None, help="default: --steps // 2")
     ap.add_argument("--projections", type=int, default=200, help="L of the sliced methods")
     ap.add_argument("--lines", type=int, default=4, help="k of the tree methods (L / k trees)")
     ap.add_argument("--hspdsw-projections", type=int, default=50)
     ap.add_argument("--dtype", choices=["float32", "float64"], default="float64")
     ap.add_argument("--smoke", action="store_true", help="tiny settings (the test suite's)")
+    ap.add_argument(
+        "--speed", action="store_true", help="time mc_tsw against db_tsw instead of the flows"
+    )
+    ap.add_argument("--rounds", type=int, default=7, help="rounds of --speed")
     add_run_args(ap, "curved_flow")
     args = ap.parse_args(argv)
     if args.smoke:
-        args.n, args.steps, args.seeds = 24, 3, 1
+        args.n, args.steps, args.seeds, args.lr = 24, 3, 1, "0.1,0.3"
         args.projections, args.lines, args.hspdsw_projections = 8, 2, 4
+    if args.tune_steps is None:
+        args.tune_steps = max(args.steps // 2, 1)
     out = prepare(args)
+    if args.speed:
+        return speed(args, out)
     flows = [f.strip() for f in args.flows.split(",") if f.strip()]
     bad = [f for f in flows if f not in FLOWS]
     if bad:
@@ -364,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = vars(args) | {"metric": "log10 exact geodesic W2 (float64, ot.emd2)"}
     print(f"settings: {settings}")
     payload: dict = {"settings": settings, "flows": {}}
-    numeric_header = ["flow", "key", "method", "n_seeds"]
+    numeric_header = ["flow", "key", "method", "lr", "n_seeds"]
     checkpoints = [0, *sorted({max(args.steps * i // 5, 1) for i in range(1, 6)})]
     for c in checkpoints:
         numeric_header += [f"log10_w2_step{c}_mean", f"log10_w2_step{c}_std"]
@@ -373,14 +472,17 @@ def main(argv: list[str] | None = None) -> int:
     for flow in flows:
         table = methods(flow, args)
         raw: dict[str, list] = {k: [] for k in table}
+        lrs = {k: tune(flow, table[k], args, dtype) for k in progress(list(table), f"{flow} lr")}
         jobs = [(k, s) for k in table for s in range(args.seeds)]
         for key, seed in progress(jobs, f"{flow} flows"):
             X, Y = (t.to(dtype) for t in DATA[flow](args.n, seed))
-            raw[key].append({"seed": seed, **run_flow(flow, table[key], X, Y, args, seed)})
-        header = ["method", *[f"step {c}" for c in checkpoints], "s/step"]
+            run = run_flow(flow, table[key], X, Y, args.steps, lrs[key], seed)
+            raw[key].append({"seed": seed, "lr": lrs[key], **run})
+        header = ["method", "lr", *[f"step {c}" for c in checkpoints], "s/step"]
         rows = [
             [
                 table[k]["name"],
+                f"{lrs[k]:g}",
                 *[mean_std([r["curve"][c] for r in raw[k]], ".2f", ".2f") for c in checkpoints],
                 f"{statistics.median(r['s_per_step'] for r in raw[k]):.4f}",
             ]
@@ -400,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
                     flow,
                     k,
                     table[k]["name"],
+                    lrs[k],
                     len(raw[k]),
                     *[
                         x

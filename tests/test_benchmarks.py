@@ -388,3 +388,13 @@ def test_curved_flow_smoke(tmp_path, capsys):
         assert math.isfinite(float(row["log10_w2_step3_mean"]))
     for flow in ("hyperbolic", "spd", "product"):
         assert (tmp_path / f"curved_flow_{flow}.png").stat().st_size > 0
+
+
+def test_curved_flow_speed_smoke(tmp_path):
+    """mc_tsw against db_tsw at equal trees and lines."""
+    from benchmarks import curved_flow
+
+    assert curved_flow.main(["--smoke", "--speed", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "curved_flow_speed.json").read_text())["rows"]
+    assert len(rows) == 6
+    assert all(r["mc_tsw / db_tsw"] > 0 for r in rows)

@@ -600,7 +600,7 @@ def mc_tsw(
     split: str = "geodesic",
     trees: MixedCurvatureTrees | None = None,
     center: Tensor | str | None = "mean",
-    root_std: float = 0.1,
+    root_std: float = 1.0,
     **options: Unpack[ChunkedOptions],
 ) -> Evaluation:
     r"""Mixed-curvature tree-sliced Wasserstein distance (MC-TSW) on a product of factors.
@@ -655,7 +655,12 @@ def mc_tsw(
     * the wrapped normal is centred at the detached mean of the measures factor by
       factor (``center="mean"``: Euclidean mean, normalised extrinsic mean on a sphere,
       Lorentzian centroid on a hyperboloid, each equivariant under its factor's
-      isometries), with ``root_std = 0.1`` in geodesic units, the family's Db-TSW value;
+      isometries), with identity covariance (``root_std = 1``, a standard wrapped
+      normal). Every point sits at its distance to the root on every ray, so the
+      coordinates see positions only through the spread of the roots: around the mean
+      at Db-TSW's 0.1 they are nearly blind to angular structure, and in
+      ``python -m benchmarks.curved_flow`` a product flow made no progress at all (the
+      page *Curved spaces* gives the figures);
     * factors may have different dimensions (the paper's implementation gives them one
       dimension to vectorise; here each ray's direction is zero outside its factor);
     * curvatures are +1 and -1 (scale the data for others).
@@ -690,8 +695,9 @@ def mc_tsw(
         Centre of the roots' wrapped normal: the detached mean of both measures (per
         batch item, see above), the product's origin (0, :math:`e_0` and
         :math:`(1, 0, \dots, 0)` on the factors) or a given point of the product.
-    root_std : float, default 0.1
-        Standard deviation of the roots around the centre, in geodesic units.
+    root_std : float, default 1.0
+        Standard deviation of the roots around the centre, in geodesic units (of the
+        data's scale: the roots should spread over the data).
 
     Returns
     -------

@@ -460,7 +460,7 @@ def sample_mixed_curvature_trees(
     n_trees: int,
     n_lines: int,
     center: Tensor | None = None,
-    std: float = 0.1,
+    std: float = 1.0,
     seed: int | None = None,
     generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
@@ -486,7 +486,7 @@ def sample_mixed_curvature_trees(
     center : Tensor of shape (D,) or (B, D), optional
         A point of the product (per batch item for (B, D): the trees then carry a batch
         axis, every item's drawn from the same offsets); the origin by default.
-    std : float, default 0.1
+    std : float, default 1.0
         :math:`\sigma`, in geodesic units of each factor.
     seed, generator
         Randomness, as in the guide's "Seeding" section.
