@@ -704,14 +704,18 @@ def test_written_out_root_gradient_equals_the_torch_operations():
     Nz = torch.stack([p[3][:, 0] for p in parts], dim=1)  # (1, m, n)
     Nz[:, 0] = 2.0  # a Euclidean |z|^2
     Nr = torch.rand(1, 3, 3, generator=torch.Generator().manual_seed(6), dtype=F64) + 1
-    weight = torch.rand(1, 3, C.shape[-1], generator=torch.Generator().manual_seed(7), dtype=F64)
+    g = torch.Generator().manual_seed(7)
+    weight = torch.rand(1, 3, C.shape[-1], generator=g, dtype=F64)
+    weight_others = torch.rand(1, 3, 3, C.shape[-1], generator=g, dtype=F64)
     grads, values = [], []
     for fn in (lambda *x: _RootDistance.apply(*x, kinds), lambda *x: _root_reference(*x, kinds)):
         leaves = [x.clone().requires_grad_() for x in (C, Nz, Nr)]
-        t2 = fn(*leaves)
-        values.append(t2.detach())
-        grads.append(torch.autograd.grad((t2 * weight).sum(), leaves))
-    torch.testing.assert_close(values[0], values[1], rtol=1e-13, atol=1e-14)
+        t2, others = fn(*leaves)
+        values.append((t2.detach(), others.detach()))
+        loss = (t2 * weight).sum() + (others * weight_others).sum()
+        grads.append(torch.autograd.grad(loss, leaves))
+    for a, b in zip(*values, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-14)
     for a, b in zip(*grads, strict=True):
         assert torch.isfinite(a).all()
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

@@ -99,30 +99,19 @@ def _root_distance(kind: str, c: Tensor, nz: Tensor, nr: Tensor) -> tuple[Tensor
     return d, d * d
 
 
-def _ray_distance2(
-    kind: str,
-    flat: bool,
-    split: str,
-    t2: Tensor,
-    S: Tensor,
-    C: Tensor,
-    Nz: Tensor,
-    d: Tensor,
-    d2: Tensor,
+def _geodesic_distance2(
+    kind: str, flat: bool, split: str, S: Tensor, C: Tensor, Nz: Tensor
 ) -> Tensor:
-    r"""Squared distance :math:`d_{\mathcal M}(z, \bar\gamma)^2` to rays of a curved factor.
+    r"""Squared distance :math:`g^2` from atoms to rays' geodesics inside a curved factor.
 
     All (B, L', n) for the ``L'`` rays of spherical or hyperbolic factors (``kind``; of
-    dimension 1 if ``flat``): ``t2`` the squared distance to the root, ``S`` the product
-    :math:`\langle z_j, v\rangle` with the ray's direction (Lorentz on a hyperboloid),
-    ``C``, ``Nz``, ``d``, ``d2`` the root product, the squared norm and the distance to the
-    root (and its square) in the ray's factor. The distance is :math:`t^2 - d_j^2 + g^2`,
-    :math:`g` the distance to the geodesic inside the factor (on a Euclidean factor the
-    whole is :math:`t^2 - s^2`, formed by the caller):
+    dimension 1 if ``flat``): ``S`` the product :math:`\langle z_j, v\rangle` with the
+    ray's direction (Lorentz on a hyperboloid), ``C`` and ``Nz`` the root product and the
+    squared norm in the ray's factor.
 
     * sphere: the angle between ``z`` and the plane of the great circle,
       :math:`\mathrm{atan2}(\sqrt{|z|^2 - c^2 - s^2}, \sqrt{c^2 + s^2})`;
-    * hyperboloid: :math:`\sinh^2 g = a^2 - s^2 - 1` (:math:`a = \cosh d_j`);
+    * hyperboloid: :math:`\sinh^2 g = a^2 - s^2 - 1` (:math:`a = -c = \cosh d_j`);
     * a factor of dimension 1 is its own geodesic: :math:`g = 0`.
 
     With ``split="ray"``, the distance to the ray itself: to the geodesic where the foot
@@ -139,140 +128,137 @@ def _ray_distance2(
         g = _arsinh_sqrt(torch.addcmul(C * C, S, S, value=-1) - 1)  # a^2 - s^2 - 1
         g2 = g * g
     if split == "ray":
+        d, d2 = _root_distance(kind, C, Nz, Nz)
         if kind == "sphere":
             end = torch.minimum(d, math.pi - d)
-            g2 = torch.where(S >= 0, g2, end * end)
-        else:
-            g2 = torch.where(S >= 0, g2, d2)
-    return t2 - d2 + g2
+            d2 = end * end
+        g2 = torch.where(S >= 0, g2, d2)
+    return g2
 
 
 def _group_distance(
-    kind: str, flat: bool, split: str, t2: Tensor, S: Tensor, C: Tensor, Nz: Tensor
+    kind: str, flat: bool, split: str, base: Tensor, S: Tensor, C: Tensor, Nz: Tensor
 ) -> Tensor:
     r"""Distance :math:`d_{\mathcal M}(z, \bar\gamma)` to rays of one kind, in torch operations.
 
-    ``t2``, ``S``, ``C``, ``Nz`` (B, L', n): the squared distance to the root, the product
-    with the ray's direction (:math:`\langle z_j - x_j, v\rangle` on a Euclidean factor,
-    where ``C`` and ``Nz`` are not read) and the root product and squared norm in the
-    ray's factor. The reference of :class:`_RayDistance` (which runs it under
-    ``create_graph``) and the path of ``split="ray"``.
+    All (B, L', n). Euclidean factor: ``base`` the squared distance to the root
+    :math:`t^2` and ``S`` the coordinate :math:`\langle z_j - x_j, v\rangle`, the squared
+    distance :math:`t^2 - s^2` (Pythagoras; ``C`` and ``Nz`` not read). Curved factor:
+    ``base`` the squared distance to the root in the other factors, :math:`\sum_{l \ne
+    j} d_l^2`, and the squared distance :math:`base + g^2`
+    (:func:`_geodesic_distance2`). The reference of :class:`_RayDistance` (which runs it
+    under ``create_graph``) and the path of ``split="ray"``.
     """
     if kind == "euclidean":
-        part = torch.addcmul(t2, S, S, value=-1)  # t^2 - s^2: Pythagoras
+        part = torch.addcmul(base, S, S, value=-1)
         if split == "ray":  # behind the root, the ray's nearest point is the root
-            part = torch.where(S >= 0, part, t2)
+            part = torch.where(S >= 0, part, base)
     else:
-        d, d2 = _root_distance(kind, C, Nz, Nz)
-        part = _ray_distance2(kind, flat, split, t2, S, C, Nz, d, d2)
+        part = base + _geodesic_distance2(kind, flat, split, S, C, Nz)
     return SafeSqrt.apply(part)
 
 
 class _RayDistance(torch.autograd.Function):
     r""":func:`_group_distance` for ``split="geodesic"``, in place, with a written-out gradient.
 
-    ``_RayDistance.apply(t2, S, C, Nz, trees, factors, kind, flat)``: ``t2`` (B, T, n) the
-    squared distances to the roots and ``Nz`` (B, m, n) the factors' squared norms, read
-    through ``trees`` and ``factors`` (L',), each ray's tree and factor; ``S``, ``C``
-    (B, L', n) the rays' products. The forward forms the distance a chunk of rays at a
-    time with a few work spaces (in-place passes), the backward its gradient from the
-    coefficients the forward kept: with :math:`P = t^2 - d^2 + g^2` and :math:`D =
-    \sqrt P`,
+    ``_RayDistance.apply(base, S, C, Nz, rows, factors, kind, flat)``: ``base`` (B, R, n)
+    read through ``rows`` (L',), one row per ray (the squared distances to the roots
+    :math:`t^2`, one row per tree, for Euclidean factors; the other factors' squared
+    distances, one row per tree and factor, for curved ones), ``Nz`` (B, m, n) the
+    factors' squared norms read through ``factors`` (L',); ``S``, ``C`` (B, L', n) the
+    rays' products. The forward forms the distance a chunk of rays at a time with a few
+    work spaces (in-place passes), the backward its gradient from the coefficient ``G``
+    the forward kept: with :math:`P = base - s^2` (Euclidean) or :math:`base + g^2` and
+    :math:`D = \sqrt P`,
 
-    * Euclidean: :math:`P = t^2 - s^2`, :math:`\partial P / \partial s = -2s`;
-    * hyperboloid, :math:`u = c^2 - 1 = \sinh^2 d`, :math:`v = c^2 - s^2 - 1 = \sinh^2 g`:
-      with :math:`A = d / \sqrt{u(1 + u)}` and :math:`G = g / \sqrt{v(1 + v)}`,
-      :math:`\partial P/\partial c = 2c(G - A)`, :math:`\partial P/\partial s = -2sG`;
-    * sphere, :math:`y = \sqrt{|z|^2 - c^2}`, :math:`X = \sqrt{c^2 + s^2}`,
-      :math:`Y = \sqrt{|z|^2 - X^2}`: with :math:`A = d/y` and :math:`G = g/(XY)`,
-      :math:`\partial P/\partial c = 2A - 2cG`, :math:`\partial P/\partial s = -2sG`,
-      :math:`\partial P/\partial |z|^2 = (X^2 G - cA) / |z|^2`;
+    * Euclidean: :math:`\partial P / \partial s = -2s`;
+    * hyperboloid, :math:`v = c^2 - s^2 - 1 = \sinh^2 g`, :math:`G = g / \sqrt{v(1 + v)}`:
+      :math:`\partial P/\partial c = 2cG`, :math:`\partial P/\partial s = -2sG`;
+    * sphere, :math:`X = \sqrt{c^2 + s^2}`, :math:`Y = \sqrt{|z|^2 - X^2}`,
+      :math:`G = g/(XY)`: :math:`\partial P/\partial c = -2cG`, :math:`\partial P/\partial
+      s = -2sG`, :math:`\partial P/\partial |z|^2 = X^2 G / |z|^2`;
 
-    :math:`\partial P/\partial t^2 = 1` and :math:`\partial D/\partial P = 1/(2D)`
-    (0 where :math:`D = 0`). ``A`` and ``G`` are 0 where their denominators vanish (at
-    a root, on a geodesic, at a sphere root's antipode or a great circle's poles): the
-    zero subgradients of :func:`_group_distance`'s operations, so that the written-out
-    gradient is theirs everywhere. Under ``create_graph`` the gradient is that of
-    :func:`_group_distance` (:func:`~tsw.core._twice.graph_backward`).
+    :math:`\partial P/\partial base = 1` and :math:`\partial D/\partial P = 1/(2D)`
+    (0 where :math:`D = 0`). ``G`` is 0 where its denominator vanishes (on a geodesic, at
+    a great circle's poles): the zero subgradients of :func:`_group_distance`'s
+    operations, so that the written-out gradient is theirs everywhere. Under
+    ``create_graph`` the gradient is that of :func:`_group_distance`
+    (:func:`~tsw.core._twice.graph_backward`).
     """
 
     @staticmethod
     def forward(  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         ctx,
-        t2: Tensor,
+        base: Tensor,
         S: Tensor,
         C: Tensor,
         Nz: Tensor,
-        trees: Tensor,
+        rows: Tensor,
         factors: Tensor,
         kind: str,
         flat: bool,
     ):
         ctx.kind, ctx.flat = kind, flat
         D = torch.empty_like(S)
-        curved = kind != "euclidean"
-        A = torch.empty_like(S) if curved else None
-        G = torch.empty_like(S) if curved and not flat else None
-        for rows in _chunks(S):
-            out = (D[:, rows], None if A is None else A[:, rows], None if G is None else G[:, rows])
-            t2c = t2.index_select(1, trees[rows])
-            nz = Nz.index_select(1, factors[rows]) if kind == "sphere" else None
-            _distance_chunk(kind, flat, t2c, S[:, rows], C[:, rows], nz, *out)
-        ctx.save_for_backward(S, C, Nz, D, A, G, t2, trees, factors)
+        G = torch.empty_like(S) if kind != "euclidean" and not flat else None
+        for part in _chunks(S):
+            d = D[:, part]
+            b = base.index_select(1, rows[part])
+            s, c = S[:, part], C[:, part]
+            if kind == "euclidean":
+                torch.addcmul(b, s, s, value=-1, out=d)
+            elif G is None:  # a factor of dimension 1: on the geodesic
+                d.copy_(b)
+            elif kind == "hyperbolic":
+                v = torch.mul(c, c).addcmul_(s, s, value=-1).sub_(1).clamp_(min=0)
+                g = _arsinh_parts(v, G[:, part])
+                torch.addcmul(b, g, g, out=d)
+            else:
+                X = torch.mul(c, c).addcmul_(s, s)  # X^2
+                Y = Nz.index_select(1, factors[part]).sub_(X).clamp_(min=0).sqrt_()
+                g = torch.atan2(Y, X.sqrt_())
+                _ratio(g, X.mul_(Y), G[:, part], cone=True)  # 0 on the circle and at poles
+                torch.addcmul(b, g, g, out=d)
+            d.clamp_(min=0).sqrt_()
+        ctx.save_for_backward(base, S, C, Nz, D, G, rows, factors)
         return D
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
-        S, C, Nz, D, A, G, t2, trees, factors = ctx.saved_tensors
+        base, S, C, Nz, D, G, rows, factors = ctx.saved_tensors
         kind, flat = ctx.kind, ctx.flat
         needs = ctx.needs_input_grad
         if building_graph():  # create_graph: the same gradient, with its own graph
 
-            def reference(t2: Tensor, S: Tensor, C: Tensor, Nz: Tensor) -> Tensor:
-                t2r, nz = t2.index_select(1, trees), Nz.index_select(1, factors)
-                return _group_distance(kind, flat, "geodesic", t2r, S, C, nz)
+            def reference(base: Tensor, S: Tensor, C: Tensor, Nz: Tensor) -> Tensor:
+                b, nz = base.index_select(1, rows), Nz.index_select(1, factors)
+                return _group_distance(kind, flat, "geodesic", b, S, C, nz)
 
-            grads = graph_backward(reference, (t2, S, C, Nz), needs[:4], grad)
+            grads = graph_backward(reference, (base, S, C, Nz), needs[:4], grad)
             return (*grads, None, None, None, None)
-        has_s = kind == "euclidean" or G is not None
-        gT = torch.zeros_like(t2) if needs[0] else None
-        gS = torch.empty_like(S) if needs[1] and has_s else None
-        gC = torch.empty_like(C) if needs[2] and kind != "euclidean" else None
-        gN = torch.zeros_like(Nz) if needs[3] and kind == "sphere" else None
+        euclid = kind == "euclidean"
+        gB = torch.zeros_like(base) if needs[0] else None
+        gS = torch.empty_like(S) if needs[1] and (euclid or G is not None) else None
+        gC = torch.empty_like(C) if needs[2] and G is not None else None
+        gN = torch.zeros_like(Nz) if needs[3] and kind == "sphere" and G is not None else None
         tiny = torch.full((), torch.finfo(D.dtype).tiny, dtype=D.dtype, device=D.device)
-        for rows in _chunks(S):
-            a = None if A is None else A[:, rows]
-            g = None if G is None else G[:, rows]
-            d = D[:, rows]
+        for part in _chunks(S):
+            d = D[:, part]
             p = torch.addcmul(tiny, d, d).reciprocal_()
-            p.mul_(d).mul_(grad[:, rows]).mul_(0.5)  # grad / (2 D), 0 where D = 0
-            if gT is not None:
-                gT.index_add_(1, trees[rows], p)
+            p.mul_(d).mul_(grad[:, part]).mul_(0.5)  # grad / (2 D), 0 where D = 0
+            if gB is not None:
+                gB.index_add_(1, rows[part], p)
+            if G is not None:
+                p.mul_(G[:, part])  # G dP
             if gS is not None:  # -2 s dP (Euclidean), -2 s G dP (curved)
-                out = torch.mul(S[:, rows], p, out=gS[:, rows]).mul_(-2)
-                if g is not None:
-                    out.mul_(g)
-            if gC is not None and a is not None:
-                c = C[:, rows]
-                if kind == "hyperbolic":  # 2 c (G - A) dP
-                    out = (
-                        torch.neg(a, out=gC[:, rows])
-                        if g is None
-                        else torch.sub(g, a, out=gC[:, rows])
-                    )
-                    out.mul_(c).mul_(p).mul_(2)
-                else:  # (2 A - 2 c G) dP
-                    out = torch.mul(a, 2, out=gC[:, rows])
-                    if g is not None:
-                        out.addcmul_(c, g, value=-2)
-                    out.mul_(p)
-            if gN is not None and a is not None:  # (X^2 G - c A) dP / |z|^2
-                c, f = C[:, rows], factors[rows]
-                part = torch.mul(c, a).neg_()
-                if g is not None:
-                    part.addcmul_(g, torch.addcmul(c * c, S[:, rows], S[:, rows]))
-                gN.index_add_(1, f, part.mul_(p).div_(Nz.index_select(1, f)))
-        return gT, gS, gC, gN, None, None, None, None
+                torch.mul(S[:, part], p, out=gS[:, part]).mul_(-2)
+            if gC is not None:  # 2 c G dP (hyperboloid), -2 c G dP (sphere)
+                torch.mul(C[:, part], p, out=gC[:, part]).mul_(2 if kind == "hyperbolic" else -2)
+            if gN is not None:  # X^2 G dP / |z|^2
+                c, s, f = C[:, part], S[:, part], factors[part]
+                term = torch.mul(c, c).addcmul_(s, s).mul_(p).div_(Nz.index_select(1, f))
+                gN.index_add_(1, f, term)
+        return gB, gS, gC, gN, None, None, None, None
 
 
 #: the elements of one chunk of :class:`_RayDistance`'s and :class:`_RootDistance`'s
@@ -286,42 +272,6 @@ def _chunks(x: Tensor) -> list[slice]:
     """Slices cutting (B, L, n) along ``L`` into chunks of :data:`CHUNK_ELEMENTS`."""
     rows = max(1, CHUNK_ELEMENTS // max(x.shape[0] * x.shape[2], 1))
     return [slice(i, min(i + rows, x.shape[1])) for i in range(0, x.shape[1], rows)]
-
-
-def _distance_chunk(
-    kind: str,
-    flat: bool,
-    t2: Tensor,
-    S: Tensor,
-    C: Tensor,
-    Nz: Tensor | None,
-    D: Tensor,
-    A: Tensor | None,
-    G: Tensor | None,
-) -> None:
-    """:class:`_RayDistance`'s forward on one chunk: ``D``, and ``A``, ``G`` written in place."""
-    if kind == "euclidean":
-        torch.addcmul(t2, S, S, value=-1, out=D)
-    elif kind == "hyperbolic":
-        cc = C * C
-        d = _arsinh_parts(torch.sub(cc, 1).clamp_(min=0), A)
-        torch.addcmul(t2, d, d, value=-1, out=D)
-        if G is not None:
-            g = _arsinh_parts(cc.addcmul_(S, S, value=-1).sub_(1).clamp_(min=0), G)
-            D.addcmul_(g, g)
-    else:
-        cc = C * C
-        y = torch.sub(cast(Tensor, Nz), cc).clamp_(min=0).sqrt_()
-        d = torch.atan2(y, C)
-        _ratio(d, y, A, cone=True)  # d / y; 0 at the root and at its antipode
-        torch.addcmul(t2, d, d, value=-1, out=D)
-        if G is not None:
-            X = cc.addcmul_(S, S)  # X^2
-            Y = torch.sub(cast(Tensor, Nz), X).clamp_(min=0).sqrt_()
-            g = torch.atan2(Y, X.sqrt_())
-            _ratio(g, X.mul_(Y), G, cone=True)  # g / (XY); 0 on the circle and at its poles
-            D.addcmul_(g, g)
-    D.clamp_(min=0).sqrt_()
 
 
 def _ratio(num: Tensor, den: Tensor, out: Tensor | None = None, cone: bool = False) -> Tensor:
@@ -351,81 +301,125 @@ def _arsinh_parts(q: Tensor, ratio: Tensor | None = None) -> Tensor:
     return a
 
 
-def _root_reference(C: Tensor, Nz: Tensor, Nr: Tensor, kinds: tuple[str, ...]) -> Tensor:
+def _others(d2: Tensor) -> Tensor:
+    r""":math:`\sum_{l \ne j} d_l^2` for each factor ``j`` along axis 2 of ``d2`` (B, T, m, n).
+
+    An exclusive prefix sum plus an exclusive suffix sum: sums of non-negative terms.
+    """
+    if d2.shape[2] == 1:
+        return d2 * 0  # (in the graph, as the second output of the reference)
+    before = torch.cumsum(d2, dim=2) - d2
+    after = torch.flip(torch.cumsum(torch.flip(d2, [2]), dim=2), [2]) - d2
+    return (before + after).clamp(min=0)
+
+
+def _root_reference(
+    C: Tensor, Nz: Tensor, Nr: Tensor, kinds: tuple[str, ...]
+) -> tuple[Tensor, Tensor]:
     """:class:`_RootDistance` in torch operations (its gradient under ``create_graph``)."""
-    t2 = C.new_zeros(C.shape[0], C.shape[1], C.shape[3])
-    for j, kind in enumerate(kinds):
-        t2 = t2 + _root_distance(kind, C[:, :, j], Nz[:, None, j], Nr[..., j, None])[1]
-    return t2
+    d2 = torch.stack(
+        [
+            _root_distance(kind, C[:, :, j], Nz[:, None, j], Nr[..., j, None])[1]
+            for j, kind in enumerate(kinds)
+        ],
+        dim=2,
+    )
+    return d2.sum(2), _others(d2)
 
 
 class _RootDistance(torch.autograd.Function):
-    r"""Squared distances to the roots :math:`t^2 = \sum_j d_j^2`, (B, T, n), in chunks.
+    r"""Squared distances to the roots: :math:`t^2 = \sum_j d_j^2` and the others', in chunks.
 
-    ``_RootDistance.apply(C, Nz, Nr, kinds)``: ``C`` (B, T, m, n) the factors' root
-    products, ``Nz`` (B, m, n) and ``Nr`` (B|1, T, m) the squared norms (see
-    :func:`_root_distance`, whose values and zero subgradients it keeps). The forward
-    keeps each curved factor's coefficient of :math:`\partial d_j^2 / \partial c`
-    (sphere: :math:`-2A` with :math:`A = d/y`, also :math:`\partial d_j^2 / \partial
-    |z|^2 = Ac/|z|^2`; hyperboloid: :math:`2c\,\partial(a^2)/\partial q`); a Euclidean
-    factor's are constants (:math:`-2`, 1, 1). Chunks over the trees keep the work spaces
-    in cache. Under ``create_graph``: :func:`_root_reference`.
+    ``_RootDistance.apply(C, Nz, Nr, kinds)`` returns ``t2`` (B, T, n) and ``others``
+    (B, T, m, n), :math:`\sum_{l \ne j} d_l^2` (what a ray of factor ``j`` adds its
+    geodesic's distance to). ``C`` (B, T, m, n) the factors' root products, ``Nz``
+    (B, m, n) and ``Nr`` (B|1, T, m) the squared norms (see :func:`_root_distance`, whose
+    values and zero subgradients it keeps). The forward keeps each curved factor's
+    coefficient of :math:`\partial d_j^2 / \partial c` (sphere: :math:`-2A` with
+    :math:`A = d/y`, also :math:`\partial d_j^2 / \partial |z|^2 = Ac/|z|^2`;
+    hyperboloid: :math:`2c\,\partial(a^2)/\partial q`); a Euclidean factor's are
+    constants (:math:`-2`, 1, 1). The gradient of :math:`d_l^2` is that of ``t2`` plus
+    those of the other factors' ``others``. Chunks over the trees keep the work spaces in
+    cache. Under ``create_graph``: :func:`_root_reference`.
     """
 
     @staticmethod
     def forward(ctx, C: Tensor, Nz: Tensor, Nr: Tensor, kinds: tuple[str, ...]):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         B, T, m, n = C.shape
-        t2 = C.new_zeros(B, T, n)
+        t2 = C.new_empty(B, T, n)
+        others = C.new_empty(B, T, m, n)
         coef = C.new_empty(B, T, m, n)  # the curved factors' A (read on those only)
-        rows = max(1, CHUNK_ELEMENTS // max(B * n, 1))
-        for i in range(0, T, rows):
-            part = slice(i, min(i + rows, T))
-            out = t2[:, part]
+        for part in _tree_chunks(B, T, m, n):
+            d2 = C.new_empty(B, part.stop - part.start, m, n)
             for j, kind in enumerate(kinds):
-                c, a = C[:, part, j], coef[:, part, j]
+                c, a, out = C[:, part, j], coef[:, part, j], d2[:, :, j]
                 if kind == "euclidean":  # |z|^2 - 2 <z, x> + |x|^2
-                    out.add_(Nz[:, None, j]).add_(Nr[:, part, j, None]).add_(c, alpha=-2)
+                    torch.add(Nz[:, None, j], Nr[:, part, j, None], out=out).add_(c, alpha=-2)
+                    out.clamp_(min=0)
                 elif kind == "sphere":
                     y = torch.addcmul(Nz[:, None, j], c, c, value=-1).clamp_(min=0).sqrt_()
                     d = torch.atan2(y, c)
                     _ratio(d, y, a, cone=True)
-                    out.addcmul_(d, d)
+                    torch.mul(d, d, out=out)
                 else:
                     d = _arsinh_parts(torch.addcmul(c.new_full((), -1.0), c, c).clamp_(min=0), a)
-                    out.addcmul_(d, d)
-        t2.clamp_(min=0)
+                    torch.mul(d, d, out=out)
+            torch.sum(d2, dim=2, out=t2[:, part])
+            for j in range(m):  # the sum of the others, term by term (no cancellation)
+                out = others[:, part, j]
+                out.zero_()
+                for other in range(m):
+                    if other != j:
+                        out.add_(d2[:, :, other])
         ctx.kinds = kinds
         ctx.save_for_backward(C, Nz, Nr, coef)
-        return t2
+        return t2, others
 
     @staticmethod
-    def backward(ctx, grad: Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
+    def backward(ctx, g_t2: Tensor | None, g_others: Tensor | None):  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's documented form
         C, Nz, Nr, coef = ctx.saved_tensors
         kinds = ctx.kinds
         needs = ctx.needs_input_grad
         if building_graph():
             reference = partial(_root_reference, kinds=kinds)
-            return (*graph_backward(reference, (C, Nz, Nr), needs[:3], grad), None)
+            grads = graph_backward(reference, (C, Nz, Nr), needs[:3], (g_t2, g_others))
+            return (*grads, None)
+        B, T, m, n = C.shape
         gC = torch.empty_like(C) if needs[0] else None
         gN = torch.zeros_like(Nz) if needs[1] else None
         gR = torch.zeros_like(Nr) if needs[2] else None
-        for j, kind in enumerate(kinds):
-            c, a = C[:, :, j], coef[:, :, j]
-            if kind == "euclidean":
-                if gC is not None:
-                    torch.mul(grad, -2, out=gC[:, :, j])
-                if gN is not None:
-                    gN[:, j] = grad.sum(1)
-                if gR is not None:
-                    gR[..., j] = grad.sum(-1).sum_to_size(gR[..., j].shape)
-            elif kind == "sphere":  # d(d^2)/dc = -2A, d(d^2)/d|z|^2 = A c / |z|^2
-                if gC is not None:
-                    torch.mul(a, grad, out=gC[:, :, j]).mul_(-2)
-                if gN is not None:
-                    gN[:, j] = (a * c * grad).sum(1) / Nz[:, j]
-            elif gC is not None:  # d(a^2)/dc = 2 c d(a^2)/dq
-                torch.mul(a, grad, out=gC[:, :, j]).mul_(c).mul_(2)
+        for part in _tree_chunks(B, T, m, n):
+            # the gradient of each d_l^2: t2's, plus the others' of every other factor
+            if g_t2 is not None:
+                total = g_t2[:, part].clone()
+            else:
+                total = C.new_zeros(B, part.stop - part.start, n)
+            if g_others is not None:
+                total.add_(g_others[:, part].sum(2))
+            for j, kind in enumerate(kinds):
+                grad = total if g_others is None else total - g_others[:, part, j]
+                c, a = C[:, part, j], coef[:, part, j]
+                if kind == "euclidean":
+                    if gC is not None:
+                        torch.mul(grad, -2, out=gC[:, part, j])
+                    if gN is not None:
+                        gN[:, j] += grad.sum(1)
+                    if gR is not None:
+                        gR[:, part, j] += grad.sum(-1).sum_to_size(gR[:, part, j].shape)
+                elif kind == "sphere":  # d(d^2)/dc = -2A, d(d^2)/d|z|^2 = A c / |z|^2
+                    if gC is not None:
+                        torch.mul(a, grad, out=gC[:, part, j]).mul_(-2)
+                    if gN is not None:
+                        gN[:, j] += (a * c * grad).sum(1) / Nz[:, j]
+                elif gC is not None:  # d(a^2)/dc = 2 c d(a^2)/dq
+                    torch.mul(a, grad, out=gC[:, part, j]).mul_(c).mul_(2)
         return gC, gN, gR, None
+
+
+def _tree_chunks(B: int, T: int, m: int, n: int) -> list[slice]:
+    """Slices of the trees whose (B, trees, m, n) blocks hold about :data:`CHUNK_ELEMENTS`."""
+    rows = max(1, CHUNK_ELEMENTS // max(B * m * n, 1))
+    return [slice(i, min(i + rows, T)) for i in range(0, T, rows)]
 
 
 def mc_projection(
@@ -478,7 +472,7 @@ def mc_projection(
     C = torch.matmul(rows, Zt).view(B, T, m, n)
     Nz = torch.matmul(masks, Zt * Zt)  # (B, m, n)
     Nr = torch.matmul(R * R, masks.T)  # (Bt, T, m)
-    t2 = _RootDistance.apply(C, Nz, Nr, tuple(f.kind for f in factors))  # (B, T, n)
+    t2, others = _RootDistance.apply(C, Nz, Nr, tuple(f.kind for f in factors))
     t = SafeSqrt.apply(t2)
     if delta == 0:  # the uniform split: no distance to the rays
         return Projection(*ray_masses(t, (w / k)[:, None, None, :], k), RAYS)
@@ -500,18 +494,19 @@ def mc_projection(
             idx_d, trees_d = idx.to(device), tree_of[idx].to(device)
             Sk = torch.matmul(dirs.index_select(1, idx_d), Zt)  # (B, L', n)
             fac_d = flat_own[idx].to(device)
-            if kind == "euclidean":
+            if kind == "euclidean":  # t^2 - s^2, t^2 by tree
                 off = V.reshape(-1, L, D).index_select(1, idx_d) * R.index_select(1, trees_d)
                 Sk = Sk - (off * euclid).sum(-1, keepdim=True)
-                Ck = Sk  # not read
-            else:
-                pair = (tree_of[idx] * m + flat_own[idx]).to(device)
-                Ck = torch.matmul(rows.index_select(1, pair), Zt)
+                base, at, Ck = t2, trees_d, Sk  # (C not read)
+            else:  # the other factors' squared distances, by tree and factor, plus g^2
+                at = (tree_of[idx] * m + flat_own[idx]).to(device)
+                base = others.view(B, T * m, n)
+                Ck = C.view(B, T * m, n).index_select(1, at)
             if split == "geodesic":
-                part = _RayDistance.apply(t2, Sk, Ck, Nz, trees_d, fac_d, kind, flat)
+                part = _RayDistance.apply(base, Sk, Ck, Nz, at, fac_d, kind, flat)
             else:
-                t2k, Nzk = t2.index_select(1, trees_d), Nz.index_select(1, fac_d)
-                part = _group_distance(kind, flat, split, t2k, Sk, Ck, Nzk)
+                b, Nzk = base.index_select(1, at), Nz.index_select(1, fac_d)
+                part = _group_distance(kind, flat, split, b, Sk, Ck, Nzk)
             ray_dist.index_copy_(1, idx_d, part)
     ray_dist = ray_dist.view(B, T, k, n)
     # every coordinate is >= 0: the star of lines through the root is the star of rays,
