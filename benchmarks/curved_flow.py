@@ -313,11 +313,14 @@ def run_flow(
         try:
             (grad,) = torch.autograd.grad(method["loss"](Xg, Y, gen) * n, Xg)
             X = _step(X.detach(), grad, lr, flow)
-        except ValueError:  # points beyond what the dtype holds, a NaN: this lr diverged
+            if not bool(torch.isfinite(X).all()):  # e.g. an SPD exponential that overflowed
+                raise ValueError("the step left non-finite points")
+            elapsed += time.perf_counter() - t0
+            if step in checkpoints:
+                curve[step] = math.log10(w2(X, Y, flow))
+        except (ValueError, torch.linalg.LinAlgError):  # beyond the dtype, a NaN, not SPD:
+            # this lr diverged
             return {"curve": dict.fromkeys([0, *checkpoints], math.inf), "s_per_step": math.nan}
-        elapsed += time.perf_counter() - t0
-        if step in checkpoints:
-            curve[step] = math.log10(w2(X, Y, flow))
     return {"curve": curve, "s_per_step": elapsed / steps}
 
 
