@@ -41,6 +41,8 @@ Example: ``python -m benchmarks.curved_flow --steps 300 --seeds 3``.
 ``--smoke``: tiny settings for the test suite. ``--speed``: instead of the flows, the time
 of :func:`tsw.mc_tsw` against :func:`tsw.db_tsw` at equal trees and lines (forward +
 backward, the same points read as R^D by Db-TSW, interleaved rounds; ``--rounds``).
+``--compare``: single-factor MC-TSW against its counterparts, STSW on S^2 (equal on the
+same trees with the uniform split; values and times at the defaults) and Db-TSW on R^3.
 """
 
 from __future__ import annotations
@@ -420,6 +422,80 @@ def speed(args, out) -> int:
     return 0
 
 
+def compare(args, out) -> int:
+    """The ``--compare`` table: single-factor MC-TSW against STSW (S^2) and Db-TSW (R^3).
+
+    On S^2 with the uniform split (``delta=0``) and the same trees, MC-TSW and STSW are the
+    same distance (every point at its angle to the root on every ray, mass ``1/k`` on
+    each): their difference is printed. Then values at the defaults (mean ± std over
+    ``--seeds`` seeds, 250 trees of 4 rays, L = 1000 for SW) on two clouds per space, and
+    forward + backward times on S^2 at equal trees (interleaved, ``--rounds``).
+    """
+    from benchmarks._timing import interleaved, median
+
+    n, T, k = (200, 5, 4) if args.smoke else (2000, 250, 4)
+    g = _generator(0)
+
+    def sphere(shift):
+        z = 0.5 * torch.randn(n, 3, generator=g, dtype=F64) + torch.tensor(shift, dtype=F64)
+        return torch.nn.functional.normalize(z, dim=-1)
+
+    S1, S2 = sphere([0.0, 0.0, 1.0]), sphere([1.0, 0.0, 0.3])
+    E1 = torch.randn(n, 3, generator=g, dtype=F64)
+    E2 = 1.5 * torch.randn(n, 3, generator=g, dtype=F64) + torch.tensor([1.0, 0.0, 0.0])
+    trees = tsw.sample_spherical_trees(3, n_trees=T, n_lines=k, seed=0, dtype=F64)
+    mixed = tsw.MixedCurvatureTrees(trees.roots, trees.directions)
+    on_s2 = [("sphere", 2)]
+    tie = (
+        float(tsw.mc_tsw(S1, S2, components=on_s2, trees=mixed, delta=0.0)),
+        float(tsw.stsw(S1, S2, trees=trees, delta=0.0)),
+    )
+    print(f"S^2, uniform split, the same trees: mc_tsw {tie[0]:.15g}, stsw {tie[1]:.15g}")
+    cases = {
+        "S^2: mc_tsw": lambda s: tsw.mc_tsw(S1, S2, components=on_s2, n_trees=T, seed=s),
+        "S^2: mc_tsw, split='ray'": lambda s: tsw.mc_tsw(
+            S1, S2, components=on_s2, n_trees=T, split="ray", seed=s
+        ),
+        "S^2: stsw": lambda s: tsw.stsw(S1, S2, n_trees=T, seed=s),
+        "R^3: mc_tsw": lambda s: tsw.mc_tsw(
+            E1, E2, components=[("euclidean", 3)], n_trees=T, seed=s
+        ),
+        "R^3: db_tsw": lambda s: tsw.db_tsw(E1, E2, n_trees=T, seed=s),
+        "R^3: sw": lambda s: tsw.sw(E1, E2, n_projections=T * k, seed=s),
+    }
+    values = {key: [float(f(s)) for s in range(args.seeds)] for key, f in cases.items()}
+    print_table(
+        f"values at the defaults, N = M = {n}, {T} trees of {k} rays, over {args.seeds} seeds",
+        ["distance", "mean ± std"],
+        [[key, mean_std(v, ".4f", ".4f")] for key, v in values.items()],
+    )
+
+    def step(fn):
+        def run():
+            X = S1.clone().requires_grad_(True)
+            fn(X).backward()
+
+        return run
+
+    times = interleaved(
+        {
+            "mc_tsw": step(lambda X: tsw.mc_tsw(X, S2, components=on_s2, trees=mixed)),
+            "stsw": step(lambda X: tsw.stsw(X, S2, trees=trees)),
+        },
+        rounds=1 if args.smoke else args.rounds,
+    )
+    ratio = median([a / b for a, b in zip(times["mc_tsw"], times["stsw"], strict=True)])
+    timing = {"mc_tsw [s]": median(times["mc_tsw"]), "stsw [s]": median(times["stsw"])}
+    print(
+        f"S^2 forward + backward, N = M = {n}, {T} x {k}: mc_tsw {timing['mc_tsw [s]']:.4g} s, "
+        f"stsw {timing['stsw [s]']:.4g} s, ratio {ratio:.3g}"
+    )
+    rows = [[key, *mean_and_std(v)] for key, v in values.items()]
+    payload = {"tie": tie, "values": values, "timing": timing | {"mc_tsw / stsw": ratio}}
+    write_results(out, "curved_flow_compare", ["distance", "mean", "std"], rows, payload)
+    return 0
+
+
 DATA = {"hyperbolic": hyperbolic_data, "spd": spd_data, "product": product_data}
 TITLES = {
     "hyperbolic": "H^2: a wrapped normal onto a mixture of 4 wrapped normals",
@@ -447,7 +523,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--speed", action="store_true", help="time mc_tsw against db_tsw instead of the flows"
     )
-    ap.add_argument("--rounds", type=int, default=7, help="rounds of --speed")
+    ap.add_argument(
+        "--compare",
+        action="store_true",
+        help="single-factor mc_tsw against stsw (S^2) and db_tsw (R^3) instead of the flows",
+    )
+    ap.add_argument("--rounds", type=int, default=7, help="rounds of --speed and --compare")
     add_run_args(ap, "curved_flow")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -458,6 +539,8 @@ def main(argv: list[str] | None = None) -> int:
     out = prepare(args)
     if args.speed:
         return speed(args, out)
+    if args.compare:
+        return compare(args, out)
     flows = [f.strip() for f in args.flows.split(",") if f.strip()]
     bad = [f for f in flows if f not in FLOWS]
     if bad:

@@ -398,3 +398,15 @@ def test_curved_flow_speed_smoke(tmp_path):
     rows = json.loads((tmp_path / "curved_flow_speed.json").read_text())["rows"]
     assert len(rows) == 6
     assert all(r["mc_tsw / db_tsw"] > 0 for r in rows)
+
+
+def test_curved_flow_compare_smoke(tmp_path):
+    """Single-factor mc_tsw against stsw and db_tsw: equal to stsw with the uniform split."""
+    from benchmarks import curved_flow
+
+    assert curved_flow.main(["--smoke", "--compare", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "curved_flow_compare.json").read_text())
+    mc, st = record["tie"]
+    assert abs(mc - st) <= 1e-12 * abs(st)
+    assert len(record["values"]) == 6
+    assert record["timing"]["mc_tsw / stsw"] > 0
