@@ -219,3 +219,17 @@ def test_a_poincare_step_beyond_what_the_ball_holds_raises():
     moved = tsw.riemannian_step(y, G, float(0.5 * lam), manifold="poincare")
     assert float(moved.norm()) < 1
     assert abs(float(hyp.radius(moved, "poincare")) - 15.5) < 0.05
+
+
+@pytest.mark.parametrize("manifold", ["spd_affine", "spd_log"])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_an_spd_step_whose_exponential_overflows_or_underflows_raises(manifold, sign):
+    """A step whose matrix exponential leaves the dtype raises instead of returning Inf/NaN
+    (or a singular matrix); a shorter step along the same gradient stays SPD."""
+    X = torch.diag(torch.tensor([1.0, 2.0], dtype=F64)).expand(3, 2, 2).clone()
+    G = sign * torch.tensor([[1.0, 0.3], [0.3, -2.0]], dtype=F64).expand(3, 2, 2)
+    with pytest.raises(ValueError, match="the step leaves the SPD matrices of dtype"):
+        tsw.riemannian_step(X, G, 1e3, manifold=manifold)
+    moved = tsw.riemannian_step(X, G, 1.0, manifold=manifold)
+    assert bool(torch.isfinite(moved).all())
+    assert float(torch.linalg.eigvalsh(moved).min()) > 0

@@ -111,7 +111,8 @@ def riemannian_step(x: Tensor, grad: Tensor, lr: float, *, manifold: str) -> Ten
     TypeError, ValueError
         For a ``grad`` of another shape, a negative or non-finite ``lr``, an unknown
         ``manifold``, or a step that overflows (a Riemannian length beyond 43 in float32,
-        354 in float64, on the hyperboloid) or that is NaN.
+        354 in float64, on the hyperboloid; on SPD matrices a step whose matrix
+        exponential overflows to Inf or underflows to a singular matrix) or that is NaN.
 
     Examples
     --------
@@ -145,4 +146,13 @@ def riemannian_step(x: Tensor, grad: Tensor, lr: float, *, manifold: str) -> Ten
         return _sphere(x, grad, lr)
     if manifold in ("lorentz", "poincare"):
         return _hyperbolic(x, grad, lr, manifold)
-    return spd_step(x, grad, lr, "affine" if manifold == "spd_affine" else "log_euclidean")
+    out = spd_step(x, grad, lr, "affine" if manifold == "spd_affine" else "log_euclidean")
+    # a long step's matrix exponential overflows (Inf, NaN) or underflows (singular)
+    if not bool(torch.isfinite(out).all()) or bool(
+        (torch.linalg.cholesky_ex(out.detach()).info != 0).any()
+    ):
+        raise ValueError(
+            f"the step leaves the SPD matrices of dtype {x.dtype}: the exponential of lr times "
+            f"the Riemannian gradient overflows or underflows (lr={lr!r}); take a smaller lr"
+        )
+    return out
