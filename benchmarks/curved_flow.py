@@ -53,6 +53,7 @@ import statistics
 import time
 from collections.abc import Callable
 
+import numpy as np
 import ot
 import torch
 
@@ -182,6 +183,8 @@ def w2(X: torch.Tensor, Y: torch.Tensor, flow: str) -> float:
         else:
             D = product_distance(X, Y, factors_of(PRODUCT))
         cost = (D * D).numpy()
+    if not np.isfinite(cost).all():  # points run off to where their distances overflow
+        raise ValueError("the squared geodesic distances overflow")
     a = torch.full((X.shape[0],), 1 / X.shape[0], dtype=F64).numpy()
     b = torch.full((Y.shape[0],), 1 / Y.shape[0], dtype=F64).numpy()
     return math.sqrt(max(float(ot.emd2(a, b, cost, numItermax=10**7)), 0.0))
