@@ -37,7 +37,7 @@ Tree methods use ``p = 2`` (the Sobolev transport :math:`ST_2^2` under ``power=T
 the official TSW codes' default); the sliced ones ``SW_2^2``. At equal slices: ``L``
 directions for each sliced method, ``L / k`` trees of ``k`` rays for each tree method.
 
-Example: ``python -m benchmarks.curved_flow --steps 300 --seeds 3``.
+Example: ``python -m benchmarks.curved_flow --steps 500 --seeds 5`` (about 5 minutes on one core).
 ``--smoke``: tiny settings for the test suite. ``--speed``: instead of the flows, the time
 of :func:`tsw.mc_tsw` against :func:`tsw.db_tsw` at equal trees and lines (forward +
 backward, the same points read as R^D by Db-TSW, interleaved rounds; ``--rounds``).
@@ -514,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument(
         "--lr",
-        default="0.03,0.1,0.3,1,3",
+        default="0.03,0.1,0.3,1,3,10,30",
         help="step sizes: one, or a grid tuned per method on seed 0 (--tune-steps)",
     )
     ap.add_argument("--tune-steps", type=int, default=None, help="default: --steps // 2")
