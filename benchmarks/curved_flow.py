@@ -323,8 +323,8 @@ def run_flow(
             elapsed += time.perf_counter() - t0
             if step in checkpoints:
                 curve[step] = math.log10(w2(X, Y, flow))
-        except (ValueError, torch.linalg.LinAlgError):  # beyond the dtype, a NaN, not SPD:
-            # this lr diverged
+        except (ValueError, torch.linalg.LinAlgError):  # pyright: ignore[reportPrivateImportUsage]
+            # beyond the dtype, a NaN, not SPD: this lr diverged
             return {"curve": dict.fromkeys([0, *checkpoints], math.inf), "s_per_step": math.nan}
     return {"curve": curve, "s_per_step": elapsed / steps}
 
