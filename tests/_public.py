@@ -17,6 +17,9 @@ NOT_DISTANCES = frozenset(
         "sample_rotations",
         "sample_sphere_projections",
         "sample_spherical_trees",
+        "sample_mixed_curvature_trees",
+        "sample_spd_projections",
+        "riemannian_step",  # a step of a gradient flow: tests/curved/test_steps.py
         # trees built from the data, and what reads them: tests/support/
         "sample_quadtrees",
         "sample_cluster_trees",

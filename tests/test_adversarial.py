@@ -29,6 +29,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 
+import _curved
 import numpy as np
 import ot
 import pytest
@@ -545,6 +546,18 @@ LOSSES = {
     "LCVSWLoss": {"n_projections": 4},
     "EBSWLoss": {"n_projections": 4},
     "RPSWLoss": {"n_projections": 4},
+    "MCTSWLoss": {"components": (("euclidean", 3),), "n_trees": 3, "n_lines": 2},
+    "GHSWLoss": {"n_projections": 4},
+    "HHSWLoss": {"n_projections": 4},
+    "SPDSWLoss": {"n_projections": 4},
+    "HSPDSWLoss": {"n_projections": 4},
+}
+#: the losses on hyperbolic space and SPD matrices take the generic data lifted there
+CURVED_LOSSES = {
+    "GHSWLoss": _curved.hyperbolic,
+    "HHSWLoss": _curved.hyperbolic,
+    "SPDSWLoss": _curved.spd,
+    "HSPDSWLoss": _curved.spd,
 }
 SPHERE_LOSSES = {"STSWLoss", "SpatialSTSWLoss", "SSWLoss", "S3WLoss", "ARIS3WLoss"}
 UNIF_LOSSES = {"STSWUnifLoss", "SSWUnifLoss", "S3WUnifLoss"}
@@ -562,6 +575,8 @@ def _module(name, dtype, cast, mode, resample, calls):
     Y = torch.randn(6, 3, generator=g, dtype=F64) + 0.5
     if name in SPHERE_LOSSES | UNIF_LOSSES:
         X, Y = (torch.nn.functional.normalize(t, dim=-1) for t in (X, Y))
+    if name in CURVED_LOSSES:
+        X, Y = (CURVED_LOSSES[name](t) for t in (X, Y))
     X, Y = X.to(dtype), Y.to(dtype)
     inputs = (X,) if name in UNIF_LOSSES else (X, Y)
     with deadline():
@@ -622,6 +637,8 @@ def _module_construction(name, option_index, bad):
         assert option in str(error) or names_an_argument(error, cls), repr(error)
         return
     X = torch.nn.functional.normalize(torch.randn(6, 3, dtype=F64), dim=-1)
+    if name in CURVED_LOSSES:
+        X = CURVED_LOSSES[name](X)
     inputs = (X,) if name in UNIF_LOSSES else (X, X.flip(0))
     value, err = run_case(lambda: loss(*inputs), cls, extra=(option,))
     if err is None:

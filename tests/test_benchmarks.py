@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 
 import ot
@@ -400,3 +401,57 @@ def test_barycenters_smoke(tmp_path, capsys):
     assert all(float(r["W"]) > 0 for r in rows)
     assert (tmp_path / "barycenters_digits.png").stat().st_size > 0
     assert "GeomLoss" in capsys.readouterr().out
+
+
+def test_curved_speed_smoke(tmp_path, capsys):
+    """The timing of ghsw / hhsw / spdsw / hspdsw against SW on the same coordinates."""
+    from benchmarks import curved_speed
+
+    assert curved_speed.main(["--smoke", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "curved_speed.json").read_text())
+    assert record["hyperbolic"][0]["ghsw / sw"] > 0
+    assert record["spd"][0]["hspdsw / sw on logs"] > 0
+    assert "## SPD" in capsys.readouterr().out
+
+
+def test_curved_flow_smoke(tmp_path, capsys):
+    """Flows on H^2, SPD(2) and R^2 x S^2 x H^2, every method a few steps."""
+    from benchmarks import curved_flow
+
+    assert curved_flow.main(["--smoke", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for name in ("GHSW_2", "HHSW_2", "MC-TSW on H^2", "SPDSW_2", "HSPDSW_2", "Prod-SW", "Prod-TSW"):
+        assert name in out
+    record = json.loads((tmp_path / "curved_flow.json").read_text())
+    assert set(record["flows"]) == {"hyperbolic", "spd", "product"}
+    rows = list(csv.DictReader((tmp_path / "curved_flow.csv").open()))
+    assert len(rows) == 12
+    for row in rows:
+        assert float(row["s_per_step_median"]) > 0
+        # an exact W2 between distinct clouds, at the start and after the steps
+        assert math.isfinite(float(row["log10_w2_step0_mean"]))
+        assert math.isfinite(float(row["log10_w2_step3_mean"]))
+    for flow in ("hyperbolic", "spd", "product"):
+        assert (tmp_path / f"curved_flow_{flow}.png").stat().st_size > 0
+
+
+def test_curved_flow_speed_smoke(tmp_path):
+    """mc_tsw against db_tsw at equal trees and lines."""
+    from benchmarks import curved_flow
+
+    assert curved_flow.main(["--smoke", "--speed", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "curved_flow_speed.json").read_text())["rows"]
+    assert len(rows) == 6
+    assert all(r["mc_tsw / db_tsw"] > 0 for r in rows)
+
+
+def test_curved_flow_compare_smoke(tmp_path):
+    """Single-factor mc_tsw against stsw and db_tsw: equal to stsw with the uniform split."""
+    from benchmarks import curved_flow
+
+    assert curved_flow.main(["--smoke", "--compare", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "curved_flow_compare.json").read_text())
+    mc, st = record["tie"]
+    assert abs(mc - st) <= 1e-12 * abs(st)
+    assert len(record["values"]) == 6
+    assert record["timing"]["mc_tsw / stsw"] > 0

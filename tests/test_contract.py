@@ -4,7 +4,10 @@
 functions :func:`tsw.tsw_sl`, :func:`tsw.db_tsw`, :func:`tsw.circular_tsw`,
 :func:`tsw.spatial_tsw`, :func:`tsw.partial_tsw`, :func:`tsw.sw`, :func:`tsw.max_sw`, the
 unequal-mass sliced baselines :func:`tsw.partial_sw` and :func:`tsw.unbalanced_sw`,
-:func:`tsw.stsw`, :func:`tsw.spatial_stsw`, :func:`tsw.ssw`, :func:`tsw.s3w` and every loss
+:func:`tsw.stsw`, :func:`tsw.spatial_stsw`, :func:`tsw.ssw`, :func:`tsw.s3w`, :func:`tsw.mc_tsw`
+(on lifted data, ``tests/_mixed.py``), :func:`tsw.ghsw`, :func:`tsw.hhsw`, :func:`tsw.spdsw`,
+:func:`tsw.hspdsw` (on data lifted onto hyperbolic space and SPD matrices, ``tests/_curved.py``)
+and every loss
 module of :mod:`tsw.nn`. A combination of options that only repeats code paths already
 covered is left out (Db-TSW's options form a covering array, not a full product).
 The distances to the uniform measure on the sphere (:func:`tsw.stsw_unif`,
@@ -28,8 +31,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import _curved
 import pytest
 import torch
+from _mixed import MIN_DIM, mc_tsw_module
+from _mixed import mc_tsw as lifted_mc_tsw
 from _public import NOT_DISTANCES
 from conftest import assert_close, tolerances
 from hypothesis import given
@@ -671,6 +677,99 @@ def _registry() -> list[Entry]:
             function=tsw.partial_tsw,
         )
     )
+    # MC-TSW on R^1 x S^1 x H^(d-2): generic data lifted onto the product (tests/_mixed.py),
+    # roots around the product's origin so that a seed shares the trees among pairs; the
+    # lift moves the points, so no rigid or translation property. The default centre (the
+    # data's mean) draws each pair's trees around its own centre: no triangle inequality.
+    # Its loss module runs on the data as one Euclidean factor (the module = function
+    # checks pass the same kwargs to both), where the default centre is Db-TSW's.
+    mixed = COMMON | {TRIANGLE, GENERATOR, GRADCHECK}
+    for label, kw, props in (
+        ("p=1,geodesic", {"center": "origin"}, mixed),
+        ("p=2,ray,delta=2", {"center": "origin", "p": 2, "split": "ray", "delta": 2.0}, mixed),
+        # the centre follows the data (detached): finite differences see it move
+        ("mean,delta=0", {"delta": 0.0}, mixed - {TRIANGLE, GRADCHECK}),
+    ):
+        p = float(kw.get("p", 1))
+        out.append(
+            Entry(
+                f"mc_tsw[{label}]",
+                lifted_mc_tsw,
+                {"n_trees": T, "n_lines": K, **kw},
+                props,
+                min_dim=MIN_DIM,
+                function=tsw.mc_tsw,
+                p=p,
+                degree=1 / p,
+            )
+        )
+    out.append(
+        Entry(
+            "MCTSWLoss",
+            mc_tsw_module,
+            {"components": (("euclidean", 3),), "n_trees": T, "n_lines": K},
+            COMMON | {TRIANGLE, TRANSLATION_LAW, GRADCHECK},
+            None,
+            True,
+            module=tsw.nn.MCTSWLoss,
+            function=tsw.mc_tsw,
+        )
+    )
+    # Hyperbolic SW on data lifted onto H^d (tests/_curved.py: the point at distance |v| in
+    # the direction of v, which commutes with the rotations about the origin); SPD SW on
+    # data lifted onto SPD matrices (exp of the symmetric matrix of half-vectorisation v).
+    # The lifts move the points: no translation or scaling property; the rotations about
+    # the origin with the directions (SPHERE_ROTATION's test: O(d) on data and projections)
+    hyperbolic = COMMON | {TRIANGLE, GENERATOR, BATCH_SLICES, GRADCHECK, SPHERE_ROTATION}
+    for fn, model, p in (
+        (tsw.ghsw, "lorentz", 2),
+        (tsw.ghsw, "poincare", 1),
+        (tsw.hhsw, "lorentz", 1),
+        (tsw.hhsw, "poincare", 2),
+    ):
+        lift = _curved.hyperbolic if model == "lorentz" else _curved.poincare
+        out.append(
+            Entry(
+                f"{fn.__name__}[{model},p={p}]",
+                _curved.lifted(fn, lift, model=model),
+                {"n_projections": 12, "p": p, "orthogonal": False},
+                hyperbolic,
+                "projections",
+                function=fn,
+                p=float(p),
+            )
+        )
+    spd_props = COMMON | {TRIANGLE, GENERATOR, BATCH_SLICES, GRADCHECK}
+    for fn, p in ((tsw.spdsw, 2), (tsw.spdsw, 1), (tsw.hspdsw, 2), (tsw.hspdsw, 1.5)):
+        out.append(
+            Entry(
+                f"{fn.__name__}[p={p}]",
+                _curved.lifted(fn, _curved.spd),
+                {"n_projections": 12, "p": p},
+                spd_props,
+                "spd_projections",
+                function=fn,
+                p=float(p),
+            )
+        )
+    # their loss modules on the lifted data (the module = function checks, which pass the
+    # suite's generic data to both, run in tests/curved/)
+    for cls, lift, kw in (
+        (tsw.nn.GHSWLoss, _curved.hyperbolic, {"n_projections": 12}),
+        (tsw.nn.HHSWLoss, _curved.poincare, {"n_projections": 12, "model": "poincare"}),
+        (tsw.nn.SPDSWLoss, _curved.spd, {"n_projections": 12}),
+        (tsw.nn.HSPDSWLoss, _curved.spd, {"n_projections": 12}),
+    ):
+        out.append(
+            Entry(
+                cls.__name__,
+                _curved.lifted_module(cls, lift),
+                kw,
+                COMMON | {TRIANGLE, GRADCHECK},
+                module=cls,
+                p=2.0,
+            )
+        )
     out.append(
         Entry(
             "MaxSWLoss",
@@ -759,6 +858,8 @@ def frozen(entry, d, *, dtype=F64, device="cpu", seed=11):
         return {
             "projections": tsw.sample_sphere_projections(d, entry.kwargs["n_projections"], **kw)
         }
+    if entry.slices == "spd_projections":
+        return {"projections": _curved.spd_projections(d, entry.kwargs["n_projections"], **kw)}
     return {"seed": seed, "center": center} if entry.center else {"seed": seed}
 
 

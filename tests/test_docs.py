@@ -30,6 +30,8 @@ def _public() -> dict[str, object]:
         (tsw, tsw.__all__),
         (tsw.nn, tsw.nn.__all__),
         (tsw.sphere, tsw.sphere.__all__),
+        # the curved spaces' geometry (their distances are listed at the top level)
+        (tsw.curved, [n for n in tsw.curved.__all__ if n not in tsw.__all__]),
         (tsw.datasets, tsw.datasets.__all__),
         (tsw.metrics, tsw.metrics.__all__),
     ]:

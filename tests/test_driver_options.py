@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from _curved import hyperbolic, lifted, poincare, spd
+from _mixed import mc_tsw as lifted_mc_tsw
 from _public import NOT_DISTANCES
 
 import tsw
@@ -79,6 +81,13 @@ CALLS = [
     ("lcv_sw", lambda X, Y, **o: tsw.lcv_sw(X, Y, n_projections=7, **o), 2, False, False),
     ("eb_sw", lambda X, Y, **o: tsw.eb_sw(X, Y, n_projections=7, **o), 2, False, False),
     ("support_tsw", lambda X, Y, **o: tsw.support_tsw(X, Y, n_trees=6, **o), 1, False, False),
+    # on R^1 x S^1 x H^1, the data lifted (tests/_mixed.py)
+    ("mc_tsw", lambda X, Y, **o: lifted_mc_tsw(X, Y, n_trees=6, p=2, **o), 2, False, False),
+    # on H^3 and SPD(2), the data lifted (tests/_curved.py)
+    ("ghsw", lifted(tsw.ghsw, hyperbolic, n_projections=7), 2, False, True),
+    ("hhsw", lifted(tsw.hhsw, poincare, n_projections=7, model="poincare", p=1), 1, False, True),
+    ("spdsw", lifted(tsw.spdsw, spd, n_projections=7), 2, False, True),
+    ("hspdsw", lifted(tsw.hspdsw, spd, n_projections=7, p=1.5), 1.5, False, True),
 ]
 IDS = [c[0] for c in CALLS]
 

@@ -39,7 +39,14 @@ def test_no_function_shadows_its_own_submodule():
 
 def test_method_modules_are_private():
     """One private module per method: a public name lives in a package, not a module."""
-    packages = ("tsw.euclidean", "tsw.sphere", "tsw.sliced", "tsw.support", "tsw.barycenters")
+    packages = (
+        "tsw.euclidean",
+        "tsw.sphere",
+        "tsw.sliced",
+        "tsw.support",
+        "tsw.barycenters",
+        "tsw.curved",
+    )
     for pkg in (*packages, "tsw.search"):
         public = [m for m in MODULES if m.startswith(pkg + ".") and m.rsplit(".", 1)[1][0] != "_"]
         assert public in ([], [f"{pkg}.mappings"]), public
@@ -118,6 +125,14 @@ def test_search_sits_on_core_and_support():
             assert not any(d.startswith("tsw.search") for d in deps), (name, deps)
 
 
+def test_curved_imports_core_and_the_spheres_geometry_only():
+    """``tsw.curved`` (hyperbolic space, SPD matrices, products) sits beside the sphere."""
+    allowed = ("tsw.core", "tsw.curved", "tsw.sphere")
+    for name, deps in _graph().items():
+        if name.startswith("tsw.curved"):
+            assert all(d.startswith(allowed) for d in deps), (name, deps)
+
+
 def test_the_compiled_kernels_sit_behind_one_seam():
     for name, deps in _graph().items():
         if "tsw.core._kernels" in deps:
@@ -138,7 +153,7 @@ def test_no_module_outgrows_its_purpose():
 def test_no_method_passes_the_shared_options_by_hand():
     """The public-API decorator binds them: no method module names ``seed=seed``."""
     for name in MODULES:
-        if name.startswith(("tsw.euclidean.", "tsw.sphere.", "tsw.sliced.")):
+        if name.startswith(("tsw.euclidean.", "tsw.sphere.", "tsw.sliced.", "tsw.curved.")):
             text = _source(name).read_text()
             for option in ("generator", "validate", "power", "log", "chunk_size", "process_group"):
                 assert f"{option}={option}" not in text, (name, option)

@@ -14,6 +14,7 @@ import inspect
 import math
 import re
 
+import _curved
 import pytest
 import torch
 
@@ -32,6 +33,11 @@ FUNCTIONS = {
     "LCVSWLoss": tsw.lcv_sw,
     "EBSWLoss": tsw.eb_sw,
     "RPSWLoss": tsw.rp_sw,
+    "MCTSWLoss": tsw.mc_tsw,
+    "GHSWLoss": tsw.ghsw,
+    "HHSWLoss": tsw.hhsw,
+    "SPDSWLoss": tsw.spdsw,
+    "HSPDSWLoss": tsw.hspdsw,
     "STSWLoss": tsw.stsw,
     "SpatialSTSWLoss": tsw.spatial_stsw,
     "STSWUnifLoss": tsw.stsw_unif,
@@ -89,7 +95,8 @@ def _sphere(*shape, seed=0, dtype=torch.float64):
     return torch.nn.functional.normalize(torch.randn(*shape, generator=g, dtype=dtype), dim=-1)
 
 
-#: small settings of every loss, and whether it takes points on the sphere
+#: small settings of every loss, and whether it takes points on the sphere (True), or the
+#: lift of the generic data onto its manifold (hyperbolic space, SPD matrices)
 SMALL = {
     "TSWSLLoss": ({"n_trees": 4, "n_lines": 3}, False),
     "DbTSWLoss": ({"n_trees": 4, "n_lines": 3}, False),
@@ -103,6 +110,12 @@ SMALL = {
     "LCVSWLoss": ({"n_projections": 6}, False),
     "EBSWLoss": ({"n_projections": 6}, False),
     "RPSWLoss": ({"n_projections": 6}, False),
+    # MC-TSW on the data as one Euclidean factor (generic points of R^3)
+    "MCTSWLoss": ({"components": (("euclidean", 3),), "n_trees": 4, "n_lines": 3}, False),
+    "GHSWLoss": ({"n_projections": 6}, _curved.hyperbolic),
+    "HHSWLoss": ({"n_projections": 6}, _curved.hyperbolic),
+    "SPDSWLoss": ({"n_projections": 6}, _curved.spd),
+    "HSPDSWLoss": ({"n_projections": 6}, _curved.spd),
     "STSWLoss": ({"n_trees": 4, "n_lines": 3}, True),
     "SpatialSTSWLoss": ({"n_trees": 4, "n_lines": 3}, True),
     "STSWUnifLoss": ({"n_trees": 4, "n_lines": 3}, True),
@@ -116,12 +129,14 @@ SMALL = {
 
 def _inputs(name, dtype=torch.float64):
     sphere = SMALL[name][1]
-    if sphere:
+    if sphere is True:
         X, Y = _sphere(10, 3, seed=1, dtype=dtype), _sphere(8, 3, seed=2, dtype=dtype)
     else:
         g = torch.Generator().manual_seed(3)
         X = torch.randn(10, 3, generator=g, dtype=torch.float64).to(dtype)
         Y = (torch.randn(8, 3, generator=g, dtype=torch.float64) + 1).to(dtype)
+        if callable(sphere):
+            X, Y = sphere(X), sphere(Y)
     return (X,) if issubclass(getattr(tsw.nn, name), tsw.nn._UnifLoss) else (X, Y)
 
 
@@ -220,6 +235,7 @@ OTHER = {
     "coefficient": "leave_one_out",
     "energy": "identity",
     "kappa": 10.0,
+    "components": (("euclidean", 1), ("euclidean", 2)),  # R^3 as R^1 x R^2: other trees
 }
 #: options whose other value leaves the value unchanged: on these data (points on the
 #: sphere for renormalize) or by design (validate, chunk_size)
@@ -235,9 +251,10 @@ SAME_VALUE_OF = {
     "STSWUnifLoss": {"n_quad"},
 }
 #: options the comparison leaves to other files: a group of processes
-#: (test_distributed.py), the random stream and the reduction (test_contract.py).
+#: (test_distributed.py), the random stream and the reduction (test_contract.py), the
+#: model of hyperbolic space, which says what the data mean (curved/test_hsw.py).
 #: ARIS3WLoss is left out too: no function draws its pool (sliced/test_s3w.py replays it)
-ELSEWHERE = {"process_group", "gather", "reduction", "seed", "resample"}
+ELSEWHERE = {"process_group", "gather", "reduction", "seed", "resample", "model"}
 
 
 def _cases():
@@ -255,6 +272,8 @@ def _other(name, option):
         return {"SpatialTSWLoss": "poly", "SpatialSTSWLoss": _lift_to_s3}[name]
     if option == "n_rotations" and name == "S3WUnifLoss":
         return 2
+    if option == "split" and name == "MCTSWLoss":
+        return "ray"
     return OTHER[option]
 
 
@@ -311,8 +330,10 @@ BAD_OPTIONS = {
     "n_iter": (-2, ValueError, "n_iter must be an int >= 0; got -2"),
     "mass_t": (-1.0, ValueError, "mass_t must be a finite real number >= 0; got -1.0"),
     "tree": ("star", ValueError, "tree must be one of 'chain', 'concurrent'; got 'star'"),
-    "split": ("x", ValueError, "split must be one of 'image', 'line'; got 'x'"),
+    "split": ("x", ValueError, "split must be one of '"),  # each loss names its own
+    "components": ((("torus", 2),), ValueError, "components[0] names an unknown factor 'torus'"),
     "mapping": (3, TypeError, "mapping must be"),
+    "model": ("klein", ValueError, "model must be one of 'lorentz', 'poincare'; got 'klein'"),
 }
 
 

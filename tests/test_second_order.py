@@ -10,6 +10,7 @@ error instead of returning a silent zero.
 
 from __future__ import annotations
 
+import _curved
 import pytest
 import torch
 from torch.autograd import gradcheck, gradgradcheck
@@ -39,6 +40,23 @@ def _trees(d, seed=0, k=2):
 
 def _spherical(d, seed=0):
     return tsw.sample_spherical_trees(d, n_trees=3, n_lines=2, seed=seed, dtype=F64)
+
+
+def _hyperbolic(X, model="lorentz"):
+    """Generic points of R^d carried onto H^d (tests/_curved.py)."""
+    return _curved.hyperbolic(X, model)
+
+
+#: points of H^3 (Lorentz and ball), 3 x 3 SPD matrices, and their directions
+H3, K3 = _hyperbolic(X3), _hyperbolic(Y3)
+B3, D3 = _hyperbolic(X3, "poincare"), _hyperbolic(Y3, "poincare")
+M3, N3 = _curved.spd(X5), _curved.spd(Y5)
+U3 = tsw.sample_projections(3, 4, seed=0, dtype=F64)
+A3 = tsw.sample_spd_projections(3, 4, seed=0, dtype=F64)
+
+
+def _sym(X):
+    return (X + X.mT) / 2
 
 
 C5, C3, C2 = _trees(5), _trees(3), _trees(2)
@@ -107,6 +125,24 @@ CASES = [
     ),
     ("s3w", lambda X: tsw.s3w(X, T, n_rotations=2, seed=0, renormalize=True), S, False),
     ("s3w_unif", lambda X: tsw.s3w_unif(X, n_samples=20, seed=0, renormalize=True), S, False),
+    # on H^3 and SPD(3) (the points are moved off the manifold by the finite differences:
+    # validate=False; a Lorentz point's x_0 is not read, SPD matrices are symmetrised)
+    ("ghsw", lambda X: tsw.ghsw(X, K3, projections=U3, validate=False), H3, True),
+    (
+        "hhsw poincare",
+        lambda X: tsw.hhsw(X, D3, projections=U3, model="poincare", p=1.5),
+        B3,
+        True,
+    ),
+    ("spdsw", lambda X: tsw.spdsw(_sym(X), N3, projections=A3, validate=False), M3, True),
+    # (three matrices and two directions: a Cholesky factorisation per pair is slow to
+    # differentiate twice)
+    (
+        "hspdsw",
+        lambda X: tsw.hspdsw(_sym(X), N3[:4], projections=A3[:2], p=1.5, validate=False),
+        M3[:3],
+        True,
+    ),
 ]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 
+import _curved
 import pytest
 import torch
 
@@ -39,6 +40,11 @@ def _pair(sphere: bool = False) -> Callable[[int], tuple[torch.Tensor, ...]]:
 
 def _one(sphere: bool = False, dim: int = D) -> Callable[[int], tuple[torch.Tensor, ...]]:
     return lambda seed: (_points(seed, N, sphere=sphere, dim=dim),)
+
+
+def _lifted(lift, make):
+    """Inputs of ``make`` carried onto a manifold by ``lift`` (tests/_curved.py)."""
+    return lambda seed: tuple(lift(t) for t in make(seed))
 
 
 def _plan(seed: int) -> tuple[torch.Tensor, ...]:
@@ -151,6 +157,33 @@ CASES: dict[str, tuple[Callable[[int], tuple[torch.Tensor, ...]], Callable[..., 
         lambda X, Y: tsw.free_support_barycenter([X, Y], n_points=5, numItermax=3, seed=0),
     ),
     "trees_needed": (lambda s: (_points(s, N)[:, 0].abs() + 1,), lambda t: tsw.trees_needed(t)),
+    "mc_tsw": (_pair(), lambda X, Y: tsw.mc_tsw(X, Y, components=[("euclidean", D)], seed=0)),
+    **{
+        n: (_lifted(_curved.hyperbolic, _pair()), lambda X, Y, n=n: getattr(tsw, n)(X, Y, seed=0))
+        for n in ("ghsw", "hhsw")
+    },
+    **{
+        n: (_lifted(_curved.spd, _pair()), lambda X, Y, n=n: getattr(tsw, n)(X, Y, seed=0))
+        for n in ("spdsw", "hspdsw")
+    },
+    "sample_spd_projections": (
+        _one(),
+        lambda X: X @ tsw.sample_spd_projections(D, 2, dtype=F64)[0],
+    ),
+    # deterministic: a trace is right (the overflow check is left out of it)
+    "riemannian_step": (
+        lambda s: (_curved.hyperbolic(_points(s, N)), _points(s + 10, N, dim=D + 1)),
+        lambda X, G: tsw.riemannian_step(X, G, 0.1, manifold="lorentz"),
+    ),
+    "sample_mixed_curvature_trees": (
+        _one(),
+        lambda X: (
+            X
+            @ tsw.sample_mixed_curvature_trees(
+                [("euclidean", D)], n_trees=2, n_lines=2, dtype=F64
+            ).roots.T
+        ),
+    ),
 }
 #: a planning helper returning a Python int: a trace cannot output it (any error will do)
 NOT_TENSOR_OUTPUT = {"trees_needed"}
@@ -158,9 +191,20 @@ NOT_TENSOR_OUTPUT = {"trees_needed"}
 KNOWN_WRONG: set[str] = set()
 
 #: every loss module, with its required options and whether it takes data on the sphere
-LOSS_OPTIONS = {"ARIS3WLoss": {"dim": D}, "CircularTSWLoss": {"radius": 1.0}}
+LOSS_OPTIONS = {
+    "ARIS3WLoss": {"dim": D},
+    "CircularTSWLoss": {"radius": 1.0},
+    "MCTSWLoss": {"components": [("euclidean", D)]},
+}
 SPHERE_LOSSES = {"SSWLoss", "S3WLoss", "STSWLoss", "SpatialSTSWLoss", "ARIS3WLoss"}
 UNIF_LOSSES = {"SSWUnifLoss", "S3WUnifLoss", "STSWUnifLoss"}
+#: the losses on hyperbolic space and SPD matrices, and the lift of their data
+CURVED_LOSSES = {
+    "GHSWLoss": _curved.hyperbolic,
+    "HHSWLoss": _curved.hyperbolic,
+    "SPDSWLoss": _curved.spd,
+    "HSPDSWLoss": _curved.spd,
+}
 
 
 def _public_callables() -> set[str]:
@@ -223,6 +267,8 @@ def test_loss_module_traced_is_right_or_refused(name, resample):
     loss = cls(**LOSS_OPTIONS.get(name, {}), seed=0, resample=resample)
     sphere = name in SPHERE_LOSSES or name in UNIF_LOSSES
     make = _one(True) if name in UNIF_LOSSES else _pair(sphere)
+    if name in CURVED_LOSSES:
+        make = _lifted(CURVED_LOSSES[name], make)
     # the loss names itself, or (ARIS3WLoss, which draws its rotations first) its function
     names = [f"tsw.nn.{name}", f"tsw.{cls._fn.__name__}"]
     traced = _trace_or_refusal(loss, make(0), names)

@@ -60,6 +60,11 @@ from tsw.core.trees import (
     sample_spherical_trees,
 )
 from tsw.core.wasserstein_1d import wasserstein_1d
+from tsw.curved._hsw import ghsw, hhsw
+from tsw.curved._mc_tsw import mc_tsw
+from tsw.curved._product import MixedCurvatureTrees, sample_mixed_curvature_trees
+from tsw.curved._spdsw import hspdsw, sample_spd_projections, spdsw
+from tsw.curved._steps import riemannian_step
 from tsw.euclidean import mappings
 from tsw.euclidean._circular_tsw import circular_tsw
 from tsw.euclidean._db_tsw import db_tsw
@@ -99,6 +104,7 @@ __all__ = [
     "ChainLines",
     "ConcurrentLines",
     "DaskW1Index",
+    "MixedCurvatureTrees",
     "SphericalTrees",
     "SupportTree",
     "SupportTrees",
@@ -115,11 +121,15 @@ __all__ = [
     "fit_edge_lengths",
     "flowtree",
     "free_support_barycenter",
+    "ghsw",
+    "hhsw",
+    "hspdsw",
     "lcv_sw",
     "line_system_cost",
     "mappings",
     "max_sw",
     "max_tsw_sl",
+    "mc_tsw",
     "metrics",
     "min_sliced_transport_plan",
     "nn",
@@ -127,6 +137,7 @@ __all__ = [
     "pairwise_tsw",
     "partial_sw",
     "partial_tsw",
+    "riemannian_step",
     "rp_sw",
     "s3w",
     "s3w_map",
@@ -134,14 +145,17 @@ __all__ = [
     "sample_chain_lines",
     "sample_cluster_trees",
     "sample_concurrent_lines",
+    "sample_mixed_curvature_trees",
     "sample_projections",
     "sample_quadtrees",
     "sample_rotations",
+    "sample_spd_projections",
     "sample_sphere_projections",
     "sample_spherical_trees",
     "sliced_plans",
     "spatial_stsw",
     "spatial_tsw",
+    "spdsw",
     "ssw",
     "ssw_unif",
     "stsw",

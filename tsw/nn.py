@@ -44,6 +44,9 @@ from torch import Tensor
 from tsw.core._api import LOW_PRECISION
 from tsw.core._loss import NOT_OPTIONS, _Loss, _loss_from, _UnifLoss
 from tsw.core._validation import check_positive_int
+from tsw.curved._hsw import ghsw, hhsw
+from tsw.curved._mc_tsw import mc_tsw
+from tsw.curved._spdsw import hspdsw, spdsw
 from tsw.euclidean._circular_tsw import circular_tsw
 from tsw.euclidean._db_tsw import db_tsw
 from tsw.euclidean._max_tsw_sl import max_tsw_sl
@@ -66,13 +69,18 @@ __all__ = [
     "CircularTSWLoss",
     "DbTSWLoss",
     "EBSWLoss",
+    "GHSWLoss",
+    "HHSWLoss",
+    "HSPDSWLoss",
     "LCVSWLoss",
+    "MCTSWLoss",
     "MaxSWLoss",
     "MaxTSWSLLoss",
     "PartialTSWLoss",
     "RPSWLoss",
     "S3WLoss",
     "S3WUnifLoss",
+    "SPDSWLoss",
     "SSWLoss",
     "SSWUnifLoss",
     "STSWLoss",
@@ -262,6 +270,25 @@ RPSWLoss: type[_Loss] = _loss_from(
     """,
 )
 
+MCTSWLoss: type[_Loss] = _loss_from(
+    mc_tsw,
+    "MCTSWLoss",
+    "MC-TSW loss between measures on a product of Euclidean, spherical and hyperbolic factors.",
+    """
+    >>> import torch, tsw
+    >>> parts = [("euclidean", 2), ("hyperbolic", 2)]  # 2 + 3 columns
+    >>> loss = tsw.nn.MCTSWLoss(components=parts, n_trees=50, seed=0)
+    >>> def points(n):
+    ...     u = torch.randn(n, 4)
+    ...     h = torch.cat([(1 + u[:, 2:].square().sum(-1, keepdim=True)).sqrt(), u[:, 2:]], -1)
+    ...     return torch.cat([u[:, :2], h], dim=-1)
+    >>> X = points(10).requires_grad_()
+    >>> loss(X, points(12)).backward()
+    >>> X.grad.shape
+    torch.Size([10, 5])
+    """,
+)
+
 STSWLoss: type[_Loss] = _loss_from(
     stsw,
     "STSWLoss",
@@ -313,6 +340,58 @@ SSWLoss: type[_Loss] = _loss_from(
     >>> import torch, tsw
     >>> loss = tsw.nn.SSWLoss(n_projections=20, seed=0)
     >>> X = torch.nn.functional.normalize(torch.randn(10, 3), dim=-1)
+    >>> float(loss(X, X))
+    0.0
+    """,
+)
+
+GHSWLoss: type[_Loss] = _loss_from(
+    ghsw,
+    "GHSWLoss",
+    "Geodesic hyperbolic sliced Wasserstein loss (points on the hyperboloid or in the ball).",
+    """
+    >>> import torch, tsw
+    >>> loss = tsw.nn.GHSWLoss(n_projections=20, seed=0)
+    >>> X = tsw.curved.exp0(torch.randn(10, 2))  # Lorentz points
+    >>> float(loss(X, X))
+    0.0
+    """,
+)
+
+HHSWLoss: type[_Loss] = _loss_from(
+    hhsw,
+    "HHSWLoss",
+    "Horospherical hyperbolic sliced Wasserstein loss.",
+    """
+    >>> import torch, tsw
+    >>> loss = tsw.nn.HHSWLoss(n_projections=20, model="poincare", seed=0)
+    >>> Y = 0.5 * torch.nn.functional.normalize(torch.randn(10, 2), dim=-1)  # in the ball
+    >>> float(loss(Y, Y))
+    0.0
+    """,
+)
+
+SPDSWLoss: type[_Loss] = _loss_from(
+    spdsw,
+    "SPDSWLoss",
+    "Log-Euclidean sliced Wasserstein loss between measures on SPD matrices.",
+    """
+    >>> import torch, tsw
+    >>> loss = tsw.nn.SPDSWLoss(n_projections=20, seed=0)
+    >>> X = torch.eye(3).expand(5, 3, 3)  # five 3 x 3 SPD matrices
+    >>> float(loss(X, X))
+    0.0
+    """,
+)
+
+HSPDSWLoss: type[_Loss] = _loss_from(
+    hspdsw,
+    "HSPDSWLoss",
+    "Affine-invariant (Busemann) sliced Wasserstein loss between measures on SPD matrices.",
+    """
+    >>> import torch, tsw
+    >>> loss = tsw.nn.HSPDSWLoss(n_projections=20, seed=0)
+    >>> X = torch.eye(3).expand(5, 3, 3)
     >>> float(loss(X, X))
     0.0
     """,

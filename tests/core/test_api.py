@@ -36,6 +36,11 @@ CHUNKED = {
     "lcv_sw",
     "eb_sw",
     "rp_sw",
+    "mc_tsw",
+    "ghsw",
+    "hhsw",
+    "spdsw",
+    "hspdsw",
 }
 OTHERS = {
     "max_sw",
