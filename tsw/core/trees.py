@@ -188,6 +188,31 @@ def _from_numpy(x: Tensor | np.ndarray) -> Tensor:
     return torch.from_numpy(np.array(x, copy=True)) if isinstance(x, np.ndarray) else x
 
 
+def _rooted_pair(
+    roots: Tensor | np.ndarray, directions: Tensor | np.ndarray, validate: bool, d: str = "d"
+) -> tuple[Tensor, Tensor]:
+    """Return ``roots`` and ``directions`` as tensors, their shapes and types checked.
+
+    ``roots`` (T, d) or (B, T, d), ``directions`` (T, k, d) or (B, T, k, d); with
+    ``validate`` the roots are checked finite. ``d`` names the last axis in the message.
+    """
+    roots, directions = _from_numpy(roots), _from_numpy(directions)
+    _check_pair(roots, "roots", directions, validate)
+    if (
+        roots.ndim not in (2, 3)
+        or roots.shape[-2:] != (directions.shape[-3], directions.shape[-1])
+        or (roots.ndim == 3 and directions.ndim == 4 and roots.shape[0] != directions.shape[0])
+    ):
+        raise ValueError(
+            f"roots must have shape (T, {d}) or (B, T, {d}) matching directions (T, k, {d}) or "
+            f"(B, T, k, {d}); got roots.shape={tuple(roots.shape)} and "
+            f"directions.shape={tuple(directions.shape)}"
+        )
+    if validate:
+        check_finite(roots, "roots")
+    return roots, directions
+
+
 class _TreeCounts:
     """The counts every tree container reads from its ``directions`` (..., T, k, dim)."""
 
@@ -262,20 +287,7 @@ class ConcurrentLines(_TreeCounts):
     def __init__(
         self, roots: Tensor | np.ndarray, directions: Tensor | np.ndarray, *, validate: bool = True
     ):
-        roots, directions = _from_numpy(roots), _from_numpy(directions)
-        _check_pair(roots, "roots", directions, validate)
-        if (
-            roots.ndim not in (2, 3)
-            or roots.shape[-2:] != (directions.shape[-3], directions.shape[-1])
-            or (roots.ndim == 3 and directions.ndim == 4 and roots.shape[0] != directions.shape[0])
-        ):
-            raise ValueError(
-                "roots must have shape (T, d) or (B, T, d) matching directions (T, k, d) or "
-                f"(B, T, k, d); got roots.shape={tuple(roots.shape)} and "
-                f"directions.shape={tuple(directions.shape)}"
-            )
-        if validate:
-            check_finite(roots, "roots")
+        roots, directions = _rooted_pair(roots, directions, validate)
         _check_directions(directions, "directions", validate)
         object.__setattr__(self, "roots", roots)
         object.__setattr__(self, "directions", directions)

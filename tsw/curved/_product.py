@@ -37,7 +37,7 @@ from tsw.core._validation import (
     check_tensor,
     sphere_tol,
 )
-from tsw.core.trees import _batch_size, _check_pair, _from_numpy, _TreeCounts
+from tsw.core.trees import _batch_size, _rooted_pair, _TreeCounts
 from tsw.curved._hyperbolic import (
     check_lorentz,
     distance_matrix,
@@ -280,20 +280,8 @@ class MixedCurvatureTrees(_TreeCounts):
     def __init__(
         self, roots: Tensor | np.ndarray, directions: Tensor | np.ndarray, *, validate: bool = True
     ):
-        roots, directions = _from_numpy(roots), _from_numpy(directions)
-        _check_pair(roots, "roots", directions, validate)
-        if (
-            roots.ndim not in (2, 3)
-            or roots.shape[-2:] != (directions.shape[-3], directions.shape[-1])
-            or (roots.ndim == 3 and directions.ndim == 4 and roots.shape[0] != directions.shape[0])
-        ):
-            raise ValueError(
-                "roots must have shape (T, D) or (B, T, D) matching directions (T, k, D) or "
-                f"(B, T, k, D); got roots.shape={tuple(roots.shape)} and "
-                f"directions.shape={tuple(directions.shape)}"
-            )
+        roots, directions = _rooted_pair(roots, directions, validate, d="D")
         if validate:
-            check_finite(roots, "roots")
             check_finite(directions, "directions")
         object.__setattr__(self, "roots", roots)
         object.__setattr__(self, "directions", directions)
