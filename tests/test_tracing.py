@@ -298,3 +298,13 @@ def test_eager_calls_are_unaffected():
     ys = (Y @ P).repeat_interleave(N, 0).sort(0).values
     expected = ((xs - ys) ** 2).mean(0).mean().sqrt()
     torch.testing.assert_close(value, expected, rtol=1e-12, atol=0)
+
+
+def test_support_trees_place_refuses_a_trace():
+    """The cells found for the example points would be constants of the trace: the
+    method refuses under its own name, as the functions do."""
+    X = torch.cat(_pair()(0))
+    eager = SUPPORT_TREES.place(X)
+    assert eager.shape == (2, X.shape[0])
+    with pytest.raises(RuntimeError, match=r"^tsw\.SupportTrees\.place: torch\.jit\.trace"):
+        torch.jit.trace(SUPPORT_TREES.place, (X,), check_trace=False)
