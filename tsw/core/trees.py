@@ -654,18 +654,7 @@ class SphericalTrees(_TreeCounts):
     def __init__(
         self, roots: Tensor | np.ndarray, directions: Tensor | np.ndarray, *, validate: bool = True
     ):
-        roots, directions = _from_numpy(roots), _from_numpy(directions)
-        _check_pair(roots, "roots", directions, validate)
-        if (
-            roots.ndim not in (2, 3)
-            or roots.shape[-2:] != (directions.shape[-3], directions.shape[-1])
-            or (roots.ndim == 3 and directions.ndim == 4 and roots.shape[0] != directions.shape[0])
-        ):
-            raise ValueError(
-                "roots must have shape (T, d+1) or (B, T, d+1) matching directions "
-                f"(T, k, d+1) or (B, T, k, d+1); got roots.shape={tuple(roots.shape)} and "
-                f"directions.shape={tuple(directions.shape)}"
-            )
+        roots, directions = _rooted_pair(roots, directions, validate, d="d+1")
         if directions.shape[-1] < 2:
             raise ValueError(
                 "spherical trees need an ambient dimension d+1 >= 2 (a tangent space); got "
