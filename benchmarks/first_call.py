@@ -7,8 +7,8 @@ Each measurement runs in a fresh Python process with its own empty ``NUMBA_CACHE
 * ``import``: ``import torch`` alone, and ``import torch, tsw`` (the difference is what
   ``tsw`` adds);
 * the first and the second forward + backward of ``db_tsw``, ``sw`` and ``stsw`` (the
-  default options) with ``TSW_NUMBA=1`` (the kernels compile in a background thread while
-  the torch operators serve) and ``TSW_NUMBA=0`` (the torch operators only);
+  default options) with ``TSW_NUMBA=1`` (on the empty cache a child process compiles the
+  kernels while the torch operators serve) and ``TSW_NUMBA=0`` (the torch operators only);
 * ``worker``: the first item of a ``torch.utils.data.DataLoader`` worker started with
   ``spawn`` whose ``__getitem__`` computes ``db_tsw`` (the worker's import and first call).
 
@@ -24,7 +24,7 @@ to ``--seconds``, recording each call's start, duration and path. On a warm Numb
 and ``TSW_NUMBA=0`` alternately: the first call, the time from the first call's start
 to the first compiled call's end ("arrival"), the median call before the kernels
 arrive against the median call of ``TSW_NUMBA=0`` over the same stretch of the run (the
-slowdown of the calls beside the background work) and the median compiled call.
+slowdown of the calls beside the child's compilation) and the median compiled call.
 
 Examples
 --------
@@ -101,7 +101,7 @@ import tsw
 
 try:
     from tsw.core._kernel_loading import ready
-except ImportError:  # a version that loaded the kernels in a background thread
+except ImportError:  # a checkout without core/_kernel_loading.py (side-by-side timings)
     from tsw.core import _kernels
 
     ready = _kernels._ready.__contains__
